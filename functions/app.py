@@ -1,0 +1,296 @@
+"""ModelForge control plane: the Chalice app behind API Gateway.
+
+Routes parse the request, call one service function and shape the answer. Domain errors
+become JSON answers in one place (``_answer_errors``); nothing else reaches the caller.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from typing import Any, Callable
+
+from chalice import Chalice, Rate, Response
+from chalicelib import enrollments, logs, node_store, nodes, runtime, sweep, views
+from chalicelib import enrollment_store, paging, state_log_store
+from chalicelib.auth import require_admin, require_node
+from chalicelib.errors import ApiError, invalid_request
+from chalicelib.settings import SettingsError
+from chalicelib.validation import parse_json_object, validate, validate_query
+from modelforge_protocol.versions import (
+    AGENT_PROTOCOL_VERSION,
+    CONTROL_PLANE_RELEASE,
+    WORKER_PROTOCOL_VERSION,
+    Component,
+    next_step,
+    parse_query_protocol_version,
+    verdict,
+)
+
+app = Chalice(app_name="modelforge-control-plane")
+app.debug = False
+log = logging.getLogger("modelforge.api")
+
+#: Replaced at deploy time by the outbox table's stream ARN (infra/resources.json).
+OUTBOX_STREAM_ARN_PLACEHOLDER = (
+    "arn:aws:dynamodb:us-east-1:000000000000:table/modelforge-outbox/stream/replaced-at-deploy"
+)
+MAX_PAGE = 100
+
+
+def _now() -> float:
+    return time.time()
+
+
+def _error_response(error: ApiError) -> Response:
+    return Response(body=error.body(), status_code=error.status)
+
+
+def _answer_errors(view: Callable[..., Any]) -> Callable[..., Any]:
+    """Map every failure of a view to a JSON error answer, never a traceback."""
+
+    @functools.wraps(view)
+    def wrapped(**kwargs: Any) -> Any:
+        try:
+            return view(**kwargs)
+        except ApiError as error:
+            return _error_response(error)
+        except SettingsError as error:
+            log.error("configuration invalid", extra={"event": "configuration_invalid", "problems": error.problems})
+            return Response(
+                body={"error": {"code": "configuration_invalid", "message": str(error)}}, status_code=500
+            )
+        except Exception:
+            log.exception("unhandled error", extra={"event": "internal_error"})
+            return Response(
+                body={"error": {"code": "internal_error", "message": "internal error; see the control-plane log"}},
+                status_code=500,
+            )
+
+    return wrapped
+
+
+def endpoint(path: str, method: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    def register(view: Callable[..., Any]) -> Callable[..., Any]:
+        return app.route(path, methods=[method], content_types=["application/json"])(_answer_errors(view))
+
+    return register
+
+
+@app.middleware("http")
+def access_log(event: Any, get_response: Callable[[Any], Response]) -> Response:
+    started = time.monotonic()
+    response = get_response(event)
+    if response.status_code >= 400 and isinstance(response.body, dict) and "Code" in response.body:
+        # Chalice's own refusals (e.g. unsupported media type) get our error shape too.
+        response.body = {"error": {"code": _snake(response.body["Code"]), "message": response.body.get("Message", "")}}
+    log.info(
+        "request",
+        extra={
+            "event": "http_request",
+            "method": event.method,
+            "path": event.context.get("resourcePath", event.path),
+            "status": response.status_code,
+            "duration_ms": logs.monotonic_ms(started),
+        },
+    )
+    return response
+
+
+def _snake(name: str) -> str:
+    return "".join("_" + c.lower() if c.isupper() else c for c in name).lstrip("_")
+
+
+def _request() -> Any:
+    return app.current_request
+
+
+def _body(allow_empty: bool = False) -> dict[str, Any]:
+    return parse_json_object(_request().raw_body, allow_empty=allow_empty)
+
+
+def _admin() -> runtime.Runtime:
+    rt = runtime.get()
+    require_admin(_request().headers, rt.settings.admin_token_sha256)
+    return rt
+
+
+def _page_params(key_name: str) -> tuple[int, dict | None]:
+    params = validate_query(_request().query_params, {"limit", "next_token"})
+    raw_limit = params.get("limit", str(MAX_PAGE))
+    if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= MAX_PAGE:
+        raise invalid_request(f"limit must be an integer from 1 to {MAX_PAGE}")
+    return int(raw_limit), paging.decode(params.get("next_token"), key_name)
+
+
+# --- public ------------------------------------------------------------------------------
+
+
+@endpoint("/api/v1/health", "GET")
+def health() -> dict[str, Any]:
+    validate_query(_request().query_params, set())
+    return {
+        "status": "ok",
+        "release": CONTROL_PLANE_RELEASE,
+        "agent_protocol_version": AGENT_PROTOCOL_VERSION,
+        "worker_protocol_version": WORKER_PROTOCOL_VERSION,
+    }
+
+
+@endpoint("/api/v1/compatibility", "GET")
+def compatibility() -> dict[str, Any]:
+    params = validate_query(_request().query_params, {"component", "protocol_version"})
+    names = [component.value for component in Component]
+    if params.get("component") not in names:
+        raise invalid_request(f"component must be one of {', '.join(names)}")
+    component = Component(params["component"])
+    judged = verdict(component, parse_query_protocol_version(params.get("protocol_version")))
+    return {
+        "component": component.value,
+        "verdict": judged.value,
+        "next_step": next_step(component, judged),
+        "accepted_protocol_versions": views.accepted_versions(component),
+    }
+
+
+# --- admin: enrollments ------------------------------------------------------------------
+
+
+@endpoint("/api/v1/admin/node-enrollments", "POST")
+def create_enrollment() -> Response:
+    rt = _admin()
+    now = _now()
+    minted = enrollments.create(rt.settings, _body(), now)
+    body = {**views.enrollment(minted.enrollment, now), "token": minted.token}
+    return Response(body=body, status_code=201)
+
+
+@endpoint("/api/v1/admin/node-enrollments", "GET")
+def list_enrollments() -> dict[str, Any]:
+    _admin()
+    limit, start = _page_params("enrollment_id")
+    items, last = enrollment_store.list_page(limit, start)
+    now = _now()
+    return {
+        "enrollments": [views.enrollment(item, now) for item in items],
+        "next_token": paging.encode(last),
+    }
+
+
+@endpoint("/api/v1/admin/node-enrollments/{enrollment_id}", "GET")
+def get_enrollment(enrollment_id: str) -> dict[str, Any]:
+    _admin()
+    validate_query(_request().query_params, set())
+    return views.enrollment(enrollments.get(enrollment_id), _now())
+
+
+@endpoint("/api/v1/admin/node-enrollments/{enrollment_id}/revoke", "POST")
+def revoke_enrollment(enrollment_id: str) -> dict[str, Any]:
+    rt = _admin()
+    validate(_body(allow_empty=True), "EMPTY")
+    now = _now()
+    return views.enrollment(enrollments.revoke(rt.settings, enrollment_id, now), now)
+
+
+# --- admin: nodes ------------------------------------------------------------------------
+
+
+@endpoint("/api/v1/admin/nodes", "GET")
+def list_nodes() -> dict[str, Any]:
+    rt = _admin()
+    limit, start = _page_params("node_id")
+    items, last = node_store.list_page(limit, start)
+    inventories = node_store.inventories_for([item.node_id for item in items])
+    now = _now()
+    return {
+        "nodes": [views.node(item, inventories.get(item.node_id), rt.settings, now) for item in items],
+        "next_token": paging.encode(last),
+    }
+
+
+@endpoint("/api/v1/admin/nodes/{node_id}", "GET")
+def get_node(node_id: str) -> dict[str, Any]:
+    rt = _admin()
+    validate_query(_request().query_params, set())
+    node = nodes.get(node_id)
+    return views.node(node, node_store.get_inventory(node_id), rt.settings, _now())
+
+
+@endpoint("/api/v1/admin/nodes/{node_id}/revoke-credential", "POST")
+def revoke_node_credential(node_id: str) -> dict[str, Any]:
+    rt = _admin()
+    validate(_body(allow_empty=True), "EMPTY")
+    now = _now()
+    node = nodes.revoke_credential(rt.settings, node_id, now)
+    return views.node(node, node_store.get_inventory(node_id), rt.settings, now)
+
+
+# --- agents ------------------------------------------------------------------------------
+
+
+@endpoint("/api/v1/agent/enroll", "POST")
+def enroll() -> Response:
+    rt = runtime.get()
+    body = _body()
+    enrolled = enrollments.enroll(rt.settings, body, _now())
+    answer = {
+        "node_id": enrolled.node.node_id,
+        "enrollment_id": enrolled.node.enrollment_id,
+        "display_name": enrolled.node.display_name,
+        "production_eligible": enrolled.node.production_eligible,
+        "heartbeat_interval_seconds": rt.settings.heartbeat_interval_seconds,
+        "replayed": enrolled.replayed,
+        "auth": views.node_auth_hint(),
+    }
+    return Response(body=answer, status_code=200 if enrolled.replayed else 201)
+
+
+@endpoint("/api/v1/agent/heartbeat", "POST")
+def heartbeat() -> dict[str, Any]:
+    rt = runtime.get()
+    caller = require_node(_request().headers)
+    result = nodes.heartbeat(rt.settings, caller, _body(), _now())
+    return {
+        "node_id": caller.node_id,
+        "status": result.node.liveness,
+        "heartbeat_interval_seconds": rt.settings.heartbeat_interval_seconds,
+        "work_waiting": bool(result.node.pending_work),
+    }
+
+
+@endpoint("/api/v1/agent/inventory", "POST")
+def replace_inventory() -> dict[str, Any]:
+    rt = runtime.get()
+    caller = require_node(_request().headers)
+    inventory = nodes.replace_inventory(rt.settings, caller, _body(), _now())
+    return {"node_id": caller.node_id, "inventory": views.inventory(inventory)}
+
+
+# --- scheduled and stream functions ------------------------------------------------------
+
+
+@app.schedule(Rate(1, unit=Rate.MINUTES), name="liveness_sweep")
+def liveness_sweep(event: Any) -> dict[str, int]:
+    rt = runtime.get()
+    report = sweep.run(rt.settings, _now())
+    log.info("sweep finished", extra={"event": "sweep_finished", **report.__dict__})
+    return report.__dict__
+
+
+@app.on_dynamodb_record(stream_arn=OUTBOX_STREAM_ARN_PLACEHOLDER, starting_position="TRIM_HORIZON", name="state_log")
+def state_log(event: Any) -> dict[str, int]:
+    """Ship each new outbox event to S3. Redelivery is harmless; failures make Lambda retry."""
+    rt = runtime.get()
+    shipped = already = 0
+    for record in event:
+        if record.event_name != "INSERT" or not record.new_image:
+            continue  # outbox items are written once; MODIFY/REMOVE (TTL) are not events
+        image = record.new_image
+        event_id, payload = image["event_id"]["S"], image["payload"]["S"]
+        if state_log_store.ship(rt.s3, rt.settings.state_log_bucket, event_id, payload):
+            shipped += 1
+        else:
+            already += 1
+    log.info("state log shipped", extra={"event": "state_log_shipped", "shipped": shipped, "already_present": already})
+    return {"shipped": shipped, "already_present": already}

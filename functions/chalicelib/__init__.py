@@ -1,0 +1,1 @@
+"""Control-plane core: settings, stores, services. Packaged by Chalice with app.py."""

@@ -1,0 +1,128 @@
+"""PynamoDB models of the control-plane tables.
+
+Table names come from settings at first use (``bind_tables``), not at import, so that
+``chalice package`` can import the app without an environment. The key schemas here must
+match ``infra/resources.json``; a test checks that they do.
+"""
+
+from __future__ import annotations
+
+import os
+
+from pynamodb.attributes import (
+    BooleanAttribute,
+    JSONAttribute,
+    NumberAttribute,
+    TTLAttribute,
+    UnicodeAttribute,
+)
+from pynamodb.models import Model
+
+from .settings import Settings
+
+
+class EnrollmentModel(Model):
+    class Meta:
+        table_name = "modelforge-enrollments"
+
+    enrollment_id = UnicodeAttribute(hash_key=True)
+    token_sha256 = UnicodeAttribute()
+    display_name = UnicodeAttribute()
+    #: pending | consumed | revoked ("expired" is derived from expires_at)
+    state = UnicodeAttribute()
+    production_eligible = BooleanAttribute()
+    created_at = NumberAttribute()
+    expires_at = NumberAttribute()
+    consumed_at = NumberAttribute(null=True)
+    revoked_at = NumberAttribute(null=True)
+    node_id = UnicodeAttribute(null=True)
+    idempotency_key_sha256 = UnicodeAttribute(null=True)
+
+
+class NodeModel(Model):
+    """Identity, the one credential, liveness and the latest telemetry of a node.
+
+    Heartbeats rewrite this item, so it stays small: inventory lives in InventoryModel.
+    """
+
+    class Meta:
+        table_name = "modelforge-nodes"
+
+    node_id = UnicodeAttribute(hash_key=True)
+    enrollment_id = UnicodeAttribute()
+    display_name = UnicodeAttribute()
+    hostname = UnicodeAttribute()
+    accelerator_mode = UnicodeAttribute()
+    production_eligible = BooleanAttribute()
+    created_at = NumberAttribute()
+    agent_version = UnicodeAttribute()
+    protocol_version = NumberAttribute()
+    credential_sha256 = UnicodeAttribute()
+    #: active | revoked
+    credential_state = UnicodeAttribute()
+    credential_issued_at = NumberAttribute()
+    credential_revoked_at = NumberAttribute(null=True)
+    #: persisted liveness: pending | online | stale | offline (reads derive it from time)
+    liveness = UnicodeAttribute()
+    liveness_changed_at = NumberAttribute()
+    last_heartbeat_at = NumberAttribute(null=True)
+    health = JSONAttribute(null=True)
+    #: per-GPU rows in TELEMETRY_COLUMNS order; compact so the item stays under 1 KB
+    telemetry = JSONAttribute(null=True)
+    #: work items queued for this node and not yet claimed (maintained by the work queue)
+    pending_work = NumberAttribute(null=True)
+
+
+#: Column order of NodeModel.telemetry rows.
+TELEMETRY_COLUMNS = (
+    "index",
+    "utilization_percent",
+    "memory_used_bytes",
+    "memory_total_bytes",
+    "temperature_celsius",
+    "power_watts",
+)
+
+
+class InventoryModel(Model):
+    class Meta:
+        table_name = "modelforge-inventories"
+
+    node_id = UnicodeAttribute(hash_key=True)
+    inventory = JSONAttribute()
+    updated_at = NumberAttribute()
+
+
+class OutboxModel(Model):
+    """One state-log event, written in the same transaction as the transition it records."""
+
+    class Meta:
+        table_name = "modelforge-outbox"
+
+    event_id = UnicodeAttribute(hash_key=True)
+    event_type = UnicodeAttribute()
+    occurred_at = NumberAttribute()
+    #: the event as JSON: exactly what is shipped to S3
+    payload = UnicodeAttribute()
+    expires_at = TTLAttribute()
+
+
+#: Logical table name (used in the state log) -> model.
+MODELS_BY_LOGICAL_NAME: dict[str, type[Model]] = {
+    "enrollments": EnrollmentModel,
+    "nodes": NodeModel,
+    "inventories": InventoryModel,
+    "outbox": OutboxModel,
+}
+
+
+def bind_tables(settings: Settings) -> None:
+    """Point every model at the tables named in settings, in the function's region."""
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+    for model in MODELS_BY_LOGICAL_NAME.values():
+        model.Meta.region = region
+        model._connection = None  # reconnect with the current names and endpoint
+    EnrollmentModel.Meta.table_name = settings.enrollments_table
+    NodeModel.Meta.table_name = settings.nodes_table
+    InventoryModel.Meta.table_name = settings.inventories_table
+    OutboxModel.Meta.table_name = settings.outbox_table

@@ -1,0 +1,35 @@
+"""Opaque page tokens for list endpoints: the store's last evaluated key, base64url JSON."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+from typing import Any
+
+from .errors import invalid_request
+
+_KEY_VALUE = re.compile(r"^[a-z]+_[0-9a-f]{32}$")
+
+
+def encode(last_key: dict[str, Any] | None) -> str | None:
+    if not last_key:
+        return None
+    raw = json.dumps(last_key, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
+
+
+def decode(token: str | None, key_name: str) -> dict[str, Any] | None:
+    """Decode a token made by ``encode`` for a table keyed by ``key_name``; 400 otherwise."""
+    if token is None:
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+        key = json.loads(raw)
+    except (binascii.Error, ValueError, UnicodeDecodeError):
+        raise invalid_request("next_token is not a token this API issued") from None
+    value = key.get(key_name, {}).get("S") if isinstance(key, dict) and len(key) == 1 else None
+    if not isinstance(value, str) or not _KEY_VALUE.match(value):
+        raise invalid_request("next_token is not a token this API issued")
+    return key

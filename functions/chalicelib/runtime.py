@@ -1,0 +1,44 @@
+"""Per-process runtime: settings, table bindings and clients, built on first use."""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import boto3
+
+from . import logs
+from .models import bind_tables
+from .settings import Settings, load_settings
+from .transactions import reset_connection
+
+
+@dataclass(frozen=True)
+class Runtime:
+    settings: Settings
+    s3: Any
+
+
+_runtime: Runtime | None = None
+_lock = threading.Lock()
+
+
+def get() -> Runtime:
+    global _runtime
+    with _lock:
+        if _runtime is None:
+            logs.configure(os.environ.get("MODELFORGE_LOG_LEVEL", "INFO").upper())
+            settings = load_settings()
+            bind_tables(settings)
+            _runtime = Runtime(settings=settings, s3=boto3.client("s3"))
+        return _runtime
+
+
+def reset() -> None:
+    """Forget settings and clients (tests, and the local stack after changing the environment)."""
+    global _runtime
+    with _lock:
+        _runtime = None
+        reset_connection()

@@ -1,0 +1,88 @@
+"""State-log events: what a transition changed, written to the outbox in its own transaction.
+
+An event is JSON with a time-ordered id and a list of changes in DynamoDB's attribute-value
+format, so ``modelforge log replay`` can apply them to empty tables without knowing the
+domain. Only transitions are logged; heartbeat telemetry is not.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from datetime import datetime, timezone
+from typing import Any
+
+from pynamodb.models import Model
+
+from .models import MODELS_BY_LOGICAL_NAME, OutboxModel
+
+_LOGICAL_NAME = {model: name for name, model in MODELS_BY_LOGICAL_NAME.items()}
+STATE_LOG_PREFIX = "events/"
+
+
+def put_change(item: Model) -> dict[str, Any]:
+    """The item was written whole."""
+    return {"table": _LOGICAL_NAME[type(item)], "op": "put", "item": item.serialize()}
+
+
+def update_change(model: type[Model], key: str, values: dict[str, Any]) -> dict[str, Any]:
+    """Named attributes of one item were set (a None value removes the attribute)."""
+    attributes = model.get_attributes()
+    hash_key = model._hash_key_attribute()
+    assigned = {
+        name: {attributes[name].attr_type: attributes[name].serialize(value)}
+        for name, value in values.items()
+        if value is not None
+    }
+    removed = sorted(name for name, value in values.items() if value is None)
+    return {
+        "table": _LOGICAL_NAME[model],
+        "op": "update",
+        "key": {hash_key.attr_name: {hash_key.attr_type: key}},
+        "set": assigned,
+        "remove": removed,
+    }
+
+
+def update_actions(model: type[Model], values: dict[str, Any]) -> list[Any]:
+    """The PynamoDB update actions that make the same change as ``update_change``."""
+    attributes = model.get_attributes()
+    return [
+        attributes[name].remove() if value is None else attributes[name].set(value)
+        for name, value in values.items()
+    ]
+
+
+def new_event_id(now: float, sequence: int) -> str:
+    """Time-ordered id: milliseconds, sequence within one transaction, random suffix."""
+    return f"{int(now * 1000):013d}-{sequence:03d}-{secrets.token_hex(6)}"
+
+
+def outbox_item(
+    *,
+    event_type: str,
+    now: float,
+    sequence: int,
+    subject: dict[str, str],
+    changes: list[dict[str, Any]],
+    retention_seconds: int,
+) -> OutboxModel:
+    event_id = new_event_id(now, sequence)
+    payload = {
+        "event_id": event_id,
+        "type": event_type,
+        "occurred_at": round(now, 3),
+        "subject": subject,
+        "changes": changes,
+    }
+    return OutboxModel(
+        event_id,
+        event_type=event_type,
+        occurred_at=round(now, 3),
+        payload=json.dumps(payload, sort_keys=True, separators=(",", ":")),
+        expires_at=datetime.fromtimestamp(int(now) + retention_seconds, tz=timezone.utc),
+    )
+
+
+def state_log_key(event_id: str) -> str:
+    return f"{STATE_LOG_PREFIX}{event_id}.json"

@@ -1,0 +1,44 @@
+"""One place that runs a DynamoDB transaction and turns a failed guard into GuardFailed."""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Callable
+
+from pynamodb.connection import Connection
+from pynamodb.exceptions import TransactWriteError
+from pynamodb.transactions import TransactWrite
+
+from .errors import GuardFailed
+
+_connection: Connection | None = None
+_lock = threading.Lock()
+
+
+def connection() -> Connection:
+    """The process-wide PynamoDB connection for transactions (created on first use)."""
+    global _connection
+    with _lock:
+        if _connection is None:
+            region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+            _connection = Connection(region=region)
+        return _connection
+
+
+def reset_connection() -> None:
+    global _connection
+    with _lock:
+        _connection = None
+
+
+def run_transaction(build: Callable[[TransactWrite], None]) -> None:
+    """Write everything ``build`` adds, atomically; GuardFailed if any condition did not hold."""
+    try:
+        with TransactWrite(connection=connection()) as transaction:
+            build(transaction)
+    except TransactWriteError as error:
+        reasons = error.cancellation_reasons or []
+        if any(reason is not None and reason.code == "ConditionalCheckFailed" for reason in reasons):
+            raise GuardFailed(str(error.cause_response_code)) from None
+        raise

@@ -1,0 +1,81 @@
+"""Request validation: JSON parsing, body limits and schema checks with safe messages."""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import ValidationError
+from modelforge_protocol import schemas
+
+from .errors import ApiError, invalid_request
+
+
+def parse_json_object(raw_body: bytes | None, *, allow_empty: bool = False) -> dict[str, Any]:
+    """Decode a request body that must be one JSON object of bounded size."""
+    if raw_body is None or raw_body.strip() == b"":
+        if allow_empty:
+            return {}
+        raise invalid_request("request body must be a JSON object")
+    if len(raw_body) > schemas.MAX_BODY_BYTES:
+        raise ApiError(
+            413,
+            "payload_too_large",
+            f"request body exceeds {schemas.MAX_BODY_BYTES} bytes",
+        )
+    try:
+        parsed = json.loads(raw_body)
+    except (ValueError, UnicodeDecodeError):
+        raise ApiError(400, "invalid_json", "request body is not valid JSON") from None
+    if not isinstance(parsed, dict):
+        raise invalid_request("request body must be a JSON object")
+    return parsed
+
+
+@lru_cache(maxsize=None)
+def _validator(schema_name: str) -> Draft202012Validator:
+    return Draft202012Validator(getattr(schemas, schema_name))
+
+
+def _describe(error: ValidationError) -> str:
+    """Say what is wrong and where, without echoing the offending value."""
+    where = "/".join(str(part) for part in error.absolute_path) or "body"
+    rule, expected = error.validator, error.validator_value
+    if rule == "required":
+        missing = [name for name in expected if name not in (error.instance or {})]
+        return f"{where}: missing required field(s) {', '.join(missing)}"
+    if rule == "additionalProperties":
+        unknown = sorted(set(error.instance) - set(error.schema.get("properties", {})))
+        shown = ", ".join(name[:64] for name in unknown[:5])
+        return f"{where}: unknown field(s) {shown}"
+    messages = {
+        "type": f"must be of type {expected}",
+        "enum": f"must be one of {', '.join(map(str, expected))}",
+        "minLength": f"must be at least {expected} characters",
+        "maxLength": f"must be at most {expected} characters",
+        "pattern": "has an invalid format",
+        "minimum": f"must be at least {expected}",
+        "maximum": f"must be at most {expected}",
+        "maxItems": f"must have at most {expected} items",
+        "uniqueItems": "must not contain duplicates",
+    }
+    return f"{where}: {messages.get(str(rule), 'is invalid')}"
+
+
+def validate(body: dict[str, Any], schema_name: str) -> None:
+    """Raise one invalid_request naming every problem (up to ten) in the body."""
+    errors = sorted(_validator(schema_name).iter_errors(body), key=lambda e: list(e.absolute_path))
+    if errors:
+        problems = [_describe(error) for error in errors[:10]]
+        raise invalid_request("; ".join(problems), problems=problems)
+
+
+def validate_query(params: dict[str, str] | None, allowed: set[str]) -> dict[str, str]:
+    params = dict(params or {})
+    unknown = sorted(set(params) - allowed)
+    if unknown:
+        shown = ", ".join(name[:64] for name in unknown[:5])
+        raise invalid_request(f"unknown query parameter(s) {shown}")
+    return params

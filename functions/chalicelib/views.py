@@ -1,0 +1,91 @@
+"""How resources look in API answers. Never a secret, never a secret's hash."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from modelforge_protocol.credentials import NODE_ID_HEADER
+from modelforge_protocol.versions import ACCEPTED, Component, verdict
+
+from . import liveness
+from .enrollments import public_state
+from .models import TELEMETRY_COLUMNS, EnrollmentModel, InventoryModel, NodeModel
+from .settings import Settings
+
+
+def iso(timestamp: float | None) -> str | None:
+    if timestamp is None:
+        return None
+    moment = datetime.fromtimestamp(float(timestamp), tz=timezone.utc)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def enrollment(item: EnrollmentModel, now: float) -> dict[str, Any]:
+    return {
+        "enrollment_id": item.enrollment_id,
+        "display_name": item.display_name,
+        "status": public_state(item, now),
+        "production_eligible": item.production_eligible,
+        "created_at": iso(item.created_at),
+        "expires_at": iso(item.expires_at),
+        "consumed_at": iso(item.consumed_at),
+        "revoked_at": iso(item.revoked_at),
+        "node_id": item.node_id,
+    }
+
+
+def inventory(item: InventoryModel | None) -> dict[str, Any] | None:
+    if item is None:
+        return None
+    return {**item.inventory, "updated_at": iso(item.updated_at)}
+
+
+def telemetry(node: NodeModel) -> dict[str, Any] | None:
+    if node.telemetry is None:
+        return None
+    return {
+        "reported_at": iso(node.last_heartbeat_at),
+        "gpus": [dict(zip(TELEMETRY_COLUMNS, row)) for row in node.telemetry],
+    }
+
+
+def node(item: NodeModel, inventory_item: InventoryModel | None, settings: Settings, now: float) -> dict[str, Any]:
+    return {
+        "node_id": item.node_id,
+        "enrollment_id": item.enrollment_id,
+        "display_name": item.display_name,
+        "hostname": item.hostname,
+        "status": liveness.derive(
+            item.last_heartbeat_at, now, settings.stale_after_seconds, settings.offline_after_seconds
+        ),
+        "last_heartbeat_at": iso(item.last_heartbeat_at),
+        "accelerator_mode": item.accelerator_mode,
+        "production_eligible": item.production_eligible,
+        "agent_version": item.agent_version,
+        "protocol_version": int(item.protocol_version),
+        "protocol_verdict": verdict(Component.AGENT, int(item.protocol_version)).value,
+        "credential": {
+            "state": item.credential_state,
+            "issued_at": iso(item.credential_issued_at),
+            "revoked_at": iso(item.credential_revoked_at),
+        },
+        "health": item.health,
+        "telemetry": telemetry(item),
+        "inventory": inventory(inventory_item),
+        "created_at": iso(item.created_at),
+    }
+
+
+def accepted_versions(component: Component) -> dict[str, int]:
+    accepted = ACCEPTED[component]
+    return {"oldest": accepted.oldest, "newest": accepted.newest}
+
+
+def node_auth_hint() -> dict[str, str]:
+    """How an enrolled agent authenticates: its own credential, and its node id."""
+    return {
+        "scheme": "Bearer",
+        "credential": "the credential the agent sent at enrollment",
+        "node_id_header": NODE_ID_HEADER,
+    }

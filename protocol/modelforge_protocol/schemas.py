@@ -1,0 +1,151 @@
+"""Wire schemas (JSON Schema, draft 2020-12) and limits that both sides must agree on.
+
+The schemas are plain data so that this package stays dependency-free; the control plane
+validates with ``jsonschema``. Every object refuses unknown fields.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: Largest request body any endpoint accepts.
+MAX_BODY_BYTES = 64 * 1024
+MAX_GPUS = 64
+MAX_CAPABILITIES = 64
+MIN_ENROLLMENT_TTL_SECONDS = 60
+MAX_ENROLLMENT_TTL_SECONDS = 86400
+#: The expiries the console offers; the API accepts any value in the range above.
+CONSOLE_ENROLLMENT_TTLS = (300, 900, 3600, 86400)
+ACCELERATOR_MODES = ("nvidia", "cpu", "auto")
+HEALTH_STATES = ("ok", "degraded", "unhealthy")
+
+_U64 = {"type": "integer", "minimum": 0, "maximum": 2**63 - 1}
+_SHORT_TEXT = {"type": "string", "minLength": 1, "maxLength": 128}
+_VERSION_TEXT = {"type": "string", "minLength": 1, "maxLength": 64, "pattern": r"^[0-9A-Za-z.+_-]+$"}
+
+
+def _obj(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": False,
+    }
+
+
+GPU_INVENTORY = _obj(
+    {
+        "index": {"type": "integer", "minimum": 0, "maximum": MAX_GPUS - 1},
+        "uuid": {"type": "string", "pattern": r"^(GPU|MIG)-[0-9A-Za-z-]{8,96}$"},
+        "name": _SHORT_TEXT,
+        "memory_total_bytes": _U64,
+        "driver_version": _VERSION_TEXT,
+        "cuda_version": _VERSION_TEXT,
+    },
+    ["index", "uuid", "name", "memory_total_bytes", "driver_version", "cuda_version"],
+)
+
+INVENTORY = _obj(
+    {
+        "gpus": {"type": "array", "items": GPU_INVENTORY, "maxItems": MAX_GPUS},
+        "capabilities": {
+            "type": "array",
+            "maxItems": MAX_CAPABILITIES,
+            "uniqueItems": True,
+            "items": {"type": "string", "pattern": r"^[a-z0-9][a-z0-9._:/-]{0,63}$"},
+        },
+        "cpu": _obj(
+            {"model": _SHORT_TEXT, "logical_cores": {"type": "integer", "minimum": 1, "maximum": 4096}},
+            ["model", "logical_cores"],
+        ),
+        "memory_total_bytes": _U64,
+    },
+    ["gpus", "capabilities", "cpu", "memory_total_bytes"],
+)
+
+GPU_TELEMETRY = _obj(
+    {
+        "index": {"type": "integer", "minimum": 0, "maximum": MAX_GPUS - 1},
+        "utilization_percent": {"type": "number", "minimum": 0, "maximum": 100},
+        "memory_used_bytes": _U64,
+        "memory_total_bytes": _U64,
+        "temperature_celsius": {"type": "number", "minimum": -50, "maximum": 200},
+        "power_watts": {"type": "number", "minimum": 0, "maximum": 100000},
+    },
+    [
+        "index",
+        "utilization_percent",
+        "memory_used_bytes",
+        "memory_total_bytes",
+        "temperature_celsius",
+        "power_watts",
+    ],
+)
+
+HEALTH = _obj(
+    {
+        "status": {"enum": list(HEALTH_STATES)},
+        "detail": {"type": "string", "maxLength": 512},
+    },
+    ["status"],
+)
+
+#: protocol_version is judged separately (verdict) before the schema, so any type passes here.
+_PROTOCOL_VERSION: dict[str, Any] = {}
+
+CREATE_ENROLLMENT = _obj(
+    {
+        "display_name": {"type": "string", "minLength": 1, "maxLength": 128},
+        "expires_in_seconds": {
+            "type": "integer",
+            "minimum": MIN_ENROLLMENT_TTL_SECONDS,
+            "maximum": MAX_ENROLLMENT_TTL_SECONDS,
+        },
+        "production_eligible": {"type": "boolean"},
+    },
+    ["display_name", "expires_in_seconds"],
+)
+
+ENROLL = _obj(
+    {
+        "token": {"type": "string", "maxLength": 256},
+        "idempotency_key": {"type": "string", "maxLength": 256},
+        "credential": {"type": "string", "maxLength": 256},
+        "hostname": {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$"},
+        "agent_version": _VERSION_TEXT,
+        "protocol_version": _PROTOCOL_VERSION,
+        "accelerator_mode": {"enum": list(ACCELERATOR_MODES)},
+        "inventory": INVENTORY,
+    },
+    [
+        "token",
+        "idempotency_key",
+        "credential",
+        "hostname",
+        "agent_version",
+        "protocol_version",
+        "accelerator_mode",
+        "inventory",
+    ],
+)
+
+HEARTBEAT = _obj(
+    {
+        "protocol_version": _PROTOCOL_VERSION,
+        "agent_version": _VERSION_TEXT,
+        "health": HEALTH,
+        "telemetry": _obj(
+            {"gpus": {"type": "array", "items": GPU_TELEMETRY, "maxItems": MAX_GPUS}},
+            ["gpus"],
+        ),
+    },
+    ["protocol_version", "agent_version", "health", "telemetry"],
+)
+
+REPLACE_INVENTORY = _obj(
+    {"protocol_version": _PROTOCOL_VERSION, "inventory": INVENTORY},
+    ["protocol_version", "inventory"],
+)
+
+#: An empty JSON object (or no body) for action endpoints such as revoke.
+EMPTY = _obj({}, [])

@@ -1,0 +1,94 @@
+"""Protocol versions and the compatibility verdict, in one place for every component."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+#: The agent protocol version the control plane speaks and the agent reports.
+AGENT_PROTOCOL_VERSION = 1
+#: The runtime worker protocol version.
+WORKER_PROTOCOL_VERSION = 1
+
+#: Control plane release the accepted ranges below belong to (documented in docs/COMPATIBILITY.md).
+CONTROL_PLANE_RELEASE = "1.3.0"
+
+
+class Component(str, enum.Enum):
+    AGENT = "agent"
+    WORKER = "worker"
+
+
+@dataclass(frozen=True)
+class AcceptedRange:
+    oldest: int
+    newest: int
+
+
+#: Which protocol versions this control plane accepts, per component.
+ACCEPTED: dict[Component, AcceptedRange] = {
+    Component.AGENT: AcceptedRange(oldest=1, newest=AGENT_PROTOCOL_VERSION),
+    Component.WORKER: AcceptedRange(oldest=1, newest=WORKER_PROTOCOL_VERSION),
+}
+
+
+class Verdict(str, enum.Enum):
+    COMPATIBLE = "COMPATIBLE"
+    TOO_OLD = "TOO_OLD"
+    TOO_NEW = "TOO_NEW"
+    UNKNOWN = "UNKNOWN"
+
+
+def parse_protocol_version(value: Any) -> int | None:
+    """Return the integer protocol version, or None when it is missing or not an integer.
+
+    Booleans are refused (``True`` is an ``int`` in Python), and so are strings and floats:
+    a JSON body must carry a JSON integer.
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return value
+
+
+def parse_query_protocol_version(value: str | None) -> int | None:
+    """A protocol version from a query string: decimal digits only, else None."""
+    if value is None or not value.isdigit() or len(value) > 9:
+        return None
+    return int(value)
+
+
+def verdict(component: Component, reported: Any) -> Verdict:
+    """Judge a reported protocol version against what this control plane accepts."""
+    version = parse_protocol_version(reported)
+    if version is None or version < 1:
+        return Verdict.UNKNOWN
+    accepted = ACCEPTED[component]
+    if version < accepted.oldest:
+        return Verdict.TOO_OLD
+    if version > accepted.newest:
+        return Verdict.TOO_NEW
+    return Verdict.COMPATIBLE
+
+
+def next_step(component: Component, judged: Verdict) -> str:
+    """What an operator should do about a verdict, in one sentence."""
+    accepted = ACCEPTED[component]
+    span = f"{accepted.oldest}..{accepted.newest}"
+    name = "node agent" if component is Component.AGENT else "runtime worker"
+    if judged is Verdict.COMPATIBLE:
+        return "Nothing to do."
+    if judged is Verdict.TOO_OLD:
+        return (
+            f"Upgrade the {name} to a release that speaks protocol {span}; "
+            "see docs/COMPATIBILITY.md."
+        )
+    if judged is Verdict.TOO_NEW:
+        return (
+            f"Upgrade the control plane (it accepts {name} protocol {span}) "
+            f"or run a {name} release that speaks protocol {span}; see docs/COMPATIBILITY.md."
+        )
+    return (
+        f"Report protocol_version as an integer; this control plane accepts {name} protocol "
+        f"{span}; see docs/COMPATIBILITY.md."
+    )

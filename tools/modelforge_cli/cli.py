@@ -1,0 +1,131 @@
+"""`modelforge`: run the control plane locally and operate on the state log."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Sequence
+
+EXIT_OK, EXIT_ERROR, EXIT_CONFIG = 0, 1, 2
+
+
+def _positive_float(raw: str) -> float:
+    value = float(raw)
+    if value <= 0:
+        raise argparse.ArgumentTypeError("must be greater than 0")
+    return value
+
+
+def _sweep_interval_from_env() -> float:
+    raw = os.environ.get("MODELFORGE_SWEEP_INTERVAL_SECONDS", "60")
+    try:
+        return _positive_float(raw)
+    except (ValueError, argparse.ArgumentTypeError):
+        raise SystemExit("MODELFORGE_SWEEP_INTERVAL_SECONDS must be a number greater than 0") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="modelforge", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    local = commands.add_parser("local", help="run the control plane on this machine")
+    local_commands = local.add_subparsers(dest="local_command", required=True)
+    up = local_commands.add_parser("up", help="serve the control plane on a local AWS emulator until Ctrl-C")
+    up.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    up.add_argument("--port", type=int, default=8000, help="API port (default 8000; 0 picks a free one)")
+    up.add_argument("--tls-cert", type=Path, help="serve HTTPS with this certificate chain (PEM)")
+    up.add_argument("--tls-key", type=Path, help="private key for --tls-cert (PEM)")
+    up.add_argument("--data-dir", type=Path, help="keep emulator state here across restarts (default: in memory)")
+    up.add_argument("--emulator-port", type=int, default=0, help="AWS emulator port (default: a free one)")
+
+    log = commands.add_parser("log", help="the S3 state log")
+    log_commands = log.add_subparsers(dest="log_command", required=True)
+    replay = log_commands.add_parser("replay", help="rebuild empty tables from the state log")
+    replay.add_argument("--endpoint-url", default=os.environ.get("AWS_ENDPOINT_URL"), help="AWS endpoint (emulator)")
+    replay.add_argument("--bucket", default=os.environ.get("MODELFORGE_STATE_LOG_BUCKET", "modelforge-state-log"))
+    replay.add_argument("--enrollments-table", default=os.environ.get("MODELFORGE_ENROLLMENTS_TABLE", "modelforge-enrollments"))
+    replay.add_argument("--nodes-table", default=os.environ.get("MODELFORGE_NODES_TABLE", "modelforge-nodes"))
+    replay.add_argument("--inventories-table", default=os.environ.get("MODELFORGE_INVENTORIES_TABLE", "modelforge-inventories"))
+    return parser
+
+
+def run_local_up(args: argparse.Namespace) -> int:
+    from .http_server import load_app
+    from .local_stack import LocalOptions, LocalStack
+
+    if bool(args.tls_cert) != bool(args.tls_key):
+        print("modelforge: --tls-cert and --tls-key must be given together", file=sys.stderr)
+        return EXIT_CONFIG
+    for path in (args.tls_cert, args.tls_key):
+        if path is not None and not path.is_file():
+            print(f"modelforge: no such file: {path}", file=sys.stderr)
+            return EXIT_CONFIG
+    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"modelforge: warning: listening on {args.host}, not loopback", file=sys.stderr)
+    options = LocalOptions(
+        host=args.host,
+        port=args.port,
+        emulator_port=args.emulator_port,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        data_dir=args.data_dir,
+        sweep_interval_seconds=_sweep_interval_from_env(),
+    )
+    load_app()
+    from chalicelib.settings import SettingsError
+
+    stack = LocalStack(options)
+    stopping = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stopping.set())
+    try:
+        stack.start()
+    except SettingsError as error:
+        print(f"modelforge: {error}", file=sys.stderr)
+        return EXIT_CONFIG
+    except OSError as error:
+        print(f"modelforge: cannot start: {error.strerror or error}", file=sys.stderr)
+        stack.stop()
+        return EXIT_ERROR
+    if stack.generated_admin_token:
+        # shown once, on the terminal of the developer who started the stack
+        print(f"admin token (generated, shown once): {stack.generated_admin_token}", flush=True)
+    if stack.replayed_requests:
+        print(f"restored {stack.replayed_requests} recorded emulator requests from {args.data_dir}", flush=True)
+    print(f"modelforge control plane ready at {stack.api_url} (AWS emulator {stack.emulator.endpoint_url})", flush=True)
+    stopping.wait()
+    stack.stop()
+    print("modelforge control plane stopped", flush=True)
+    return EXIT_OK
+
+
+def run_log_replay(args: argparse.Namespace) -> int:
+    from .replay import ReplayError, replay
+
+    tables = {
+        "enrollments": args.enrollments_table,
+        "nodes": args.nodes_table,
+        "inventories": args.inventories_table,
+    }
+    try:
+        report = replay(bucket=args.bucket, tables=tables, endpoint_url=args.endpoint_url)
+    except ReplayError as error:
+        print(f"modelforge: {error}", file=sys.stderr)
+        return EXIT_ERROR
+    print(f"replayed {report.events} events ({report.writes} writes) into {', '.join(tables.values())}")
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "local":
+        return run_local_up(args)
+    return run_log_replay(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

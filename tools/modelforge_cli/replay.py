@@ -1,0 +1,86 @@
+"""Rebuild the control plane's tables from the S3 state log.
+
+Events are applied in key order (time, then sequence within a transaction). Only empty
+tables are written: replaying into live tables would mix two histories.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import boto3
+
+#: State-log table names -> the environment variable naming the physical table.
+TABLE_ENV = {
+    "enrollments": "MODELFORGE_ENROLLMENTS_TABLE",
+    "nodes": "MODELFORGE_NODES_TABLE",
+    "inventories": "MODELFORGE_INVENTORIES_TABLE",
+}
+
+
+class ReplayError(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class ReplayReport:
+    events: int
+    writes: int
+
+
+def _update_request(table: str, change: dict[str, Any]) -> dict[str, Any]:
+    names: dict[str, str] = {}
+    values: dict[str, Any] = {}
+    sets = []
+    for index, (name, value) in enumerate(sorted(change["set"].items())):
+        names[f"#s{index}"] = name
+        values[f":s{index}"] = value
+        sets.append(f"#s{index} = :s{index}")
+    removes = []
+    for index, name in enumerate(change.get("remove", [])):
+        names[f"#r{index}"] = name
+        removes.append(f"#r{index}")
+    expression = " ".join(
+        part for part in (sets and "SET " + ", ".join(sets), removes and "REMOVE " + ", ".join(removes)) if part
+    )
+    request: dict[str, Any] = {"TableName": table, "Key": change["key"], "UpdateExpression": expression}
+    if names:
+        request["ExpressionAttributeNames"] = names
+    if values:
+        request["ExpressionAttributeValues"] = values
+    return request
+
+
+def replay(
+    *,
+    bucket: str,
+    tables: dict[str, str],
+    endpoint_url: str | None = None,
+    region: str | None = None,
+) -> ReplayReport:
+    """Apply every event in ``bucket`` to ``tables`` (state-log table name -> physical name)."""
+    s3 = boto3.client("s3", endpoint_url=endpoint_url, region_name=region)
+    dynamodb = boto3.client("dynamodb", endpoint_url=endpoint_url, region_name=region)
+    for logical, physical in tables.items():
+        if dynamodb.scan(TableName=physical, Limit=1, Select="COUNT")["Count"]:
+            raise ReplayError(f"table {physical} ({logical}) is not empty; replay only rebuilds empty tables")
+    events = writes = 0
+    paginator = s3.get_paginator("list_objects_v2")
+    for page in paginator.paginate(Bucket=bucket, Prefix="events/"):
+        for entry in page.get("Contents", []):
+            event = json.loads(s3.get_object(Bucket=bucket, Key=entry["Key"])["Body"].read())
+            events += 1
+            for change in event["changes"]:
+                table = tables.get(change["table"])
+                if table is None:
+                    raise ReplayError(f"event {event['event_id']} changes unknown table {change['table']!r}")
+                if change["op"] == "put":
+                    dynamodb.put_item(TableName=table, Item=change["item"])
+                elif change["op"] == "update":
+                    dynamodb.update_item(**_update_request(table, change))
+                else:
+                    raise ReplayError(f"event {event['event_id']} has unknown operation {change['op']!r}")
+                writes += 1
+    return ReplayReport(events=events, writes=writes)
