@@ -54,8 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run_local_up(args: argparse.Namespace) -> int:
-    from .http_server import load_app
-    from .local_stack import LocalOptions, LocalStack
+    from .local_stack import LocalOptions
 
     if bool(args.tls_cert) != bool(args.tls_key):
         print("modelforge: --tls-cert and --tls-key must be given together", file=sys.stderr)
@@ -75,6 +74,14 @@ def run_local_up(args: argparse.Namespace) -> int:
         data_dir=args.data_dir,
         sweep_interval_seconds=_sweep_interval_from_env(),
     )
+    return serve(options)
+
+
+def serve(options: "LocalOptions") -> int:  # noqa: F821
+    """Start the local stack, print the ready line, and serve until SIGINT or SIGTERM."""
+    from .http_server import load_app
+    from .local_stack import LocalStack
+
     load_app()
     from chalicelib.settings import SettingsError
 
@@ -95,7 +102,7 @@ def run_local_up(args: argparse.Namespace) -> int:
         # shown once, on the terminal of the developer who started the stack
         print(f"admin token (generated, shown once): {stack.generated_admin_token}", flush=True)
     if stack.replayed_requests:
-        print(f"restored {stack.replayed_requests} recorded emulator requests from {args.data_dir}", flush=True)
+        print(f"restored {stack.replayed_requests} recorded emulator requests from {options.data_dir}", flush=True)
     print(f"modelforge control plane ready at {stack.api_url} (AWS emulator {stack.emulator.endpoint_url})", flush=True)
     stopping.wait()
     stack.stop()

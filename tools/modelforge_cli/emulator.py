@@ -16,6 +16,9 @@ from typing import Any, Callable, Iterable
 
 from werkzeug.serving import BaseWSGIServer, make_server
 
+#: Marks requests of the local stream poller, which stands in for Lambda's event source mapping.
+POLLER_USER_AGENT = "modelforge-local-stream-poller"
+
 WsgiApp = Callable[[dict, Callable[..., Any]], Iterable[bytes]]
 
 
@@ -39,6 +42,8 @@ class SerializingMiddleware:
 
     def _count(self, environ: dict) -> None:
         target = environ.get("HTTP_X_AMZ_TARGET", "")
+        # the local stream poller stands in for Lambda's event source mapping: not app traffic
+        caller = "poller:" if POLLER_USER_AGENT in environ.get("HTTP_USER_AGENT", "") else ""
         if target:
             operation = target.rsplit(".", 1)[-1]  # DynamoDB_20120810.UpdateItem -> UpdateItem
         elif environ.get("PATH_INFO", "").startswith("/moto-api"):
@@ -46,7 +51,7 @@ class SerializingMiddleware:
         else:
             operation = f"S3:{environ.get('REQUEST_METHOD', '?')}"
         with self._count_lock:
-            self.operations[operation] += 1
+            self.operations[caller + operation] += 1
 
     def snapshot(self) -> dict[str, int]:
         with self._count_lock:

@@ -7,6 +7,9 @@ import threading
 from typing import Any, Callable
 
 import boto3
+from botocore.config import Config
+
+from .emulator import POLLER_USER_AGENT
 
 log = logging.getLogger("modelforge.local.stream")
 
@@ -27,8 +30,9 @@ class StreamPoller:
         region: str = "us-east-1",
         interval_seconds: float = 0.2,
     ) -> None:
-        self._dynamodb = boto3.client("dynamodb", endpoint_url=endpoint_url, region_name=region)
-        self._streams = boto3.client("dynamodbstreams", endpoint_url=endpoint_url, region_name=region)
+        tagged = Config(user_agent_extra=POLLER_USER_AGENT)
+        self._dynamodb = boto3.client("dynamodb", endpoint_url=endpoint_url, region_name=region, config=tagged)
+        self._streams = boto3.client("dynamodbstreams", endpoint_url=endpoint_url, region_name=region, config=tagged)
         self._table_name = table_name
         self._handler = handler
         self._interval = interval_seconds

@@ -1,0 +1,57 @@
+"""Shared fixtures: an in-process local stack, and real `modelforge local up` processes."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from tests.support.api import ControlPlane
+from tests.support.processes import RunningProcess, port_is_free, start_local_up
+
+ADMIN_TOKEN = secrets.token_urlsafe(32)
+
+
+@pytest.fixture(scope="session")
+def admin_token() -> str:
+    return ADMIN_TOKEN
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator["LocalStack"]:  # noqa: F821
+    """The control plane in this process: same code as `modelforge local up`, with its
+    emulator's request counters and the state-log poller within reach of the tests."""
+    from modelforge_cli.local_stack import LocalOptions, LocalStack
+
+    os.environ["MODELFORGE_ADMIN_TOKEN"] = ADMIN_TOKEN
+    local = LocalStack(LocalOptions(port=0, sweep_interval_seconds=3600, stream_interval_seconds=0.2))
+    local.start()
+    yield local
+    local.stop()
+
+
+@pytest.fixture()
+def cp(stack) -> ControlPlane:  # type: ignore[no-untyped-def]
+    return ControlPlane(stack.api_url, ADMIN_TOKEN)
+
+
+@pytest.fixture(scope="session")
+def local_up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningProcess]:
+    """A real `modelforge local up` process, on the documented port 8000 when it is free."""
+    log = tmp_path_factory.mktemp("local-up") / "local-up.log"
+    port = 8000 if port_is_free(8000) else None
+    running = start_local_up(log, port=port, env={"MODELFORGE_ADMIN_TOKEN": ADMIN_TOKEN})
+    yield running
+    running.stop()
+
+
+@pytest.fixture()
+def remote(local_up: RunningProcess) -> ControlPlane:
+    return ControlPlane(local_up.api_url, ADMIN_TOKEN)
+
+
+def repo_root() -> Path:
+    return Path(__file__).resolve().parents[1]

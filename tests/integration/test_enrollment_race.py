@@ -1,0 +1,57 @@
+"""One token, sixty agents at once: the database decides the single winner, never timing."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ADMIN_TOKEN
+from tests.support.api import ControlPlane
+from tests.support.processes import free_port, start_process
+from tests.support.race import enrollment_round
+
+ROUNDS = int(os.environ.get("MODELFORGE_RACE_ROUNDS", "20"))
+#: Rounds allowed to observe a double winner without the lock (it is usually seen in the first few).
+UNSERIALISED_MAX_ROUNDS = 20
+
+
+@pytest.mark.slow
+def test_sixty_concurrent_enrollments_with_one_token_make_exactly_one_node_every_round(remote: ControlPlane) -> None:
+    for round_number in range(ROUNDS):
+        result = enrollment_round(remote, attempts=60)
+        assert result.exactly_one_winner, f"round {round_number}: {result}"
+        # every loser was told the token is consumed: no resets, no 5xx
+        assert result.statuses == {201: 1, 409: 59}, f"round {round_number}: {result}"
+        assert result.enrollment_status == "consumed"
+
+
+@pytest.mark.slow
+def test_race_test_catches_an_emulator_that_is_not_atomic(tmp_path: Path) -> None:
+    """Without the emulator's request lock, moto lets two callers pass one condition.
+
+    The same round as above must then see more than one winner; if it never did, the race
+    test above would prove nothing.
+    """
+    script = Path(__file__).resolve().parents[1] / "support" / "unserialised_local_up.py"
+    repo = Path(__file__).resolve().parents[2]
+    running = start_process(
+        tmp_path / "unserialised.log",
+        [sys.executable, str(script), str(free_port())],
+        env={"MODELFORGE_ADMIN_TOKEN": ADMIN_TOKEN, "PYTHONPATH": str(repo)},
+    )
+    try:
+        cp = ControlPlane(running.api_url, ADMIN_TOKEN)
+        results = []
+        for _ in range(UNSERIALISED_MAX_ROUNDS):
+            results.append(enrollment_round(cp, attempts=60))
+            if not results[-1].exactly_one_winner:
+                break
+    finally:
+        running.stop()
+    print(f"non-atomic emulator: double winner seen in round {len(results)}: {results[-1]}")
+    assert not results[-1].exactly_one_winner, (
+        f"{len(results)} rounds against a non-atomic emulator all had one winner: {results[-1]}"
+    )

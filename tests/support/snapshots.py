@@ -1,0 +1,51 @@
+"""Read the whole local state (tables and state-log bucket) to compare before and after."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import boto3
+
+TABLE_VARS = (
+    "MODELFORGE_ENROLLMENTS_TABLE",
+    "MODELFORGE_NODES_TABLE",
+    "MODELFORGE_INVENTORIES_TABLE",
+    "MODELFORGE_OUTBOX_TABLE",
+)
+
+
+def _client(service: str, endpoint_url: str) -> Any:
+    return boto3.client(
+        service,
+        endpoint_url=endpoint_url,
+        region_name="us-east-1",
+        aws_access_key_id="local",
+        aws_secret_access_key="local",
+    )
+
+
+def scan_table(endpoint_url: str, table: str) -> list[dict[str, Any]]:
+    dynamodb = _client("dynamodb", endpoint_url)
+    items: list[dict[str, Any]] = []
+    for page in dynamodb.get_paginator("scan").paginate(TableName=table, ConsistentRead=True):
+        items.extend(page["Items"])
+    return items
+
+
+def bucket_objects(endpoint_url: str, bucket: str) -> dict[str, bytes]:
+    s3 = _client("s3", endpoint_url)
+    objects = {}
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket):
+        for entry in page.get("Contents", []):
+            objects[entry["Key"]] = s3.get_object(Bucket=bucket, Key=entry["Key"])["Body"].read()
+    return objects
+
+
+def state(endpoint_url: str, names: dict[str, str]) -> dict[str, Any]:
+    """Every item of every table, keyed for order-independent comparison, and every log object."""
+    snapshot: dict[str, Any] = {}
+    for var in TABLE_VARS:
+        items = scan_table(endpoint_url, names[var])
+        snapshot[var] = sorted(items, key=lambda item: repr(sorted(item.items())))
+    snapshot["state_log"] = bucket_objects(endpoint_url, names["MODELFORGE_STATE_LOG_BUCKET"])
+    return snapshot
