@@ -73,6 +73,10 @@ class NodeModel(Model):
     pending_work = NumberAttribute(null=True)
 
 
+#: NodeModel attributes that only heartbeats change: they are not in the state log (only
+#: transitions are), so a table rebuilt by replay has them as of the last logged transition.
+HEARTBEAT_FIELDS = ("last_heartbeat_at", "health", "telemetry", "agent_version", "protocol_version")
+
 #: Column order of NodeModel.telemetry rows.
 TELEMETRY_COLUMNS = (
     "index",

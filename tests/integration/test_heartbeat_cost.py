@@ -1,0 +1,44 @@
+"""Heartbeats are cheap: one DynamoDB request each in steady state, no S3 write, no log event."""
+
+from __future__ import annotations
+
+from modelforge_cli.emulator import operations_delta
+
+from tests.support.api import ControlPlane
+
+
+def _app_operations(stack) -> dict[str, int]:  # type: ignore[no-untyped-def]
+    return {name: count for name, count in stack.aws_operations().items() if not name.startswith("poller:")}
+
+
+def test_steady_state_heartbeat_makes_exactly_one_update_item_and_no_s3_call(stack, cp: ControlPlane) -> None:
+    identity = cp.enrolled_node()
+    assert cp.heartbeat(identity, gpus=8).status_code == 200  # pending -> online (a logged transition)
+    stack.drain_state_log()
+    before = _app_operations(stack)
+    for _ in range(25):
+        response = cp.heartbeat(identity, gpus=8)
+        assert response.status_code == 200, response.text
+    delta = operations_delta(before, _app_operations(stack))
+    assert delta == {"UpdateItem": 25}
+
+
+def test_steady_state_heartbeats_write_nothing_to_the_state_log(stack, cp: ControlPlane) -> None:
+    identity = cp.enrolled_node()
+    cp.heartbeat(identity)
+    stack.drain_state_log()
+    for _ in range(5):
+        cp.heartbeat(identity)
+    assert stack.drain_state_log() == 0
+
+
+def test_first_heartbeat_is_a_logged_transition_to_online(stack, cp: ControlPlane) -> None:
+    identity = cp.enrolled_node()
+    stack.drain_state_log()
+    before = _app_operations(stack)
+    response = cp.heartbeat(identity)
+    assert response.status_code == 200 and response.json()["status"] == "online"
+    delta = operations_delta(before, _app_operations(stack))
+    # the cheap path is tried first, then a consistent read and one transaction with the event
+    assert delta == {"UpdateItem": 1, "GetItem": 2, "TransactWriteItems": 1}
+    assert stack.drain_state_log() == 1

@@ -1,0 +1,179 @@
+"""`modelforge local up` as a user runs it: a real process, real sockets, real TLS."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import requests
+import trustme
+
+from tests.conftest import ADMIN_TOKEN
+from tests.support.api import AgentIdentity, ControlPlane
+from tests.support.processes import free_port, local_up_command, start_local_up
+
+
+def _env_without_admin_token(**extra: str) -> dict[str, str]:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("MODELFORGE_ADMIN_TOKEN")}
+    return {**env, **extra}
+
+
+def _run_to_exit(*args: str, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(local_up_command(*args), env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def test_local_up_refuses_offline_not_exceeding_stale_before_serving() -> None:
+    env = {
+        **os.environ,
+        "MODELFORGE_ADMIN_TOKEN": ADMIN_TOKEN,
+        "MODELFORGE_NODE_STALE_AFTER_SECONDS": "60",
+        "MODELFORGE_NODE_OFFLINE_AFTER_SECONDS": "60",
+    }
+    done = _run_to_exit(env=env)
+    assert done.returncode == 2
+    assert "MODELFORGE_NODE_OFFLINE_AFTER_SECONDS" in done.stderr
+    assert "MODELFORGE_NODE_STALE_AFTER_SECONDS" in done.stderr
+    assert "ready" not in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("MODELFORGE_HEARTBEAT_INTERVAL_SECONDS", "abc"),
+        ("MODELFORGE_NODE_STALE_AFTER_SECONDS", "0"),
+        ("MODELFORGE_NODE_OFFLINE_AFTER_SECONDS", "-5"),
+        ("MODELFORGE_ADMIN_TOKEN", "short"),
+    ],
+)
+def test_local_up_names_each_invalid_variable_and_exits_2(variable: str, value: str) -> None:
+    done = _run_to_exit(env={**os.environ, "MODELFORGE_ADMIN_TOKEN": ADMIN_TOKEN, variable: value})
+    assert done.returncode == 2
+    assert variable in done.stderr
+
+
+def test_local_up_never_echoes_an_invalid_admin_token() -> None:
+    secret_but_short = "Zq8-not-long-enough"
+    done = _run_to_exit(env={**os.environ, "MODELFORGE_ADMIN_TOKEN": secret_but_short})
+    assert done.returncode == 2 and "MODELFORGE_ADMIN_TOKEN" in done.stderr
+    assert secret_but_short not in done.stderr + done.stdout
+
+
+def test_local_up_requires_tls_cert_and_key_together(tmp_path: Path) -> None:
+    cert = tmp_path / "cert.pem"
+    cert.write_text("x")
+    done = _run_to_exit("--tls-cert", str(cert), env={**os.environ, "MODELFORGE_ADMIN_TOKEN": ADMIN_TOKEN})
+    assert done.returncode == 2 and "--tls-key" in done.stderr
+
+
+def test_local_up_exits_non_zero_when_the_port_is_taken() -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        command = [sys.executable, "-m", "modelforge_cli.cli", "local", "up", "--port", str(port)]
+        env = {**os.environ, "MODELFORGE_ADMIN_TOKEN": ADMIN_TOKEN}
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "cannot start" in done.stderr
+
+
+def test_local_up_generates_and_prints_an_admin_token_once_when_none_is_set(tmp_path: Path) -> None:
+    running = start_local_up(tmp_path / "log", env=_env_without_admin_token())
+    try:
+        output = running.output()
+        tokens = re.findall(r"admin token \(generated, shown once\): (\S+)", output)
+        assert len(tokens) == 1
+        cp = ControlPlane(running.api_url, tokens[0])
+        assert cp.admin("GET", "/api/v1/admin/nodes").status_code == 200
+        assert output.count(tokens[0]) == 1
+    finally:
+        running.stop()
+
+
+def test_local_up_serves_https_with_a_private_ca_and_refuses_clients_without_it(tmp_path: Path) -> None:
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1", "localhost")
+    cert_file, key_file, ca_file = tmp_path / "cert.pem", tmp_path / "key.pem", tmp_path / "ca.pem"
+    cert.cert_chain_pems[0].write_to_path(str(cert_file))
+    for blob in cert.cert_chain_pems[1:]:
+        blob.write_to_path(str(cert_file), append=True)
+    cert.private_key_pem.write_to_path(str(key_file))
+    ca.cert_pem.write_to_path(str(ca_file))
+    running = start_local_up(
+        tmp_path / "log", "--tls-cert", str(cert_file), "--tls-key", str(key_file), env={"MODELFORGE_ADMIN_TOKEN": ADMIN_TOKEN}
+    )
+    try:
+        assert running.api_url.startswith("https://127.0.0.1:")
+        assert requests.get(running.api_url + "/api/v1/health", verify=str(ca_file), timeout=10).status_code == 200
+        with pytest.raises(requests.exceptions.SSLError):
+            requests.get(running.api_url + "/api/v1/health", timeout=10)
+        cp = ControlPlane(running.api_url, ADMIN_TOKEN, verify=str(ca_file))
+        identity = cp.enrolled_node()
+        assert cp.heartbeat(identity).status_code == 200
+    finally:
+        running.stop()
+
+
+def test_local_up_data_dir_keeps_enrollments_and_nodes_across_restarts(tmp_path: Path) -> None:
+    data_dir = tmp_path / "state"
+    env = {"MODELFORGE_ADMIN_TOKEN": ADMIN_TOKEN}
+    port = free_port()
+    first = start_local_up(tmp_path / "first.log", "--data-dir", str(data_dir), env=env, port=port)
+    try:
+        cp = ControlPlane(first.api_url, ADMIN_TOKEN)
+        identity = cp.enrolled_node(display_name="survivor")
+        assert cp.heartbeat(identity).status_code == 200
+        unused = cp.mint(display_name="still pending")
+    finally:
+        assert first.stop() == 0
+    second = start_local_up(tmp_path / "second.log", "--data-dir", str(data_dir), env=env, port=port)
+    try:
+        cp = ControlPlane(second.api_url, ADMIN_TOKEN)
+        assert cp.node(identity.node_id)["display_name"] == "survivor"
+        assert cp.heartbeat(identity).status_code == 200
+        later = AgentIdentity()
+        assert cp.enroll(unused["token"], later).status_code == 201
+        assert "restored" in second.output()
+    finally:
+        second.stop()
+    assert (data_dir.stat().st_mode & 0o777) == 0o700
+
+
+def test_local_up_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
+    running = start_local_up(tmp_path / "log", env={"MODELFORGE_ADMIN_TOKEN": ADMIN_TOKEN})
+    assert running.stop() == 0
+    assert "stopped" in running.output()
+
+
+def test_api_server_holds_a_hundred_concurrent_connections_without_resets(local_up) -> None:  # type: ignore[no-untyped-def]
+    """chalice local's listen queue of 5 resets most of these; ours must answer them all."""
+    clients = 100
+    barrier = threading.Barrier(clients)
+    failures: list[str] = []
+    statuses: list[int] = []
+    lock = threading.Lock()
+
+    def client() -> None:
+        with requests.Session() as session:
+            try:
+                barrier.wait(timeout=30)
+                for _ in range(3):  # keep-alive: the same connection is reused
+                    status = session.get(local_up.api_url + "/api/v1/health", timeout=60).status_code
+                    with lock:
+                        statuses.append(status)
+            except Exception as error:  # noqa: BLE001 - every failure is recorded and asserted on
+                with lock:
+                    failures.append(type(error).__name__)
+
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert failures == []
+    assert statuses == [200] * clients * 3
