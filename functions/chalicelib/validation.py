@@ -50,18 +50,20 @@ def _describe(error: ValidationError) -> str:
         unknown = sorted(set(error.instance) - set(error.schema.get("properties", {})))
         shown = ", ".join(name[:64] for name in unknown[:5])
         return f"{where}: unknown field(s) {shown}"
-    messages = {
-        "type": f"must be of type {expected}",
-        "enum": f"must be one of {', '.join(map(str, expected))}",
-        "minLength": f"must be at least {expected} characters",
-        "maxLength": f"must be at most {expected} characters",
+    templates = {
+        "type": "must be of type {}",
+        "minLength": "must be at least {} characters",
+        "maxLength": "must be at most {} characters",
         "pattern": "has an invalid format",
-        "minimum": f"must be at least {expected}",
-        "maximum": f"must be at most {expected}",
-        "maxItems": f"must have at most {expected} items",
+        "minimum": "must be at least {}",
+        "maximum": "must be at most {}",
+        "maxItems": "must have at most {} items",
         "uniqueItems": "must not contain duplicates",
     }
-    return f"{where}: {messages.get(str(rule), 'is invalid')}"
+    template = templates.get(str(rule), "is invalid")
+    if rule == "enum":
+        template = "must be one of " + ", ".join(str(choice) for choice in expected)
+    return f"{where}: {template.format(expected)}"
 
 
 def validate(body: dict[str, Any], schema_name: str) -> None:

@@ -50,7 +50,27 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--enrollments-table", default=os.environ.get("MODELFORGE_ENROLLMENTS_TABLE", "modelforge-enrollments"))
     replay.add_argument("--nodes-table", default=os.environ.get("MODELFORGE_NODES_TABLE", "modelforge-nodes"))
     replay.add_argument("--inventories-table", default=os.environ.get("MODELFORGE_INVENTORIES_TABLE", "modelforge-inventories"))
+
+    infra = commands.add_parser("infra", help="deployment artefacts")
+    infra_commands = infra.add_subparsers(dest="infra_command", required=True)
+    package = infra_commands.add_parser("package", help="build deployment.zip and the CloudFormation template")
+    package.add_argument("out_dir", type=Path, help="folder to write deployment.zip and sam.json into")
+    package.add_argument("--stage", default="dev")
     return parser
+
+
+def run_infra_package(args: argparse.Namespace) -> int:
+    import subprocess
+
+    from .infra import package
+
+    try:
+        template = package(args.out_dir, args.stage)
+    except subprocess.CalledProcessError as error:
+        print(f"modelforge: chalice package failed with exit code {error.returncode}", file=sys.stderr)
+        return EXIT_ERROR
+    print(f"wrote {template} and {template.parent / 'deployment.zip'}")
+    return EXIT_OK
 
 
 def run_local_up(args: argparse.Namespace) -> int:
@@ -131,6 +151,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "local":
         return run_local_up(args)
+    if args.command == "infra":
+        return run_infra_package(args)
     return run_log_replay(args)
 
 

@@ -1,0 +1,69 @@
+"""The deployment artefacts: one source of truth for resources, the shared package inside the
+Lambda bundle, and a template that cfn-lint accepts."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from chalicelib.models import MODELS_BY_LOGICAL_NAME
+from modelforge_cli.provision import load_resources
+
+TABLE_OF_MODEL = {
+    "enrollments": "EnrollmentsTable",
+    "nodes": "NodesTable",
+    "inventories": "InventoriesTable",
+    "outbox": "OutboxTable",
+}
+
+
+def test_model_keys_match_the_deployed_table_definitions() -> None:
+    resources = load_resources()
+    for logical, model in MODELS_BY_LOGICAL_NAME.items():
+        key_schema = resources[TABLE_OF_MODEL[logical]]["Properties"]["KeySchema"]
+        assert key_schema == [{"AttributeName": model._hash_key_attribute().attr_name, "KeyType": "HASH"}]
+
+
+@pytest.fixture(scope="module")
+def packaged(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("package")
+    done = subprocess.run(
+        [sys.executable, "-m", "modelforge_cli.cli", "infra", "package", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return out
+
+
+def test_lambda_bundle_carries_the_shared_protocol_package_and_no_agent_code(packaged: Path) -> None:
+    names = zipfile.ZipFile(packaged / "deployment.zip").namelist()
+    assert "modelforge_protocol/versions.py" in names
+    assert "app.py" in names and "chalicelib/enrollments.py" in names
+    assert not any(name.startswith(("modelforge_node_agent/", "modelforge_runtime_worker/", "modelforge_cli/")) for name in names)
+
+
+def test_template_wires_every_function_to_the_tables_and_the_stream(packaged: Path) -> None:
+    template = json.loads((packaged / "sam.json").read_text())
+    resources = template["Resources"]
+    for table in TABLE_OF_MODEL.values():
+        assert resources[table]["Type"] == "AWS::DynamoDB::Table"
+    for function in ("APIHandler", "LivenessSweep", "StateLog"):
+        variables = resources[function]["Properties"]["Environment"]["Variables"]
+        assert variables["MODELFORGE_NODES_TABLE"] == {"Ref": "NodesTable"}
+        assert variables["MODELFORGE_ADMIN_TOKEN_SHA256"] == {"Ref": "AdminTokenSha256"}
+    stream = resources["StateLog"]["Properties"]["Events"]["StateLogDynamodbEventSource"]["Properties"]["Stream"]
+    assert stream == {"Fn::GetAtt": ["OutboxTable", "StreamArn"]}
+    assert template["Parameters"]["AdminTokenSha256"]["NoEcho"] is True
+
+
+def test_template_passes_cfn_lint(packaged: Path) -> None:
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "cfn-lint"), str(packaged / "sam.json")], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -1,0 +1,117 @@
+"""Build the deployable CloudFormation template: Chalice's functions merged with infra/.
+
+``modelforge infra package OUT_DIR`` vendors the shared protocol package into the Lambda
+bundle, writes the merge template (tables, bucket, stream wiring, parameters, least-privilege
+roles) and runs ``chalice package``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from .provision import REPO_ROOT, RESOURCE_ENV, load_resources
+
+FUNCTIONS_DIR = REPO_ROOT / "functions"
+PROTOCOL_PACKAGE = REPO_ROOT / "protocol" / "modelforge_protocol"
+#: Chalice resource names of the three functions and their roles.
+FUNCTIONS = {"APIHandler": "ApiHandlerRole", "LivenessSweep": "LivenessSweepRole", "StateLog": "StateLogRole"}
+
+PARAMETERS: dict[str, dict[str, Any]] = {
+    "AdminTokenSha256": {
+        "Type": "String",
+        "NoEcho": True,
+        "AllowedPattern": "^[0-9a-f]{64}$",
+        "Description": "SHA-256 (hex) of the admin token; the token itself is never deployed",
+    },
+    "HeartbeatIntervalSeconds": {"Type": "Number", "Default": 15, "MinValue": 1, "MaxValue": 3600},
+    "StaleAfterSeconds": {"Type": "Number", "Default": 60, "MinValue": 1, "MaxValue": 86400},
+    "OfflineAfterSeconds": {"Type": "Number", "Default": 300, "MinValue": 1, "MaxValue": 604800},
+}
+PARAMETER_ENV = {
+    "AdminTokenSha256": "MODELFORGE_ADMIN_TOKEN_SHA256",
+    "HeartbeatIntervalSeconds": "MODELFORGE_HEARTBEAT_INTERVAL_SECONDS",
+    "StaleAfterSeconds": "MODELFORGE_NODE_STALE_AFTER_SECONDS",
+    "OfflineAfterSeconds": "MODELFORGE_NODE_OFFLINE_AFTER_SECONDS",
+}
+_TABLES = ("EnrollmentsTable", "NodesTable", "InventoriesTable", "OutboxTable")
+_ITEM_ACTIONS = [
+    "dynamodb:GetItem",
+    "dynamodb:PutItem",
+    "dynamodb:UpdateItem",
+    "dynamodb:ConditionCheckItem",
+    "dynamodb:BatchGetItem",
+    "dynamodb:Scan",
+]
+
+
+def _table_arns() -> list[dict[str, Any]]:
+    return [{"Fn::GetAtt": [table, "Arn"]} for table in _TABLES]
+
+
+def _policy(name: str, statements: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    logs = {
+        "Effect": "Allow",
+        "Action": ["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents"],
+        "Resource": "arn:*:logs:*:*:*",
+    }
+    return [{"PolicyName": name, "PolicyDocument": {"Version": "2012-10-17", "Statement": [logs, *statements]}}]
+
+
+def merge_template() -> dict[str, Any]:
+    """What ``chalice package --merge-template`` adds to the generated template."""
+    resources: dict[str, Any] = dict(load_resources())
+    environment = {env: {"Ref": logical_id} for logical_id, env in RESOURCE_ENV.items()}
+    environment.update({env: {"Ref": parameter} for parameter, env in PARAMETER_ENV.items()})
+    for function in FUNCTIONS:
+        resources[function] = {"Properties": {"Environment": {"Variables": environment}}}
+    tables = {"Effect": "Allow", "Action": _ITEM_ACTIONS, "Resource": _table_arns()}
+    resources["ApiHandlerRole"] = {"Properties": {"Policies": _policy("modelforge-api", [tables])}}
+    resources["LivenessSweepRole"] = {"Properties": {"Policies": _policy("modelforge-sweep", [tables])}}
+    stream = {
+        "Effect": "Allow",
+        "Action": ["dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator", "dynamodb:ListStreams"],
+        "Resource": {"Fn::GetAtt": ["OutboxTable", "StreamArn"]},
+    }
+    put_events = {
+        "Effect": "Allow",
+        "Action": ["s3:PutObject"],
+        "Resource": {"Fn::Sub": "${StateLogBucket.Arn}/events/*"},
+    }
+    resources["StateLogRole"] = {"Properties": {"Policies": _policy("modelforge-state-log", [stream, put_events])}}
+    resources["StateLog"]["Properties"]["Events"] = {
+        "StateLogDynamodbEventSource": {"Properties": {"Stream": {"Fn::GetAtt": ["OutboxTable", "StreamArn"]}}}
+    }
+    return {"Parameters": PARAMETERS, "Resources": resources}
+
+
+def vendor_protocol_package() -> Path:
+    """Copy the shared package into functions/vendor/, which Chalice bundles as is."""
+    target = FUNCTIONS_DIR / "vendor" / "modelforge_protocol"
+    if target.exists():
+        shutil.rmtree(target)
+    shutil.copytree(PROTOCOL_PACKAGE, target, ignore=shutil.ignore_patterns("__pycache__"))
+    return target
+
+
+def package(out_dir: Path, stage: str = "dev") -> Path:
+    """Write deployment.zip and sam.json to out_dir; return the template path."""
+    vendor_protocol_package()
+    with tempfile.TemporaryDirectory() as scratch:
+        merge_file = Path(scratch) / "merge.json"
+        merge_file.write_text(json.dumps(merge_template(), indent=2))
+        env = {**os.environ, "AWS_DEFAULT_REGION": os.environ.get("AWS_DEFAULT_REGION", "us-east-1")}
+        beside_python = Path(sys.executable).parent / "chalice"
+        chalice = [str(beside_python) if beside_python.exists() else (shutil.which("chalice") or "chalice")]
+        subprocess.run(
+            [*chalice, "package", "--pkg-format", "cloudformation", "--stage", stage,
+             "--merge-template", str(merge_file), str(out_dir.resolve())],
+            cwd=FUNCTIONS_DIR, env=env, check=True,
+        )  # fmt: skip
+    return out_dir / "sam.json"
