@@ -27,10 +27,26 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator["LocalStack"]:  
     from modelforge_cli.local_stack import LocalOptions, LocalStack
 
     os.environ["MODELFORGE_ADMIN_TOKEN"] = ADMIN_TOKEN
-    local = LocalStack(LocalOptions(port=0, sweep_interval_seconds=3600, stream_interval_seconds=0.2))
+    # MODELFORGE_TEST_AWS_ENDPOINT_URL runs the suite against another emulator (e.g. LocalStack)
+    local = LocalStack(
+        LocalOptions(
+            port=0,
+            sweep_interval_seconds=3600,
+            stream_interval_seconds=0.2,
+            aws_endpoint_url=os.environ.get("MODELFORGE_TEST_AWS_ENDPOINT_URL") or None,
+        )
+    )
     local.start()
     yield local
     local.stop()
+
+
+@pytest.fixture()
+def counted_stack(stack):  # type: ignore[no-untyped-def]
+    """The stack, when its AWS calls can be counted (the embedded emulator counts them)."""
+    if stack.emulator is None:
+        pytest.skip("AWS calls are counted by the embedded emulator only")
+    return stack
 
 
 @pytest.fixture()

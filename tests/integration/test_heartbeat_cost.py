@@ -11,7 +11,8 @@ def _app_operations(stack) -> dict[str, int]:  # type: ignore[no-untyped-def]
     return {name: count for name, count in stack.aws_operations().items() if not name.startswith("poller:")}
 
 
-def test_steady_state_heartbeat_makes_exactly_one_update_item_and_no_s3_call(stack, cp: ControlPlane) -> None:
+def test_steady_state_heartbeat_makes_exactly_one_update_item_and_no_s3_call(counted_stack, cp: ControlPlane) -> None:
+    stack = counted_stack
     identity = cp.enrolled_node()
     assert cp.heartbeat(identity, gpus=8).status_code == 200  # pending -> online (a logged transition)
     stack.drain_state_log()
@@ -23,7 +24,8 @@ def test_steady_state_heartbeat_makes_exactly_one_update_item_and_no_s3_call(sta
     assert delta == {"UpdateItem": 25}
 
 
-def test_steady_state_heartbeats_write_nothing_to_the_state_log(stack, cp: ControlPlane) -> None:
+def test_steady_state_heartbeats_write_nothing_to_the_state_log(counted_stack, cp: ControlPlane) -> None:
+    stack = counted_stack
     identity = cp.enrolled_node()
     cp.heartbeat(identity)
     stack.drain_state_log()
@@ -32,7 +34,8 @@ def test_steady_state_heartbeats_write_nothing_to_the_state_log(stack, cp: Contr
     assert stack.drain_state_log() == 0
 
 
-def test_first_heartbeat_is_a_logged_transition_to_online(stack, cp: ControlPlane) -> None:
+def test_first_heartbeat_is_a_logged_transition_to_online(counted_stack, cp: ControlPlane) -> None:
+    stack = counted_stack
     identity = cp.enrolled_node()
     stack.drain_state_log()
     before = _app_operations(stack)

@@ -19,11 +19,6 @@ from tests.support.api import AgentIdentity, ControlPlane
 from tests.support.processes import free_port, local_up_command, start_local_up
 
 
-def _env_without_admin_token(**extra: str) -> dict[str, str]:
-    env = {key: value for key, value in os.environ.items() if not key.startswith("MODELFORGE_ADMIN_TOKEN")}
-    return {**env, **extra}
-
-
 def _run_to_exit(*args: str, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run(local_up_command(*args), env=env, capture_output=True, text=True, timeout=timeout)
 
@@ -82,12 +77,16 @@ def test_local_up_exits_non_zero_when_the_port_is_taken() -> None:
     assert done.returncode == 1 and "cannot start" in done.stderr
 
 
-def test_local_up_generates_and_prints_an_admin_token_once_when_none_is_set(tmp_path: Path) -> None:
-    running = start_local_up(tmp_path / "log", env=_env_without_admin_token())
+def test_local_up_generates_and_prints_an_admin_token_once_when_none_is_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("MODELFORGE_ADMIN_TOKEN", raising=False)
+    monkeypatch.delenv("MODELFORGE_ADMIN_TOKEN_SHA256", raising=False)
+    running = start_local_up(tmp_path / "log")
     try:
         output = running.output()
         tokens = re.findall(r"admin token \(generated, shown once\): (\S+)", output)
-        assert len(tokens) == 1
+        assert len(tokens) == 1, output
         cp = ControlPlane(running.api_url, tokens[0])
         assert cp.admin("GET", "/api/v1/admin/nodes").status_code == 200
         assert output.count(tokens[0]) == 1

@@ -36,14 +36,14 @@ def _scenario(cp: ControlPlane) -> None:
 
 
 def _outbox_payloads(stack) -> dict[str, str]:  # type: ignore[no-untyped-def]
-    items = scan_table(stack.emulator.endpoint_url, stack.names["MODELFORGE_OUTBOX_TABLE"])
+    items = scan_table(stack.aws_endpoint_url, stack.names["MODELFORGE_OUTBOX_TABLE"])
     return {item["event_id"]["S"]: item["payload"]["S"] for item in items}
 
 
 def test_every_outbox_event_lands_in_s3_once_under_its_event_id(stack, cp: ControlPlane) -> None:
     _scenario(cp)
     stack.drain_state_log()
-    objects = bucket_objects(stack.emulator.endpoint_url, stack.names["MODELFORGE_STATE_LOG_BUCKET"])
+    objects = bucket_objects(stack.aws_endpoint_url, stack.names["MODELFORGE_STATE_LOG_BUCKET"])
     outbox = _outbox_payloads(stack)
     assert {f"events/{event_id}.json" for event_id in outbox} == set(objects)
     for event_id, payload in outbox.items():
@@ -65,7 +65,7 @@ def test_redelivered_stream_records_change_nothing(stack, cp: ControlPlane) -> N
     cp.mint(display_name="redelivery")
     stack.drain_state_log()
     bucket = stack.names["MODELFORGE_STATE_LOG_BUCKET"]
-    before = bucket_objects(stack.emulator.endpoint_url, bucket)
+    before = bucket_objects(stack.aws_endpoint_url, bucket)
     records = [
         {
             "eventID": f"redelivery-{index}",
@@ -85,7 +85,7 @@ def test_redelivered_stream_records_change_nothing(stack, cp: ControlPlane) -> N
     ]
     result = stack.app_module.state_log({"Records": records}, None)
     assert result == {"shipped": 0, "already_present": len(records)}
-    assert bucket_objects(stack.emulator.endpoint_url, bucket) == before
+    assert bucket_objects(stack.aws_endpoint_url, bucket) == before
 
 
 def _comparable(items: list[dict], drop: tuple[str, ...] = ()) -> list[dict]:
@@ -98,7 +98,7 @@ def _comparable(items: list[dict], drop: tuple[str, ...] = ()) -> list[dict]:
 def test_log_replay_rebuilds_tables_equal_to_the_live_ones(stack, cp: ControlPlane) -> None:
     _scenario(cp)
     stack.drain_state_log()
-    endpoint = stack.emulator.endpoint_url
+    endpoint = stack.aws_endpoint_url
     target = provision.resource_names(f"replay-{secrets.token_hex(4)}")
     provision.provision(endpoint, target)
     env = {

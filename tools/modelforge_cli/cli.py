@@ -41,6 +41,11 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--tls-key", type=Path, help="private key for --tls-cert (PEM)")
     up.add_argument("--data-dir", type=Path, help="keep emulator state here across restarts (default: in memory)")
     up.add_argument("--emulator-port", type=int, default=0, help="AWS emulator port (default: a free one)")
+    up.add_argument(
+        "--aws-endpoint-url",
+        default=os.environ.get("MODELFORGE_LOCAL_AWS_ENDPOINT_URL"),
+        help="use this AWS endpoint (e.g. LocalStack on http://127.0.0.1:4566) instead of the embedded emulator",
+    )
 
     log = commands.add_parser("log", help="the S3 state log")
     log_commands = log.add_subparsers(dest="log_command", required=True)
@@ -76,6 +81,9 @@ def run_infra_package(args: argparse.Namespace) -> int:
 def run_local_up(args: argparse.Namespace) -> int:
     from .local_stack import LocalOptions
 
+    if args.aws_endpoint_url and args.data_dir:
+        print("modelforge: --data-dir applies to the embedded emulator only, not --aws-endpoint-url", file=sys.stderr)
+        return EXIT_CONFIG
     if bool(args.tls_cert) != bool(args.tls_key):
         print("modelforge: --tls-cert and --tls-key must be given together", file=sys.stderr)
         return EXIT_CONFIG
@@ -93,6 +101,7 @@ def run_local_up(args: argparse.Namespace) -> int:
         tls_key=args.tls_key,
         data_dir=args.data_dir,
         sweep_interval_seconds=_sweep_interval_from_env(),
+        aws_endpoint_url=args.aws_endpoint_url,
     )
     return serve(options)
 
@@ -123,7 +132,7 @@ def serve(options: "LocalOptions") -> int:  # noqa: F821
         print(f"admin token (generated, shown once): {stack.generated_admin_token}", flush=True)
     if stack.replayed_requests:
         print(f"restored {stack.replayed_requests} recorded emulator requests from {options.data_dir}", flush=True)
-    print(f"modelforge control plane ready at {stack.api_url} (AWS emulator {stack.emulator.endpoint_url})", flush=True)
+    print(f"modelforge control plane ready at {stack.api_url} (AWS emulator {stack.aws_endpoint_url})", flush=True)
     stopping.wait()
     stack.stop()
     print("modelforge control plane stopped", flush=True)

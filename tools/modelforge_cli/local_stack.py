@@ -36,6 +36,8 @@ class LocalOptions:
     stream_interval_seconds: float = 0.2
     resource_prefix: str = "modelforge"
     serialize_emulator: bool = True
+    #: use this AWS endpoint (e.g. LocalStack) instead of starting the embedded emulator
+    aws_endpoint_url: str | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
 
 
@@ -44,12 +46,11 @@ class LocalStack:
 
     def __init__(self, options: LocalOptions) -> None:
         self.options = options
-        self.emulator = Emulator(
-            options.host if options.host in ("127.0.0.1", "localhost") else "127.0.0.1",
-            options.emulator_port,
-            serialize=options.serialize_emulator,
-            data_dir=options.data_dir,
-        )
+        self.emulator: Emulator | None = None
+        if options.aws_endpoint_url is None:
+            self.emulator = Emulator(
+                "127.0.0.1", options.emulator_port, serialize=options.serialize_emulator, data_dir=options.data_dir
+            )
         self.names = provision.resource_names(options.resource_prefix)
         self.app_module: ModuleType | None = None
         self.generated_admin_token: str | None = None
@@ -65,9 +66,16 @@ class LocalStack:
         host, port = self._server.server.server_address[:2]
         return f"{scheme}://{host}:{port}"
 
+    @property
+    def aws_endpoint_url(self) -> str:
+        if self.emulator is not None:
+            return self.emulator.endpoint_url
+        assert self.options.aws_endpoint_url is not None
+        return self.options.aws_endpoint_url
+
     def _environment(self) -> dict[str, str]:
         env = {
-            "AWS_ENDPOINT_URL": self.emulator.endpoint_url,
+            "AWS_ENDPOINT_URL": self.options.aws_endpoint_url or "http://127.0.0.1:0",
             "AWS_DEFAULT_REGION": REGION,
             "AWS_REGION": REGION,
             # the emulator accepts any credentials; these are not secrets
@@ -91,16 +99,17 @@ class LocalStack:
 
         runtime.reset()
         runtime.get()  # validates settings before serving: exits non-zero on a bad configuration
-        self.emulator.start()
-        os.environ["AWS_ENDPOINT_URL"] = self.emulator.endpoint_url
+        if self.emulator is not None:
+            self.emulator.start()
+            if self.emulator.has_recording():
+                self.replayed_requests = self.emulator.replay_recording()
+        os.environ["AWS_ENDPOINT_URL"] = self.aws_endpoint_url
         runtime.reset()
         runtime.get()
-        if self.emulator.has_recording():
-            self.replayed_requests = self.emulator.replay_recording()
-        provision.provision(self.emulator.endpoint_url, self.names, REGION)
+        provision.provision(self.aws_endpoint_url, self.names, REGION)
         app = self.app_module.app
         self._poller = StreamPoller(
-            self.emulator.endpoint_url,
+            self.aws_endpoint_url,
             self.names["MODELFORGE_OUTBOX_TABLE"],
             self.app_module.state_log,
             region=REGION,
@@ -118,14 +127,16 @@ class LocalStack:
         return self._poller.poll_once()
 
     def aws_operations(self) -> dict[str, int]:
-        assert self.emulator.middleware is not None
+        if self.emulator is None or self.emulator.middleware is None:
+            raise RuntimeError("AWS operations are counted only by the embedded emulator")
         return self.emulator.middleware.snapshot()
 
     def stop(self) -> None:
         for part in (self._server, self._scheduler, self._poller):
             if part is not None:
                 part.stop()
-        self.emulator.stop()
+        if self.emulator is not None:
+            self.emulator.stop()
 
     def __enter__(self) -> "LocalStack":
         self.start()
