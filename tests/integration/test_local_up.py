@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import re
 import socket
 import subprocess
@@ -176,3 +178,17 @@ def test_api_server_holds_a_hundred_concurrent_connections_without_resets(local_
         thread.join(timeout=120)
     assert failures == []
     assert statuses == [200] * clients * 3
+
+
+SEED_CURL = """curl -s -X POST -H "X-ModelForge-Admin-Token: $KEY" -H "Content-Type: application/json" \\
+  -d '{"display_name":"GPU Node","expires_in_seconds":900}' \\
+  http://127.0.0.1:8000/api/v1/admin/node-enrollments"""
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
+def test_the_seed_curl_command_mints_a_token_against_local_up(local_up) -> None:  # type: ignore[no-untyped-def]
+    command = SEED_CURL.replace("http://127.0.0.1:8000", local_up.api_url)  # same text when on port 8000
+    done = subprocess.run(["bash", "-c", command], env={**os.environ, "KEY": ADMIN_TOKEN}, capture_output=True, text=True, timeout=60)
+    answer = json.loads(done.stdout)
+    assert answer["status"] == "pending" and answer["display_name"] == "GPU Node"
+    assert answer["token"].startswith("mfe.") and answer["production_eligible"] is False
