@@ -1,0 +1,621 @@
+#!/usr/bin/env python
+"""Heartbeat benchmark: what one steady-state heartbeat costs, and how fast the local stack takes them.
+
+Run from the repository root:
+
+    .venv/bin/python bench/heartbeat.py [--nodes 50] [--seconds 10] [--gpus 8]
+
+It starts the control plane in this process (``LocalStack``: the Chalice app over HTTP on a
+moto emulator, all on 127.0.0.1), enrolls ``--nodes`` simulated nodes through the HTTP API and
+prints four figures:
+
+1. AWS calls per steady-state heartbeat, by operation, app traffic only (emulator counters);
+2. the DynamoDB item size of the node item a heartbeat writes, in bytes and 1 KB write units,
+   and the inventory item's size next to it;
+3. heartbeats per second through the local HTTP server with ``--nodes`` concurrent nodes, next
+   to the emulator's raw conditional-UpdateItem rate at the same concurrency and duration;
+4. p50/p99 handler latency, server-side (the app's ``http_request`` access-log ``duration_ms``),
+   with client-side request latency alongside for reference.
+
+This is a benchmark, not a test: the absolute rates are those of one Python process sharing
+its GIL between load generator, API server and emulator. It exits non-zero, with a message on
+stderr, when anything fails (a heartbeat that is not 200, a failed enrollment, an AWS call
+profile that is not one UpdateItem per heartbeat).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import os
+import secrets
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any, Callable, Mapping
+from urllib.parse import urlparse
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+HEARTBEAT_PATH = "/api/v1/agent/heartbeat"
+LOOPBACK = "127.0.0.1"
+REGION = "us-east-1"
+WRITE_UNIT_BYTES = 1024
+
+#: Bounds on the options, so a run stays bounded in count and time.
+MAX_NODES = 200
+MAX_SECONDS = 60
+MAX_GPUS = 64  # the protocol's limit (modelforge_protocol.schemas.MAX_GPUS)
+MAX_COST_HEARTBEATS = 2000
+#: Per-thread cap in the timed phases, in case a loop runs far faster than expected.
+MAX_CALLS_PER_THREAD = 100_000
+REQUEST_TIMEOUT_SECONDS = 10
+
+
+class BenchFailure(Exception):
+    """Something the benchmark depends on did not work; the run exits non-zero."""
+
+
+# --- DynamoDB item size ------------------------------------------------------------------
+
+
+def number_size(text: str) -> int:
+    """Bytes DynamoDB counts for a Number value given as its string form (e.g. ``"1712.5"``).
+
+    Approximately 1 byte per two significant digits (rounded up) plus 1 byte, with leading and
+    trailing zeros trimmed, as DynamoDB documents it. ``"0"`` counts 1 byte.
+    """
+    try:
+        digits = Decimal(text.strip()).as_tuple().digits
+    except InvalidOperation:
+        raise ValueError(f"not a DynamoDB number: {text!r}") from None
+    significant = "".join(map(str, digits)).strip("0")
+    return math.ceil(len(significant) / 2) + 1
+
+
+def attribute_value_size(value: Mapping[str, Any]) -> int:
+    """Bytes DynamoDB counts for one attribute value in wire format (without its name).
+
+    ``value`` is a typed value as boto3's low-level client returns it, e.g. ``{"S": "x"}``,
+    ``{"N": "12.5"}``, ``{"M": {...}}``. Rules (DynamoDB developer guide, "Item sizes and
+    formats"): S is its UTF-8 bytes; N is ``number_size``; B its raw bytes; BOOL and NULL 1
+    byte; L and M 3 bytes of overhead plus 1 byte per element plus the elements (for M, each
+    element is its key's UTF-8 bytes plus its value); SS/NS/BS the sum of their members.
+    """
+    if len(value) != 1:
+        raise ValueError(f"an attribute value has exactly one type key, got {sorted(value)}")
+    (kind, content), = value.items()
+    if kind == "S":
+        return len(content.encode("utf-8"))
+    if kind == "N":
+        return number_size(content)
+    if kind == "B":
+        return len(content)
+    if kind in ("BOOL", "NULL"):
+        return 1
+    if kind == "SS":
+        return sum(len(member.encode("utf-8")) for member in content)
+    if kind == "NS":
+        return sum(number_size(member) for member in content)
+    if kind == "BS":
+        return sum(len(member) for member in content)
+    if kind == "L":
+        return 3 + sum(1 + attribute_value_size(element) for element in content)
+    if kind == "M":
+        return 3 + sum(1 + len(key.encode("utf-8")) + attribute_value_size(element) for key, element in content.items())
+    raise ValueError(f"unknown DynamoDB attribute type {kind!r}")
+
+
+def item_size(item: Mapping[str, Mapping[str, Any]]) -> int:
+    """Size in bytes that DynamoDB bills for ``item``, a raw item as ``get_item`` returns it.
+
+    The sum, over the attributes, of the attribute name's UTF-8 bytes plus the value's size
+    (``attribute_value_size``). Example: ``{"id": {"S": "abc"}, "n": {"N": "123"}}`` is
+    (2 + 3) + (1 + 3) = 9 bytes. This is the figure write units are computed from; it does
+    not include the 100 bytes per item that storage billing adds.
+    """
+    return sum(item_size_breakdown(item).values())
+
+
+def item_size_breakdown(item: Mapping[str, Mapping[str, Any]]) -> dict[str, int]:
+    """Bytes per attribute (name + value) of a raw item; they add up to ``item_size``."""
+    return {name: len(name.encode("utf-8")) + attribute_value_size(value) for name, value in item.items()}
+
+
+def write_units(size_bytes: int) -> int:
+    """Standard write capacity units for one write of an item this size (1 per started KB)."""
+    return max(1, math.ceil(size_bytes / WRITE_UNIT_BYTES))
+
+
+# --- small helpers -------------------------------------------------------------------------
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100) of a non-empty list."""
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[min(rank, len(ordered)) - 1]
+
+
+def app_operations(snapshot: Mapping[str, int]) -> dict[str, int]:
+    """Emulator counters without the local stream poller's traffic."""
+    return {name: count for name, count in snapshot.items() if not name.startswith("poller:")}
+
+
+def brief(text: str, limit: int = 300) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+class AccessLogCapture(logging.Handler):
+    """Collect the app's own ``http_request`` access-log records for the heartbeat route."""
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.INFO)
+        self._records: list[float] = []
+        self._guard = threading.Lock()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if getattr(record, "event", None) != "http_request" or getattr(record, "path", None) != HEARTBEAT_PATH:
+            return
+        with self._guard:
+            self._records.append(float(getattr(record, "duration_ms")))
+
+    def take(self) -> list[float]:
+        """Durations (ms) of heartbeat requests logged since the last call."""
+        with self._guard:
+            taken, self._records = self._records, []
+        return taken
+
+
+@dataclass
+class Node:
+    identity: Any
+    client: Any  # ControlPlane with its own requests.Session (keep-alive)
+
+
+@dataclass
+class TimedRun:
+    calls: int
+    elapsed: float
+    latencies_ms: list[float] = field(default_factory=list)
+
+    @property
+    def rate(self) -> float:
+        return self.calls / self.elapsed if self.elapsed > 0 else 0.0
+
+
+def run_concurrently(workers: list[Callable[[], None]], seconds: float) -> TimedRun:
+    """Run each worker's one call in a loop on its own thread for ``seconds``; stop all on a failure."""
+    stop = threading.Event()
+    start = threading.Barrier(len(workers) + 1)
+    failures: list[str] = []
+    counts = [0] * len(workers)
+    latencies: list[list[float]] = [[] for _ in workers]
+
+    def loop(index: int, call: Callable[[], None]) -> None:
+        try:
+            start.wait(timeout=30)
+        except threading.BrokenBarrierError:
+            return
+        deadline = time.perf_counter() + seconds
+        try:
+            while not stop.is_set() and counts[index] < MAX_CALLS_PER_THREAD:
+                began = time.perf_counter()
+                if began >= deadline:
+                    break
+                call()
+                latencies[index].append((time.perf_counter() - began) * 1000)
+                counts[index] += 1
+        except BaseException as error:  # noqa: BLE001 - any failure ends the run
+            failures.append(f"worker {index}: {error}")
+            stop.set()
+
+    threads = [
+        threading.Thread(target=loop, args=(index, call), name=f"bench-{index}", daemon=True)
+        for index, call in enumerate(workers)
+    ]
+    for thread in threads:
+        thread.start()
+    start.wait(timeout=30)
+    began = time.perf_counter()
+    give_up = began + seconds + 2 * REQUEST_TIMEOUT_SECONDS
+    for thread in threads:
+        thread.join(timeout=max(0.0, give_up - time.perf_counter()))
+    elapsed = time.perf_counter() - began
+    if any(thread.is_alive() for thread in threads):
+        stop.set()
+        raise BenchFailure("a benchmark thread did not finish in time")
+    if failures:
+        raise BenchFailure(f"{len(failures)} worker(s) failed; first: {failures[0]}")
+    return TimedRun(calls=sum(counts), elapsed=elapsed, latencies_ms=[x for each in latencies for x in each])
+
+
+# --- the benchmark --------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", type=int, default=50, help=f"simulated nodes = concurrent clients (1..{MAX_NODES})")
+    parser.add_argument(
+        "--seconds", type=float, default=10, help=f"duration of each of the two timed phases (1..{MAX_SECONDS})"
+    )
+    parser.add_argument("--gpus", type=int, default=8, help=f"GPUs per simulated node (0..{MAX_GPUS})")
+    parser.add_argument(
+        "--cost-heartbeats",
+        type=int,
+        default=200,
+        help=f"sequential heartbeats counted for the per-heartbeat AWS calls (1..{MAX_COST_HEARTBEATS})",
+    )
+    args = parser.parse_args(argv)
+    if not 1 <= args.nodes <= MAX_NODES:
+        parser.error(f"--nodes must be from 1 to {MAX_NODES}")
+    if not 1 <= args.seconds <= MAX_SECONDS:
+        parser.error(f"--seconds must be from 1 to {MAX_SECONDS}")
+    if not 0 <= args.gpus <= MAX_GPUS:
+        parser.error(f"--gpus must be from 0 to {MAX_GPUS}")
+    if not 1 <= args.cost_heartbeats <= MAX_COST_HEARTBEATS:
+        parser.error(f"--cost-heartbeats must be from 1 to {MAX_COST_HEARTBEATS}")
+    return args
+
+
+def _prepare_environment() -> None:
+    """A fresh admin token for this run only; loopback traffic never goes through a proxy."""
+    os.environ.pop("MODELFORGE_ADMIN_TOKEN_SHA256", None)
+    os.environ["MODELFORGE_ADMIN_TOKEN"] = secrets.token_urlsafe(32)
+    os.environ["MODELFORGE_LOG_LEVEL"] = "INFO"  # the access log carries the server-side latency
+    for name in ("NO_PROXY", "no_proxy"):
+        existing = [part for part in os.environ.get(name, "").split(",") if part]
+        os.environ[name] = ",".join(existing + [LOOPBACK, "localhost"])
+    if str(REPO_ROOT) not in sys.path:
+        sys.path.insert(0, str(REPO_ROOT))  # tests.support.api: the shared HTTP client
+
+
+def _quiet_app_log() -> AccessLogCapture:
+    """Keep the app's INFO lines off stderr (warnings still show) and capture its access log."""
+    for handler in logging.getLogger("modelforge").handlers:
+        if getattr(handler, "_modelforge", False):
+            handler.setLevel(logging.WARNING)
+    capture = AccessLogCapture()
+    logging.getLogger("modelforge.api").addHandler(capture)
+    return capture
+
+
+def _require_loopback(url: str, what: str) -> None:
+    if urlparse(url).hostname != LOOPBACK:
+        raise BenchFailure(f"{what} is at {url}, not on {LOOPBACK}; refusing to run")
+
+
+def _new_client(base_url: str) -> Any:
+    import requests
+    from tests.support.api import ControlPlane
+
+    session = requests.Session()
+    session.trust_env = False  # no proxies, no netrc: 127.0.0.1 only
+    token = os.environ["MODELFORGE_ADMIN_TOKEN"]
+    return ControlPlane(base_url, token, session=session, timeout=REQUEST_TIMEOUT_SECONDS)
+
+
+_boto_session: Any = None
+
+
+def _dynamodb(endpoint_url: str) -> Any:
+    """A DynamoDB client for the emulator (call from the main thread: clients share one session)."""
+    global _boto_session
+    import boto3
+    from botocore.config import Config
+
+    if _boto_session is None:
+        _boto_session = boto3.session.Session()
+    return _boto_session.client(
+        "dynamodb",
+        endpoint_url=endpoint_url,
+        region_name=REGION,
+        # the emulator accepts any credentials; these are not secrets
+        aws_access_key_id="local",
+        aws_secret_access_key="local",
+        config=Config(
+            retries={"total_max_attempts": 1},
+            connect_timeout=5,
+            read_timeout=REQUEST_TIMEOUT_SECONDS,
+            proxies={},
+        ),
+    )
+
+
+def enroll_nodes(base_url: str, count: int, gpus: int) -> list[Node]:
+    """Mint, enroll and bring online ``count`` nodes (first heartbeat: pending -> online).
+
+    Each node keeps its own client (its own requests.Session) for the timed phase.
+    """
+    from tests.support.api import AgentIdentity, cpu_inventory, gpu_inventory
+
+    def one(index: int) -> Node:
+        client = _new_client(base_url)
+        identity = AgentIdentity()
+        minted = client.admin(
+            "POST",
+            "/api/v1/admin/node-enrollments",
+            json={"display_name": f"bench node {index:03d}", "expires_in_seconds": 900},
+        )
+        if minted.status_code != 201:
+            raise BenchFailure(f"minting an enrollment token answered {minted.status_code}: {brief(minted.text)}")
+        response = client.enroll(
+            minted.json()["token"],
+            identity,
+            hostname=f"bench-node-{index:03d}",
+            accelerator_mode="nvidia" if gpus else "cpu",
+            inventory=gpu_inventory(gpus) if gpus else cpu_inventory(),
+        )
+        if response.status_code != 201:
+            raise BenchFailure(f"enrolling node {index} answered {response.status_code}: {brief(response.text)}")
+        beat = client.heartbeat(identity, gpus=gpus)
+        if beat.status_code != 200 or beat.json().get("status") != "online":
+            raise BenchFailure(f"first heartbeat of node {index} answered {beat.status_code}: {brief(beat.text)}")
+        return Node(identity=identity, client=client)
+
+    # one at a time: on a couple of cores, concurrent enrollment only adds GIL contention
+    return [one(index) for index in range(count)]
+
+
+def heartbeat_once(node: Node, gpus: int) -> None:
+    response = node.client.heartbeat(node.identity, gpus=gpus)
+    if response.status_code != 200:
+        raise BenchFailure(
+            f"heartbeat of {node.identity.node_id} answered {response.status_code}: {brief(response.text)}"
+        )
+
+
+def raw_update_item_rate(endpoint_url: str, concurrency: int, seconds: float, node_item: Mapping[str, Any]) -> TimedRun:
+    """Conditional UpdateItem calls straight at the emulator, on a scratch table created for it.
+
+    Each thread has its own boto3 client and its own item, and writes the same attributes the
+    steady-state heartbeat writes (same telemetry and health values) under the same kind of
+    condition (credential matches, credential active, node online).
+    """
+    admin = _dynamodb(endpoint_url)
+    table = f"bench-scratch-{secrets.token_hex(4)}"
+    admin.create_table(
+        TableName=table,
+        AttributeDefinitions=[{"AttributeName": "node_id", "AttributeType": "S"}],
+        KeySchema=[{"AttributeName": "node_id", "KeyType": "HASH"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    try:
+        admin.get_waiter("table_exists").wait(TableName=table, WaiterConfig={"Delay": 0.1, "MaxAttempts": 50})
+        credential = "0" * 64
+        for index in range(concurrency):
+            admin.put_item(
+                TableName=table,
+                Item={
+                    "node_id": {"S": f"scratch-{index:03d}"},
+                    "credential_sha256": {"S": credential},
+                    "credential_state": {"S": "active"},
+                    "liveness": {"S": "online"},
+                },
+            )
+        clients = [_dynamodb(endpoint_url) for _ in range(concurrency)]
+
+        def worker(index: int) -> Callable[[], None]:
+            client = clients[index]
+            key = {"node_id": {"S": f"scratch-{index:03d}"}}
+
+            def call() -> None:
+                client.update_item(
+                    TableName=table,
+                    Key=key,
+                    UpdateExpression=(
+                        "SET #t = :t, #l = :online, #h = :h, #tel = :tel, #av = :av, #pv = :pv"
+                    ),
+                    ConditionExpression="#c = :c AND #cs = :active AND #l = :online",
+                    ExpressionAttributeNames={
+                        "#t": "last_heartbeat_at",
+                        "#l": "liveness",
+                        "#h": "health",
+                        "#tel": "telemetry",
+                        "#av": "agent_version",
+                        "#pv": "protocol_version",
+                        "#c": "credential_sha256",
+                        "#cs": "credential_state",
+                    },
+                    ExpressionAttributeValues={
+                        ":t": {"N": str(round(time.time(), 3))},
+                        ":online": {"S": "online"},
+                        ":h": node_item.get("health", {"S": "{}"}),
+                        ":tel": node_item.get("telemetry", {"S": "[]"}),
+                        ":av": node_item.get("agent_version", {"S": "1.3.0"}),
+                        ":pv": node_item.get("protocol_version", {"N": "1"}),
+                        ":c": {"S": credential},
+                        ":active": {"S": "active"},
+                    },
+                )
+
+            return call
+
+        result = run_concurrently([worker(i) for i in range(concurrency)], seconds)
+        for client in clients:
+            client.close()
+        return result
+    finally:
+        admin.delete_table(TableName=table)
+        admin.close()
+
+
+def _format_ops(ops: Mapping[str, float]) -> str:
+    return ", ".join(f"{name}={value:g}" for name, value in sorted(ops.items())) or "(none)"
+
+
+def run(args: argparse.Namespace) -> int:
+    _prepare_environment()
+    from modelforge_cli.emulator import operations_delta
+    from modelforge_cli.local_stack import LocalOptions, LocalStack
+
+    problems: list[str] = []
+    wall_started = time.monotonic()
+    print(
+        f"ModelForge heartbeat benchmark: {args.nodes} nodes, {args.gpus} GPUs each,"
+        f" {args.seconds:g} s per timed phase"
+    )
+    stack = LocalStack(LocalOptions(host=LOOPBACK, port=0, sweep_interval_seconds=3600))
+    nodes: list[Node] = []
+    try:
+        stack.start()
+        if stack.emulator is None:
+            raise BenchFailure("the local stack has no embedded emulator, so AWS calls cannot be counted")
+        endpoint = stack.emulator.endpoint_url
+        _require_loopback(stack.api_url, "the API server")
+        _require_loopback(endpoint, "the AWS emulator")
+        capture = _quiet_app_log()
+        print(f"local stack: API {stack.api_url}, emulator {endpoint}")
+        print("(control-plane INFO log lines are kept off stderr; warnings and errors still show)")
+
+        started = time.monotonic()
+        nodes = enroll_nodes(stack.api_url, args.nodes, args.gpus)
+        stack.drain_state_log()
+        print(f"enrolled {len(nodes)} nodes and brought them online in {time.monotonic() - started:.1f} s")
+        capture.take()
+
+        # 1. AWS calls per steady-state heartbeat ------------------------------------------
+        before = app_operations(stack.aws_operations())
+        sequential_client_ms: list[float] = []
+        for count in range(args.cost_heartbeats):
+            began = time.perf_counter()
+            heartbeat_once(nodes[count % len(nodes)], args.gpus)
+            sequential_client_ms.append((time.perf_counter() - began) * 1000)
+        stack.drain_state_log()  # any state-log event a heartbeat wrote is shipped (S3) and counted now
+        delta = operations_delta(before, app_operations(stack.aws_operations()))
+        sequential_server_ms = capture.take()
+        per_heartbeat = {name: count / args.cost_heartbeats for name, count in delta.items()}
+        s3_calls = sum(count for name, count in delta.items() if name.startswith("S3:"))
+        print()
+        print(
+            "[1] AWS calls per steady-state heartbeat"
+            f" (app traffic, over {args.cost_heartbeats} sequential heartbeats)"
+        )
+        print(f"    totals:        {_format_ops(delta)}")
+        print(f"    per heartbeat: {_format_ops(per_heartbeat)}")
+        print(f"    S3 calls:      {s3_calls}")
+        if delta == {"UpdateItem": args.cost_heartbeats}:
+            print("    as expected:   1 UpdateItem, no S3 write")
+        else:
+            problems.append(f"steady-state heartbeat made {_format_ops(per_heartbeat)} per heartbeat, not 1 UpdateItem")
+            print("    UNEXPECTED:    expected exactly 1 UpdateItem and nothing else per heartbeat")
+
+        # 2. item sizes ----------------------------------------------------------------------
+        dynamodb = _dynamodb(endpoint)
+        node_id = nodes[0].identity.node_id
+        node_item = dynamodb.get_item(
+            TableName=stack.names["MODELFORGE_NODES_TABLE"], Key={"node_id": {"S": node_id}}, ConsistentRead=True
+        ).get("Item")
+        inventory_item = dynamodb.get_item(
+            TableName=stack.names["MODELFORGE_INVENTORIES_TABLE"], Key={"node_id": {"S": node_id}}, ConsistentRead=True
+        ).get("Item")
+        dynamodb.close()
+        if not node_item or not inventory_item:
+            raise BenchFailure(f"node {node_id} or its inventory item is missing from the emulator's tables")
+        node_bytes = item_size(node_item)
+        inventory_bytes = item_size(inventory_item)
+        breakdown = sorted(item_size_breakdown(node_item).items(), key=lambda pair: -pair[1])
+        print()
+        print(f"[2] DynamoDB item size (item-size rules, raw get_item from the emulator), {args.gpus}-GPU node")
+        print(
+            f"    node item (rewritten by every heartbeat): {node_bytes} bytes"
+            f" = {write_units(node_bytes)} write unit(s) of 1 KB"
+            + (
+                f"; {WRITE_UNIT_BYTES - node_bytes} bytes of headroom under 1 KB"
+                if node_bytes <= WRITE_UNIT_BYTES
+                else f"; {node_bytes - WRITE_UNIT_BYTES} bytes over 1 KB"
+            )
+        )
+        print("      bytes by attribute (name + value):")
+        for start in range(0, len(breakdown), 4):
+            print("        " + "  ".join(f"{name} {size}" for name, size in breakdown[start : start + 4]))
+        print(
+            f"    inventory item (separate table, not written by heartbeats): {inventory_bytes} bytes"
+            f" = {write_units(inventory_bytes)} write unit(s)"
+        )
+        if "inventory" in node_item:
+            problems.append("the node item carries an 'inventory' attribute")
+        if node_bytes > WRITE_UNIT_BYTES:
+            print("    NOTE: the node item is over 1 KB, so each heartbeat costs more than one write unit")
+
+        # 3. throughput ----------------------------------------------------------------------
+        before = app_operations(stack.aws_operations())
+        http = run_concurrently([lambda node=node: heartbeat_once(node, args.gpus) for node in nodes], args.seconds)
+        stack.drain_state_log()
+        http_delta = operations_delta(before, app_operations(stack.aws_operations()))
+        loaded_server_ms = capture.take()
+        if http_delta != {"UpdateItem": http.calls}:
+            problems.append(f"{http.calls} concurrent heartbeats made {_format_ops(http_delta)}")
+        raw = raw_update_item_rate(endpoint, len(nodes), args.seconds, node_item)
+        print()
+        print(f"[3] Throughput, {len(nodes)} concurrent clients, {args.seconds:g} s each (one process, loopback)")
+        print(
+            f"    heartbeats via the HTTP API:     {http.rate:8.1f} /s  ({http.calls} in {http.elapsed:.2f} s;"
+            f" emulator saw {_format_ops(http_delta)})"
+        )
+        print(
+            f"    raw emulator UpdateItem (boto3): {raw.rate:8.1f} /s  ({raw.calls} in {raw.elapsed:.2f} s;"
+            " conditional, on a scratch table)"
+        )
+        if raw.rate > 0:
+            print(f"    HTTP heartbeat rate is {http.rate / raw.rate:.0%} of the raw UpdateItem rate")
+
+        # 4. latency -------------------------------------------------------------------------
+        print()
+        print("[4] Heartbeat latency, ms (p50 / p99)")
+        print("    server-side = the app's access log 'duration_ms' (the Chalice middleware around the handler,")
+        print("                  including its DynamoDB call); client-side = whole HTTP request seen by the client")
+
+        rows = [
+            ("server-side", "sequential, 1 client", sequential_server_ms),
+            ("server-side", f"under load, {len(nodes)} clients", loaded_server_ms),
+            ("client-side", "sequential, 1 client", sequential_client_ms),
+            ("client-side", f"under load, {len(nodes)} clients", http.latencies_ms),
+            ("client-side", f"raw emulator UpdateItem, {len(nodes)} clients", raw.latencies_ms),
+        ]
+        for side, label, values in rows:
+            figures = (
+                f"{percentile(values, 50):8.2f} / {percentile(values, 99):8.2f}  (n={len(values)})"
+                if values
+                else "no samples"
+            )
+            print(f"    {side}, {label:<40} {figures}")
+        if not sequential_server_ms or not loaded_server_ms:
+            problems.append("no access-log records captured for the server-side latency")
+    finally:
+        for node in nodes:
+            node.client.session.close()
+        stack.stop()
+
+    print()
+    print(f"total wall time {time.monotonic() - wall_started:.1f} s")
+    if problems:
+        for problem in problems:
+            print(f"bench/heartbeat.py: FAILED: {problem}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        return run(args)
+    except BenchFailure as failure:
+        print(f"bench/heartbeat.py: FAILED: {failure}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("bench/heartbeat.py: interrupted", file=sys.stderr)
+        return 130
+    except Exception as error:  # noqa: BLE001 - report, then exit non-zero
+        import traceback
+
+        traceback.print_exc()
+        print(f"bench/heartbeat.py: FAILED: unexpected {type(error).__name__}: {error}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
