@@ -12,12 +12,13 @@ import time
 from typing import Any, Callable
 
 from chalice import Chalice, Rate, Response
-from chalicelib import enrollments, logs, node_store, nodes, runtime, sweep, views
+from chalicelib import enrollments, node_store, nodes, runtime, sweep, views
 from chalicelib import enrollment_store, paging, state_log_store
 from chalicelib.auth import require_admin, require_node
 from chalicelib.errors import ApiError, invalid_request
 from chalicelib.settings import SettingsError
 from chalicelib.validation import parse_json_object, validate, validate_query
+from modelforge_protocol import jsonlog
 from modelforge_protocol.versions import (
     AGENT_PROTOCOL_VERSION,
     CONTROL_PLANE_RELEASE,
@@ -92,7 +93,7 @@ def access_log(event: Any, get_response: Callable[[Any], Response]) -> Response:
             "method": event.method,
             "path": event.context.get("resourcePath", event.path),
             "status": response.status_code,
-            "duration_ms": logs.monotonic_ms(started),
+            "duration_ms": jsonlog.monotonic_ms(started),
         },
     )
     return response

@@ -9,7 +9,7 @@ from typing import Any
 
 import boto3
 
-from . import logs
+from modelforge_protocol import jsonlog
 from .models import bind_tables
 from .settings import Settings, load_settings
 from .transactions import reset_connection
@@ -29,7 +29,7 @@ def get() -> Runtime:
     global _runtime
     with _lock:
         if _runtime is None:
-            logs.configure(os.environ.get("MODELFORGE_LOG_LEVEL", "INFO").upper())
+            jsonlog.configure(os.environ.get("MODELFORGE_LOG_LEVEL", "INFO").upper())
             settings = load_settings()
             bind_tables(settings)
             _runtime = Runtime(settings=settings, s3=boto3.client("s3"))

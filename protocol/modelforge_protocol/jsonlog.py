@@ -1,4 +1,6 @@
-"""Structured logs: one JSON line per event, with a redacting filter as the safety net."""
+"""The log format every ModelForge process writes: one JSON object per line, with a stable
+``event`` name and ids as fields, and redaction of anything shaped like a secret as the safety net
+(not the plan: code never logs secrets in the first place)."""
 
 from __future__ import annotations
 
@@ -34,9 +36,9 @@ class JsonFormatter(logging.Formatter):
         return redact(json.dumps(entry, default=str, sort_keys=True))
 
 
-def configure(level: str = "INFO") -> None:
-    """Send the 'modelforge' loggers to stderr as JSON lines (idempotent)."""
-    logger = logging.getLogger("modelforge")
+def configure(level: str = "INFO", logger_name: str = "modelforge") -> None:
+    """Send the named logger tree to stderr as JSON lines (idempotent)."""
+    logger = logging.getLogger(logger_name)
     if any(getattr(handler, "_modelforge", False) for handler in logger.handlers):
         return
     handler = logging.StreamHandler(sys.stderr)
