@@ -37,16 +37,16 @@ class JsonFormatter(logging.Formatter):
 
 
 def configure(level: str = "INFO", logger_name: str = "modelforge") -> None:
-    """Send the named logger tree to stderr as JSON lines (idempotent)."""
+    """Send the named logger tree to stderr as JSON lines; calling again only changes the level."""
     logger = logging.getLogger(logger_name)
+    logger.setLevel(level if level in logging.getLevelNamesMapping() else "INFO")
+    logger.propagate = False
     if any(getattr(handler, "_modelforge", False) for handler in logger.handlers):
         return
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter())
     handler._modelforge = True  # type: ignore[attr-defined]
     logger.addHandler(handler)
-    logger.setLevel(level if level in logging.getLevelNamesMapping() else "INFO")
-    logger.propagate = False
 
 
 def monotonic_ms(started: float) -> float:

@@ -1,0 +1,200 @@
+"""The agent's life after the preflight: enroll once, then publish inventory and heartbeats.
+
+Time is injected: ``clock`` (monotonic seconds) and ``stop`` (an Event whose ``wait`` is the only
+sleep), so tests never wait on real time. Fatal errors raise AgentExit; transient ones back off
+1, 2, 4, 8, 16 s with jitter, reset after a success.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Callable, Protocol
+
+from modelforge_protocol.versions import AGENT_PROTOCOL_VERSION
+
+from . import AGENT_VERSION
+from .backoff import CAP, Backoff
+from .config import AgentConfig
+from .control_plane import ENROLL, HEARTBEAT, INVENTORY, ControlPlaneClient, Refused, TransientFailure
+from .exit_codes import UNEXPECTED, AgentExit, ConfigurationInvalid, IdentityRefused, ProtocolIncompatible
+from .gpu import GpuInfo, GpuTelemetry
+from .identity import Identity, StateVolume, new_identity
+from .inventory import host_inventory
+
+log = logging.getLogger("modelforge.agent")
+
+DEFAULT_INTERVAL_SECONDS = 15.0
+
+
+class GpuSource(Protocol):
+    def devices(self) -> list[GpuInfo]: ...
+
+    def telemetry(self) -> list[GpuTelemetry]: ...
+
+
+class Stopped(Exception):
+    """The stop signal arrived while waiting."""
+
+
+_TOKEN_MESSAGES = {
+    "enrollment_token_unknown": "the enrollment token is not known to this control plane",
+    "enrollment_token_expired": "the enrollment token has expired",
+    "enrollment_token_revoked": "the enrollment token was revoked",
+    "enrollment_token_consumed": "the enrollment token was already used by another node",
+}
+
+
+class Agent:
+    def __init__(
+        self,
+        config: AgentConfig,
+        client: ControlPlaneClient,
+        state: StateVolume,
+        gpus: GpuSource,
+        *,
+        stop: threading.Event,
+        clock: Callable[[], float],
+        jitter: Callable[[], float],
+    ) -> None:
+        self._config = config
+        self._client = client
+        self._state = state
+        self._gpus = gpus
+        self._stop = stop
+        self._clock = clock
+        self._backoff = Backoff(jitter)
+        self.heartbeats_sent = 0
+
+    # --- the life cycle ------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Enroll if needed, then publish until stopped. Raises AgentExit on a fatal error."""
+        try:
+            identity, interval = self._ensure_enrolled()
+            self._publish(identity, interval)
+        except Stopped:
+            return
+
+    def _ensure_enrolled(self) -> tuple[Identity, float | None]:
+        identity = self._state.load()
+        if identity is not None and identity.control_plane_url != self._config.control_plane_url:
+            raise IdentityRefused(
+                f"the identity in {self._state.identity_path} belongs to another control plane; "
+                "point MODELFORGE_AGENT_CONTROL_PLANE_URL back at it, or give this node a new state volume"
+            )
+        if identity is not None and identity.enrolled:
+            if self._config.enrollment_token:
+                log.info(
+                    "identity present; the enrollment token is ignored and can be removed from the environment",
+                    extra={"event": "enrollment_token_ignored", "node_id": identity.node_id},
+                )
+            return identity, None
+        if not self._config.enrollment_token:
+            raise ConfigurationInvalid(
+                ["MODELFORGE_AGENT_ENROLLMENT_TOKEN is required: this node has no identity yet (ask an admin for a token)"]
+            )
+        if identity is None:
+            identity = new_identity(self._config.control_plane_url)
+            self._state.save(identity)  # persisted before enrolling: a retry is the same enrollment
+        return self._enroll(identity)
+
+    def _enroll(self, identity: Identity) -> tuple[Identity, float | None]:
+        body = {
+            "token": self._config.enrollment_token,
+            "idempotency_key": identity.idempotency_key,
+            "credential": identity.credential,
+            "hostname": self._config.hostname,
+            "agent_version": AGENT_VERSION,
+            "protocol_version": AGENT_PROTOCOL_VERSION,
+            "accelerator_mode": self._config.accelerator_mode,
+            "inventory": host_inventory(self._gpus.devices()),
+        }
+        try:
+            answer = self._with_retries(lambda: self._client.post(ENROLL, body))
+        except Refused as refusal:
+            if refusal.code in _TOKEN_MESSAGES:
+                raise IdentityRefused(
+                    f"enrollment refused: {_TOKEN_MESSAGES[refusal.code]}; ask an admin for a new token "
+                    "and set MODELFORGE_AGENT_ENROLLMENT_TOKEN"
+                ) from None
+            raise self._fatal(refusal) from None
+        enrolled = self._state.enrolled_as(identity, str(answer["node_id"]))
+        log.info(
+            "enrolled",
+            extra={"event": "enrolled", "node_id": enrolled.node_id, "replayed": bool(answer.get("replayed"))},
+        )
+        return enrolled, float(answer.get("heartbeat_interval_seconds", DEFAULT_INTERVAL_SECONDS))
+
+    def _publish(self, identity: Identity, interval: float | None) -> None:
+        sent_inventory: dict[str, Any] | None = None
+        inventory_sent_at = 0.0
+        if interval is not None:  # just enrolled: the enrollment carried the inventory
+            sent_inventory, inventory_sent_at = host_inventory(self._gpus.devices()), self._clock()
+        while True:
+            inventory = host_inventory(self._gpus.devices())
+            refresh_due = self._clock() - inventory_sent_at >= self._config.inventory_refresh_seconds
+            if inventory != sent_inventory or refresh_due:
+                self._call(INVENTORY, {"protocol_version": AGENT_PROTOCOL_VERSION, "inventory": inventory}, identity)
+                sent_inventory, inventory_sent_at = inventory, self._clock()
+                log.info("inventory published", extra={"event": "inventory_published", "node_id": identity.node_id})
+            answer = self._call(HEARTBEAT, self._heartbeat_body(), identity)
+            self.heartbeats_sent += 1
+            interval = float(answer.get("heartbeat_interval_seconds", DEFAULT_INTERVAL_SECONDS))
+            log.debug("heartbeat", extra={"event": "heartbeat_sent", "node_id": identity.node_id, "status": answer.get("status")})
+            self._wait(self._config.heartbeat_interval_override or interval)
+
+    def _heartbeat_body(self) -> dict[str, Any]:
+        return {
+            "protocol_version": AGENT_PROTOCOL_VERSION,
+            "agent_version": AGENT_VERSION,
+            "health": {"status": "ok"},
+            "telemetry": {"gpus": [reading.to_wire() for reading in self._gpus.telemetry()]},
+        }
+
+    # --- calls, retries and fatal answers ------------------------------------------------
+
+    def _call(self, path: str, body: dict[str, Any], identity: Identity) -> dict[str, Any]:
+        try:
+            return self._with_retries(lambda: self._client.post(path, body, identity))
+        except Refused as refusal:
+            raise self._fatal(refusal) from None
+
+    def _with_retries(self, call: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        while True:
+            try:
+                answer = call()
+            except TransientFailure as failure:
+                step = self._backoff.next_delay()
+                detail = f": {failure.detail}" if failure.detail else ""
+                log.warning(
+                    f"{failure.label} on {failure.method} {failure.path} (backoff {step:g}s…{CAP:g}s){detail}",
+                    extra={
+                        "event": "publish_failed",
+                        "error": failure.label,
+                        "method": failure.method,
+                        "path": failure.path,
+                        "backoff_seconds": step,
+                    },
+                )
+                self._wait(self._backoff.jittered(step))
+                continue
+            if self._backoff.failures:
+                log.info("control plane reachable again", extra={"event": "publish_recovered"})
+            self._backoff.reset()
+            return answer
+
+    def _fatal(self, refusal: Refused) -> AgentExit:
+        if refusal.code == "protocol_incompatible":
+            return ProtocolIncompatible(refusal.verdict or "UNKNOWN", refusal.next_step or "see docs/COMPATIBILITY.md")
+        if refusal.status in (401, 403):
+            return IdentityRefused(
+                f"the control plane refused this node's credential (HTTP {refusal.status} {refusal.code} on "
+                f"{refusal.method} {refusal.path}). If the credential was revoked on purpose, this node must be "
+                "enrolled again: move the identity file out of the state volume and start with a new token"
+            )
+        return AgentExit(UNEXPECTED, f"HTTP {refusal.status} {refusal.code} on {refusal.method} {refusal.path}")
+
+    def _wait(self, seconds: float) -> None:
+        if self._stop.wait(seconds):
+            raise Stopped()

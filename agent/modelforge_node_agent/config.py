@@ -1,0 +1,185 @@
+"""Agent configuration: read once from the environment and validated whole before anything runs.
+
+Every problem is named by variable, never by value (the enrollment token is a secret).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+from urllib.parse import urlsplit
+
+from modelforge_protocol.credentials import ENROLLMENT_TOKEN_RE
+from modelforge_protocol.schemas import ACCELERATOR_MODES
+
+from .exit_codes import ConfigurationInvalid
+
+PLACEHOLDER_HOST = "modelforge.example.internal"
+INSECURE_SWITCH = "MODELFORGE_AGENT_INSECURE_SKIP_TLS_VERIFY_FOR_DEVELOPMENT"
+_HOSTNAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
+_TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
+_LOG_LEVELS = {"DEBUG", "INFO", "WARNING", "ERROR"}
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    control_plane_url: str
+    enrollment_token: str | None = field(repr=False)
+    hostname: str
+    accelerator_mode: str
+    tls_verify: bool
+    state_volume: Path
+    identity_mode: str
+    ca_cert_path: Path | None
+    control_plane_host_address: str | None
+    heartbeat_interval_override: float | None
+    inventory_refresh_seconds: float
+    preflight_timeout_seconds: float
+    request_timeout_seconds: float
+    log_level: str
+
+    @property
+    def url_host(self) -> str:
+        return urlsplit(self.control_plane_url).hostname or ""
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _flag(env: Mapping[str, str], name: str, default: bool, problems: list[str]) -> bool:
+    raw = env.get(name, "").strip().lower()
+    if not raw:
+        return default
+    if raw in _TRUE:
+        return True
+    if raw in _FALSE:
+        return False
+    problems.append(f"{name} must be true or false")
+    return default
+
+
+def _number(env: Mapping[str, str], name: str, default: float | None, low: float, high: float, problems: list[str]) -> float | None:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        problems.append(f"{name} must be a number")
+        return default
+    if not low <= value <= high:
+        problems.append(f"{name} must be between {low:g} and {high:g}")
+    return value
+
+
+def _url(env: Mapping[str, str], problems: list[str]) -> str:
+    name = "MODELFORGE_AGENT_CONTROL_PLANE_URL"
+    raw = env.get(name, "").strip().rstrip("/")
+    if not raw:
+        problems.append(f"{name} is required")
+        return raw
+    parts = urlsplit(raw)
+    host = parts.hostname or ""
+    if parts.scheme not in ("https", "http") or not host:
+        problems.append(f"{name} must be an https:// URL")
+    elif host == PLACEHOLDER_HOST:
+        problems.append(f"{name} is the example placeholder ({PLACEHOLDER_HOST}); set the real address of your control plane")
+    elif parts.scheme == "http" and not _is_loopback(host):
+        problems.append(f"{name} must use https:// (plain http:// is allowed only for loopback addresses)")
+    elif parts.path not in ("", "/") or parts.query or parts.fragment or parts.username:
+        problems.append(f"{name} must be scheme://host[:port] only")
+    return raw
+
+
+def _token(env: Mapping[str, str], problems: list[str]) -> str | None:
+    token = env.get("MODELFORGE_AGENT_ENROLLMENT_TOKEN", "").strip() or None
+    if token is not None and not ENROLLMENT_TOKEN_RE.match(token):
+        problems.append("MODELFORGE_AGENT_ENROLLMENT_TOKEN is not an enrollment token (expected mfe.<id>.<secret>)")
+    return token
+
+
+def _tls(env: Mapping[str, str], url: str, problems: list[str]) -> tuple[bool, Path | None, str | None]:
+    verify = _flag(env, "MODELFORGE_AGENT_TLS_VERIFY", True, problems)
+    if not verify and not _flag(env, INSECURE_SWITCH, False, problems):
+        problems.append(
+            "MODELFORGE_AGENT_TLS_VERIFY=false is refused: configure MODELFORGE_AGENT_CA_CERT_PATH for a private CA "
+            f"(only for development, {INSECURE_SWITCH}=true also allows it)"
+        )
+    ca_raw = env.get("MODELFORGE_AGENT_CA_CERT_PATH", "").strip()
+    ca = Path(ca_raw) if ca_raw else None
+    if ca is not None:
+        try:
+            if "BEGIN CERTIFICATE" not in ca.read_text(errors="replace"):
+                problems.append("MODELFORGE_AGENT_CA_CERT_PATH is not a PEM certificate file")
+        except OSError:
+            problems.append("MODELFORGE_AGENT_CA_CERT_PATH is not a readable file")
+    address = env.get("MODELFORGE_AGENT_CONTROL_PLANE_HOST_ADDRESS", "").strip() or None
+    if address is not None and not _HOSTNAME_RE.match(address.strip("[]")) and ":" not in address:
+        problems.append("MODELFORGE_AGENT_CONTROL_PLANE_HOST_ADDRESS must be an IP address or host name")
+    return verify, ca, address
+
+
+def load_config(env: Mapping[str, str]) -> AgentConfig:
+    problems: list[str] = []
+    url = _url(env, problems)
+    token = _token(env, problems)
+    hostname = env.get("MODELFORGE_AGENT_HOSTNAME", "").strip() or socket.gethostname()
+    if not _HOSTNAME_RE.match(hostname):
+        problems.append("MODELFORGE_AGENT_HOSTNAME must be 1-253 letters, digits, '.', '_' or '-'")
+    mode = env.get("MODELFORGE_AGENT_ACCELERATOR_MODE", "nvidia").strip().lower()
+    if mode not in ACCELERATOR_MODES:
+        problems.append(f"MODELFORGE_AGENT_ACCELERATOR_MODE must be one of {', '.join(ACCELERATOR_MODES)}")
+    verify, ca, address = _tls(env, url, problems)
+    state_raw = env.get("MODELFORGE_AGENT_STATE_VOLUME", "").strip()
+    if not state_raw:
+        problems.append("MODELFORGE_AGENT_STATE_VOLUME is required (a durable directory for the node's identity)")
+    identity_mode = env.get("MODELFORGE_AGENT_IDENTITY_MODE", "persisted").strip().lower()
+    if identity_mode != "persisted":
+        problems.append("MODELFORGE_AGENT_IDENTITY_MODE must be persisted")
+    interval = _number(env, "MODELFORGE_AGENT_HEARTBEAT_INTERVAL_SECONDS", None, 0.1, 3600, problems)
+    refresh = _number(env, "MODELFORGE_AGENT_INVENTORY_REFRESH_SECONDS", 3600.0, 10, 86400, problems)
+    preflight_timeout = _number(env, "MODELFORGE_AGENT_PREFLIGHT_TIMEOUT_SECONDS", 10.0, 0.1, 300, problems)
+    request_timeout = _number(env, "MODELFORGE_AGENT_REQUEST_TIMEOUT_SECONDS", 10.0, 0.5, 120, problems)
+    level = env.get("MODELFORGE_AGENT_LOG_LEVEL", "INFO").strip().upper()
+    if level not in _LOG_LEVELS:
+        problems.append(f"MODELFORGE_AGENT_LOG_LEVEL must be one of {', '.join(sorted(_LOG_LEVELS))}")
+    if problems:
+        raise ConfigurationInvalid(problems)
+    return AgentConfig(
+        control_plane_url=url,
+        enrollment_token=token,
+        hostname=hostname,
+        accelerator_mode=mode,
+        tls_verify=verify,
+        state_volume=Path(state_raw),
+        identity_mode=identity_mode,
+        ca_cert_path=ca,
+        control_plane_host_address=address,
+        heartbeat_interval_override=interval,
+        inventory_refresh_seconds=float(refresh or 3600.0),
+        preflight_timeout_seconds=float(preflight_timeout or 10.0),
+        request_timeout_seconds=float(request_timeout or 10.0),
+        log_level=level,
+    )
+
+
+def load_preflight_config(env: Mapping[str, str]) -> tuple[str, float]:
+    """`--preflight` needs only the mode and the time bound, never the network or state."""
+    problems: list[str] = []
+    mode = env.get("MODELFORGE_AGENT_ACCELERATOR_MODE", "nvidia").strip().lower()
+    if mode not in ACCELERATOR_MODES:
+        problems.append(f"MODELFORGE_AGENT_ACCELERATOR_MODE must be one of {', '.join(ACCELERATOR_MODES)}")
+    timeout = _number(env, "MODELFORGE_AGENT_PREFLIGHT_TIMEOUT_SECONDS", 10.0, 0.1, 300, problems)
+    if problems:
+        raise ConfigurationInvalid(problems)
+    return mode, float(timeout or 10.0)

@@ -1,0 +1,155 @@
+"""The node's persisted identity in MODELFORGE_AGENT_STATE_VOLUME.
+
+Written atomically (temp file, fsync, rename, fsync of the directory), files 0600, directory
+0700. The credential and idempotency key are created and persisted *before* the agent enrolls,
+so a lost enroll answer followed by a retry ends with the same node.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+from modelforge_protocol import credentials
+
+from .exit_codes import IdentityRefused
+
+log = logging.getLogger("modelforge.agent.identity")
+
+IDENTITY_FILE = "identity.json"
+_FORMAT_VERSION = 1
+
+
+class StateVolumeError(IdentityRefused):
+    """The state volume cannot hold the identity: never enroll without being able to persist."""
+
+
+@dataclass(frozen=True)
+class Identity:
+    control_plane_url: str
+    credential: str = field(repr=False)
+    idempotency_key: str = field(repr=False)
+    node_id: str | None = None
+
+    @property
+    def enrolled(self) -> bool:
+        return self.node_id is not None
+
+
+def new_identity(control_plane_url: str) -> Identity:
+    return Identity(
+        control_plane_url=control_plane_url,
+        credential=credentials.new_node_credential(),
+        idempotency_key=credentials.new_idempotency_key(),
+    )
+
+
+class StateVolume:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.identity_path = path / IDENTITY_FILE
+
+    def prepare(self) -> None:
+        """Create the directory if needed (0700) and prove it is writable, or refuse."""
+        try:
+            self.path.mkdir(parents=True, exist_ok=True, mode=0o700)
+            os.chmod(self.path, 0o700)
+            with tempfile.NamedTemporaryFile(dir=self.path, prefix=".write-check-") as probe:
+                probe.write(b"ok")
+                probe.flush()
+                os.fsync(probe.fileno())
+        except OSError as error:
+            raise StateVolumeError(
+                f"state volume {self.path} is not writable ({error.strerror or error}); "
+                "fix MODELFORGE_AGENT_STATE_VOLUME before the agent can enroll"
+            ) from None
+
+    def load(self) -> Identity | None:
+        try:
+            raw = self.identity_path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as error:
+            raise StateVolumeError(f"cannot read identity file {self.identity_path} ({error.strerror or error})") from None
+        try:
+            data = json.loads(raw)
+            if data.pop("format_version") != _FORMAT_VERSION:
+                raise ValueError("unknown format version")
+            identity = Identity(**data)
+            self._check(identity)
+        except (ValueError, TypeError, KeyError, AttributeError):
+            raise IdentityRefused(
+                f"identity file {self.identity_path} is corrupt; the agent will not re-enroll silently. "
+                "Restore it from backup, or, if this node must become a new node, revoke the old node's "
+                "credential and move the file away"
+            ) from None
+        return identity
+
+    @staticmethod
+    def _check(identity: Identity) -> None:
+        if not credentials.NODE_CREDENTIAL_RE.match(identity.credential):
+            raise ValueError("credential")
+        if not credentials.IDEMPOTENCY_KEY_RE.match(identity.idempotency_key):
+            raise ValueError("idempotency key")
+        if identity.node_id is not None and not credentials.NODE_ID_RE.match(identity.node_id):
+            raise ValueError("node id")
+        if not isinstance(identity.control_plane_url, str):
+            raise ValueError("url")
+
+    def save(self, identity: Identity) -> None:
+        payload = json.dumps({"format_version": _FORMAT_VERSION, **asdict(identity)}, indent=2).encode()
+        descriptor, temp_name = tempfile.mkstemp(dir=self.path, prefix=".identity-", suffix=".tmp")
+        try:
+            os.fchmod(descriptor, 0o600)
+            with os.fdopen(descriptor, "wb") as temp:
+                temp.write(payload)
+                temp.flush()
+                os.fsync(temp.fileno())
+            os.replace(temp_name, self.identity_path)
+            directory = os.open(self.path, os.O_RDONLY)
+            try:
+                os.fsync(directory)
+            finally:
+                os.close(directory)
+        except OSError as error:
+            Path(temp_name).unlink(missing_ok=True)
+            raise StateVolumeError(f"cannot write identity file {self.identity_path} ({error.strerror or error})") from None
+
+    def enrolled_as(self, identity: Identity, node_id: str) -> Identity:
+        updated = replace(identity, node_id=node_id)
+        self.save(updated)
+        return updated
+
+
+def root_filesystem_warning(path: Path, mountinfo: Path = Path("/proc/self/mountinfo")) -> str | None:
+    """A warning when ``path`` lies on the container's own root filesystem (an overlay).
+
+    The seed: "if a node reappears as a new identity, its state volume is not durable". A
+    container's writable layer disappears with the container, and so would the identity.
+    """
+    try:
+        lines = mountinfo.read_text().splitlines()
+    except OSError:
+        return None
+    resolved = str(path.resolve())
+    best_point, best_type = "", ""
+    for line in lines:
+        fields = line.split()
+        if "-" not in fields:
+            continue
+        mount_point = fields[4]
+        fs_type = fields[fields.index("-") + 1]
+        inside = resolved == mount_point or resolved.startswith(mount_point.rstrip("/") + "/")
+        if inside and len(mount_point) >= len(best_point):
+            best_point, best_type = mount_point, fs_type
+    if best_point == "/" and best_type == "overlay":
+        return (
+            f"state volume {path} is on the container's root filesystem (overlay), not a mounted volume: "
+            "the node identity will be lost with the container and the node will reappear as a new one. "
+            "Mount durable storage at MODELFORGE_AGENT_STATE_VOLUME"
+        )
+    return None

@@ -1,0 +1,64 @@
+"""The agent's HTTPS session: verification always on, an optional private CA added to the
+system trust store, and an optional address override that connects to
+MODELFORGE_AGENT_CONTROL_PLANE_HOST_ADDRESS while verifying the certificate against the URL's
+host name (SNI and hostname check both use the URL's name)."""
+
+from __future__ import annotations
+
+import ssl
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import requests
+from requests.adapters import HTTPAdapter
+
+from .config import AgentConfig
+
+
+class _AgentAdapter(HTTPAdapter):
+    def __init__(self, ssl_context: ssl.SSLContext | None, server_hostname: str | None) -> None:
+        self._ssl_context = ssl_context
+        self._server_hostname = server_hostname
+        super().__init__(max_retries=0)
+
+    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+        if self._ssl_context is not None:
+            kwargs["ssl_context"] = self._ssl_context
+        if self._server_hostname is not None:
+            kwargs["server_hostname"] = self._server_hostname
+            kwargs["assert_hostname"] = self._server_hostname
+        super().init_poolmanager(*args, **kwargs)
+
+
+def _ssl_context(config: AgentConfig) -> ssl.SSLContext | None:
+    if config.ca_cert_path is None:
+        return None
+    context = ssl.create_default_context()  # the system's trust store ...
+    context.load_verify_locations(cafile=str(config.ca_cert_path))  # ... plus the private CA
+    return context
+
+
+def base_url(config: AgentConfig) -> str:
+    """The URL requests go to: the configured one, or its host replaced by the override address."""
+    if config.control_plane_host_address is None:
+        return config.control_plane_url
+    parts = urlsplit(config.control_plane_url)
+    address = config.control_plane_host_address
+    if ":" in address and not address.startswith("["):
+        address = f"[{address}]"  # IPv6 literal
+    netloc = f"{address}:{parts.port}" if parts.port else address
+    return urlunsplit((parts.scheme, netloc, "", "", ""))
+
+
+def build_session(config: AgentConfig) -> requests.Session:
+    session = requests.Session()
+    session.verify = config.tls_verify
+    override = config.control_plane_host_address is not None
+    adapter = _AgentAdapter(_ssl_context(config), config.url_host if override else None)
+    session.mount("https://", adapter)
+    session.mount("http://", HTTPAdapter(max_retries=0))
+    if override:
+        parts = urlsplit(config.control_plane_url)
+        session.headers["Host"] = parts.netloc
+    session.headers["User-Agent"] = "modelforge-node-agent"
+    return session
