@@ -33,7 +33,7 @@ class JsonFormatter(logging.Formatter):
                 entry[key] = value
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
-        return redact(json.dumps(entry, default=str, sort_keys=True))
+        return redact(json.dumps(entry, default=str, sort_keys=True, ensure_ascii=False))
 
 
 def configure(level: str = "INFO", logger_name: str = "modelforge") -> None:

@@ -1,0 +1,170 @@
+#!/usr/bin/env bash
+# gpu-check.sh: prove the node agent's NVIDIA path on a machine that really has an NVIDIA GPU.
+#
+# Unit tests cover the preflight with a fake probe, and on a machine without a GPU they can only show
+# that NVML is refused. This script exercises the real driver, end to end:
+#
+#   1. the bounded preflight, `python -m modelforge_node_agent.main --preflight --json`, in nvidia
+#      mode: it must exit 0 and list every GPU with telemetry (exit 3 = preflight failed);
+#   2. when the `modelforge` command line is installed: a local control plane on 127.0.0.1 (a free
+#      port chosen here), a one-time enrollment token minted with the admin token, the agent in
+#      nvidia mode enrolling with a fresh state volume and heartbeating every 2 s for ~10 s, and
+#      GET /api/v1/admin/nodes, which must show one online node whose inventory and telemetry cover
+#      the same GPUs the preflight found.
+#
+# It stops everything it started, by PID, and removes its temporary folder (the agent's credential
+# lives there). Exit status: 0 when every step passed, 1 otherwise. Secrets are never printed.
+#
+# Usage: scripts/gpu-check.sh            (PYTHON=... to choose the interpreter; default .venv's)
+#        GPU_CHECK_AGENT_SECONDS=20 scripts/gpu-check.sh
+set -euo pipefail
+set +x # the admin and enrollment tokens pass through this shell's variables
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+if [ -z "${PYTHON:-}" ]; then
+  if [ -x "$ROOT/.venv/bin/python" ]; then PYTHON="$ROOT/.venv/bin/python"; else PYTHON=python3; fi
+fi
+AGENT_SECONDS="${GPU_CHECK_AGENT_SECONDS:-10}"
+WORK="$(mktemp -d)"
+CP_PID=""
+AGENT_PID=""
+
+say() { echo "gpu-check: $*"; }
+die() {
+  echo "gpu-check: FAILED: $*" >&2
+  exit 1
+}
+
+# Stop one process we started: SIGTERM, up to 10 s to exit, then SIGKILL. Sets STOPPED_RC to its
+# exit status (not printed: `wait` only works in this shell, not in a $(...) subshell).
+STOPPED_RC=0
+stop_pid() {
+  local pid="$1"
+  STOPPED_RC=0
+  [ -n "$pid" ] || return 0
+  if kill -0 "$pid" 2>/dev/null; then
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 100); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    if kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid" 2>/dev/null || true; fi
+  fi
+  wait "$pid" 2>/dev/null || STOPPED_RC=$?
+}
+
+cleanup() {
+  local rc=$?
+  stop_pid "$AGENT_PID"
+  stop_pid "$CP_PID"
+  if [ "$rc" -ne 0 ]; then
+    for log in "$WORK/agent.log" "$WORK/local-up.log"; do
+      if [ -s "$log" ]; then
+        echo "--- last lines of $(basename "$log")" >&2
+        tail -n 30 "$log" >&2
+      fi
+    done
+  fi
+  rm -rf "$WORK"
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# A small JSON query: python3 -c CODE FILE, where CODE reads `doc` and prints its answer.
+json_query() {
+  "$PYTHON" -c "import json, sys; doc = json.load(open(sys.argv[1])); $1" "$2"
+}
+
+# --- 1. the preflight ----------------------------------------------------------------------------
+
+say "preflight (nvidia mode) with $PYTHON"
+set +e
+MODELFORGE_AGENT_ACCELERATOR_MODE=nvidia \
+  "$PYTHON" -m modelforge_node_agent.main --preflight --json >"$WORK/preflight.json" 2>"$WORK/preflight.err"
+PREFLIGHT_RC=$?
+set -e
+cat "$WORK/preflight.json"
+cat "$WORK/preflight.err" >&2
+[ "$PREFLIGHT_RC" -eq 0 ] || die "preflight exited $PREFLIGHT_RC (3 = preflight failed; the code above says why)"
+json_query 'assert doc.get("ok", True) is True and doc["gpus"] and len(doc["telemetry"]) == len(doc["gpus"]), "no GPUs or missing telemetry"' \
+  "$WORK/preflight.json" || die "the preflight JSON does not list GPUs with telemetry for each"
+say "preflight passed"
+
+# --- 2. enrollment and heartbeats against a local control plane ----------------------------------
+
+MODELFORGE="$(command -v modelforge || true)"
+if [ -z "$MODELFORGE" ] && [ -x "$ROOT/.venv/bin/modelforge" ]; then MODELFORGE="$ROOT/.venv/bin/modelforge"; fi
+if [ -z "$MODELFORGE" ]; then
+  say "the modelforge command line is not installed; skipping the enrollment check"
+  exit 0
+fi
+
+PORT="$("$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+API="http://127.0.0.1:$PORT"
+ADMIN_TOKEN="$("$PYTHON" -c 'import secrets; print(secrets.token_urlsafe(32))')"
+
+say "starting the control plane on $API"
+MODELFORGE_ADMIN_TOKEN="$ADMIN_TOKEN" PYTHONUNBUFFERED=1 \
+  "$MODELFORGE" local up --host 127.0.0.1 --port "$PORT" >"$WORK/local-up.log" 2>&1 </dev/null &
+CP_PID=$!
+for _ in $(seq 600); do # up to 60 s
+  grep -q "ready at" "$WORK/local-up.log" && break
+  kill -0 "$CP_PID" 2>/dev/null || die "the control plane exited before it was ready"
+  sleep 0.1
+done
+grep -q "ready at" "$WORK/local-up.log" || die "the control plane was not ready within 60 s"
+
+say "minting an enrollment token"
+STATUS="$(curl -sS -o "$WORK/enrollment.json" -w '%{http_code}' -X POST \
+  -H "X-ModelForge-Admin-Token: $ADMIN_TOKEN" -H "Content-Type: application/json" \
+  -d '{"display_name":"gpu-check","expires_in_seconds":300}' \
+  "$API/api/v1/admin/node-enrollments")" || die "curl could not reach $API"
+[ "$STATUS" = "201" ] || die "minting a token answered HTTP $STATUS"
+ENROLLMENT_TOKEN="$(json_query 'print(doc["token"])' "$WORK/enrollment.json")"
+rm -f "$WORK/enrollment.json" # it holds the token
+
+say "running the agent in nvidia mode for ${AGENT_SECONDS} s"
+STATE_VOLUME="$(mktemp -d "$WORK/state.XXXXXX")"
+MODELFORGE_AGENT_CONTROL_PLANE_URL="$API" \
+  MODELFORGE_AGENT_ENROLLMENT_TOKEN="$ENROLLMENT_TOKEN" \
+  MODELFORGE_AGENT_ACCELERATOR_MODE=nvidia \
+  MODELFORGE_AGENT_STATE_VOLUME="$STATE_VOLUME" \
+  MODELFORGE_AGENT_HEARTBEAT_INTERVAL_SECONDS=2 \
+  PYTHONUNBUFFERED=1 \
+  "$PYTHON" -m modelforge_node_agent.main >"$WORK/agent.log" 2>&1 </dev/null &
+AGENT_PID=$!
+unset ENROLLMENT_TOKEN
+for _ in $(seq $((AGENT_SECONDS * 10))); do
+  kill -0 "$AGENT_PID" 2>/dev/null || die "the agent exited early (see its log)"
+  sleep 0.1
+done
+
+say "reading GET /api/v1/admin/nodes"
+STATUS="$(curl -sS -o "$WORK/nodes.json" -w '%{http_code}' \
+  -H "X-ModelForge-Admin-Token: $ADMIN_TOKEN" "$API/api/v1/admin/nodes")" || die "curl could not reach $API"
+[ "$STATUS" = "200" ] || die "listing nodes answered HTTP $STATUS"
+json_query '
+nodes = doc["nodes"]
+assert len(nodes) == 1, f"expected one node, found {len(nodes)}"
+node = nodes[0]
+print(json.dumps({key: node.get(key) for key in ("node_id", "status", "accelerator_mode", "last_heartbeat_at")}, indent=2))
+print(json.dumps(node["telemetry"], indent=2))
+status = node["status"]
+assert status == "online", f"node status is {status}, not online"
+inventory = sorted(gpu["index"] for gpu in node["inventory"]["gpus"])
+telemetry = sorted(gpu["index"] for gpu in (node["telemetry"] or {}).get("gpus") or [])
+assert inventory, "the node reported no GPUs in its inventory"
+assert telemetry == inventory, f"telemetry covers GPUs {telemetry}, inventory lists {inventory}"
+' "$WORK/nodes.json" || die "the node does not show the expected inventory and telemetry"
+"$PYTHON" -c '
+import json, sys
+preflight = {gpu["uuid"] for gpu in json.load(open(sys.argv[1]))["gpus"]}
+enrolled = {gpu["uuid"] for gpu in json.load(open(sys.argv[2]))["nodes"][0]["inventory"]["gpus"]}
+sys.exit(0 if preflight == enrolled else f"preflight found {sorted(preflight)}, the node reported {sorted(enrolled)}")
+' "$WORK/preflight.json" "$WORK/nodes.json" || die "the enrolled inventory differs from the preflight's GPUs"
+
+stop_pid "$AGENT_PID"
+AGENT_PID=""
+[ "$STOPPED_RC" -eq 0 ] || die "the agent exited $STOPPED_RC on SIGTERM (0 = clean stop)"
+say "passed: preflight, enrollment, inventory and telemetry for every GPU, clean stop"

@@ -1,0 +1,223 @@
+"""The node agent as operators run it: real `modelforge local up` and agent processes, real
+sockets, real TLS with a test CA (trustme)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+import trustme
+
+from tests.conftest import ADMIN_TOKEN
+from tests.support.api import ControlPlane
+from tests.support.processes import RunningProcess, free_port, start_local_up
+
+UNRESOLVABLE_NAME = "cp.modelforge.test"  # .test never resolves (RFC 2606)
+
+
+@dataclass
+class Pki:
+    ca_file: Path
+    other_ca_file: Path
+    cert_file: Path
+    key_file: Path
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    folder = tmp_path_factory.mktemp("pki")
+    ca, other = trustme.CA(), trustme.CA()
+    cert = ca.issue_cert("127.0.0.1", "localhost", UNRESOLVABLE_NAME)
+    paths = Pki(folder / "ca.pem", folder / "other-ca.pem", folder / "cert.pem", folder / "key.pem")
+    ca.cert_pem.write_to_path(str(paths.ca_file))
+    other.cert_pem.write_to_path(str(paths.other_ca_file))
+    cert.private_key_and_cert_chain_pem.write_to_path(str(paths.cert_file))
+    cert.private_key_pem.write_to_path(str(paths.key_file))
+    return paths
+
+
+@pytest.fixture(scope="module")
+def tls_plane(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningProcess]:
+    log = tmp_path_factory.mktemp("tls-plane") / "local-up.log"
+    running = start_local_up(
+        log, "--tls-cert", str(pki.cert_file), "--tls-key", str(pki.key_file), env={"MODELFORGE_ADMIN_TOKEN": ADMIN_TOKEN}
+    )
+    yield running
+    running.stop()
+
+
+class AgentProcess:
+    def __init__(self, log_path: Path, env: dict[str, str]) -> None:
+        self.log_path = log_path
+        self._log = open(log_path, "ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "modelforge_node_agent.main"],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **env},
+        )
+
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_for(self, pattern: str, timeout: float = 60) -> re.Match[str]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = re.search(pattern, self.output())
+            if found:
+                return found
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.05)
+        raise AssertionError(f"no {pattern!r} in agent output (exit {self.process.poll()}):\n{self.output()}")
+
+    def wait_exit(self, timeout: float = 30) -> int:
+        code = self.process.wait(timeout=timeout)
+        self._log.close()
+        return code
+
+    def terminate(self) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        return self.wait_exit(timeout=10)
+
+
+def agent_env(url: str, token: str, state: Path, **extra: str) -> dict[str, str]:
+    return {
+        "MODELFORGE_AGENT_CONTROL_PLANE_URL": url,
+        "MODELFORGE_AGENT_ENROLLMENT_TOKEN": token,
+        "MODELFORGE_AGENT_HOSTNAME": "gpu_node",
+        "MODELFORGE_AGENT_ACCELERATOR_MODE": "cpu",
+        "MODELFORGE_AGENT_STATE_VOLUME": str(state),
+        "MODELFORGE_AGENT_HEARTBEAT_INTERVAL_SECONDS": "0.5",
+        **extra,
+    }
+
+
+def wait_until(condition, timeout: float = 60, what: str = "condition"):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def nodes_of(cp: ControlPlane, enrollment_id: str) -> list[dict]:
+    return [node for node in cp.all_nodes() if node["enrollment_id"] == enrollment_id]
+
+
+def test_cpu_agent_enrolls_over_tls_is_online_and_keeps_its_identity_across_restarts(
+    tls_plane: RunningProcess, pki: Pki, tmp_path: Path
+) -> None:
+    cp = ControlPlane(tls_plane.api_url, ADMIN_TOKEN, verify=str(pki.ca_file))
+    minted = cp.mint(display_name="tls cpu node")
+    env = agent_env(tls_plane.api_url, minted["token"], tmp_path / "state", MODELFORGE_AGENT_CA_CERT_PATH=str(pki.ca_file))
+    first = AgentProcess(tmp_path / "agent.log", env)
+    try:
+        node_id = first.wait_for(r'"event": "enrolled".*?"node_id": "(node_\w+)"').group(1)
+        node = wait_until(lambda: (n := cp.node(node_id))["status"] == "online" and n, what="node online")
+        assert node["inventory"]["capabilities"] == ["cpu"] and node["inventory"]["gpus"] == []
+        assert node["accelerator_mode"] == "cpu" and node["hostname"] == "gpu_node"
+    finally:
+        started = time.monotonic()
+        assert first.terminate() == 0
+        assert time.monotonic() - started < 3, "SIGTERM must stop the agent within 2 s"
+    second = AgentProcess(tmp_path / "agent.log", env)
+    try:
+        second.wait_for("enrollment token is ignored and can be removed")
+        second.wait_for(r'"event": "inventory_published"')
+    finally:
+        assert second.terminate() == 0
+    assert [node["node_id"] for node in nodes_of(cp, minted["enrollment_id"])] == [node_id]
+    assert minted["token"] not in first.output() + second.output()
+
+
+def test_agent_exits_4_when_its_credential_is_revoked(tls_plane: RunningProcess, pki: Pki, tmp_path: Path) -> None:
+    cp = ControlPlane(tls_plane.api_url, ADMIN_TOKEN, verify=str(pki.ca_file))
+    minted = cp.mint(display_name="to be revoked")
+    agent = AgentProcess(
+        tmp_path / "agent.log",
+        agent_env(tls_plane.api_url, minted["token"], tmp_path / "state", MODELFORGE_AGENT_CA_CERT_PATH=str(pki.ca_file)),
+    )
+    try:
+        node_id = agent.wait_for(r'"event": "enrolled".*?"node_id": "(node_\w+)"').group(1)
+        assert cp.admin("POST", f"/api/v1/admin/nodes/{node_id}/revoke-credential").status_code == 200
+        assert agent.wait_exit(timeout=30) == 4
+    finally:
+        agent.terminate()
+    assert "credential_revoked" in agent.output() and "enrolled again" in agent.output()
+
+
+def test_agent_with_the_wrong_ca_reports_a_tls_error_and_never_falls_back(
+    tls_plane: RunningProcess, pki: Pki, tmp_path: Path
+) -> None:
+    cp = ControlPlane(tls_plane.api_url, ADMIN_TOKEN, verify=str(pki.ca_file))
+    minted = cp.mint(display_name="wrong ca")
+    agent = AgentProcess(
+        tmp_path / "agent.log",
+        agent_env(tls_plane.api_url, minted["token"], tmp_path / "state", MODELFORGE_AGENT_CA_CERT_PATH=str(pki.other_ca_file)),
+    )
+    try:
+        agent.wait_for(r"TLSError on POST /api/v1/agent/enroll \(backoff 2s…16s\): certificate verify failed")
+    finally:
+        assert agent.terminate() == 0
+    assert nodes_of(cp, minted["enrollment_id"]) == []
+    enrollment = cp.admin("GET", f"/api/v1/admin/node-enrollments/{minted['enrollment_id']}").json()
+    assert enrollment["status"] == "pending"
+
+
+def test_host_address_override_connects_to_the_address_and_verifies_the_url_name(
+    tls_plane: RunningProcess, pki: Pki, tmp_path: Path
+) -> None:
+    port = tls_plane.api_url.rsplit(":", 1)[1]
+    cp = ControlPlane(tls_plane.api_url, ADMIN_TOKEN, verify=str(pki.ca_file))
+    minted = cp.mint(display_name="host address override")
+    env = agent_env(
+        f"https://{UNRESOLVABLE_NAME}:{port}",
+        minted["token"],
+        tmp_path / "state",
+        MODELFORGE_AGENT_CA_CERT_PATH=str(pki.ca_file),
+        MODELFORGE_AGENT_CONTROL_PLANE_HOST_ADDRESS="127.0.0.1",
+    )
+    agent = AgentProcess(tmp_path / "agent.log", env)
+    try:
+        node_id = agent.wait_for(r'"event": "enrolled".*?"node_id": "(node_\w+)"').group(1)
+        wait_until(lambda: cp.node(node_id)["status"] == "online", what="node online")
+    finally:
+        assert agent.terminate() == 0
+
+
+def test_agent_backs_off_while_the_control_plane_is_down_and_resumes_when_it_returns(tmp_path: Path) -> None:
+    port, data_dir = free_port(), tmp_path / "plane-state"
+    env = {"MODELFORGE_ADMIN_TOKEN": ADMIN_TOKEN}
+    plane = start_local_up(tmp_path / "plane-1.log", "--data-dir", str(data_dir), env=env, port=port)
+    cp = ControlPlane(plane.api_url, ADMIN_TOKEN)
+    minted = cp.mint(display_name="outage")
+    agent = AgentProcess(tmp_path / "agent.log", agent_env(plane.api_url, minted["token"], tmp_path / "state"))
+    try:
+        node_id = agent.wait_for(r'"event": "enrolled".*?"node_id": "(node_\w+)"').group(1)
+        wait_until(lambda: cp.node(node_id)["status"] == "online", what="node online")
+        assert plane.stop() == 0
+        for step in ("1s", "2s", "4s"):
+            agent.wait_for(rf"ConnectError on POST /api/v1/agent/heartbeat \(backoff {step}…16s\)", timeout=30)
+        plane = start_local_up(tmp_path / "plane-2.log", "--data-dir", str(data_dir), env=env, port=port)
+        agent.wait_for(r'"event": "publish_recovered"', timeout=40)
+        before = ControlPlane(plane.api_url, ADMIN_TOKEN).node(node_id)["last_heartbeat_at"]
+        wait_until(lambda: ControlPlane(plane.api_url, ADMIN_TOKEN).node(node_id)["last_heartbeat_at"] != before, what="heartbeat advancing")
+    finally:
+        agent.terminate()
+        plane.stop()
+    credential = json.loads((tmp_path / "state" / "identity.json").read_text())["credential"]
+    assert credential not in agent.output()
