@@ -126,11 +126,12 @@ def run_agent(
 
     threading.Thread(target=publish, name="publisher", daemon=True).start()
     try:
-        while not done.wait(0.1):
-            if stop.is_set():
-                done.wait(STOP_GRACE_SECONDS)
-                log.info("stopped", extra={"event": "agent_stopped"})
-                return exit_codes.OK
+        while not done.wait(0.1) and not stop.is_set():
+            pass
+        if stop.is_set() and (not outcome or outcome[0] == exit_codes.OK):
+            done.wait(STOP_GRACE_SECONDS)
+            log.info("stopped", extra={"event": "agent_stopped"})
+            return exit_codes.OK
         return outcome[0] if outcome else exit_codes.UNEXPECTED
     finally:
         if done.is_set():  # never release NVML under a publisher that is still using it

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -192,3 +193,26 @@ def test_the_seed_curl_command_mints_a_token_against_local_up(local_up) -> None:
     answer = json.loads(done.stdout)
     assert answer["status"] == "pending" and answer["display_name"] == "GPU Node"
     assert answer["token"].startswith("mfe.") and answer["production_eligible"] is False
+
+
+def test_local_up_with_cpu_agent_runs_an_enrolled_heartbeating_node_that_survives_restarts(tmp_path: Path) -> None:
+    """What the README's first quick-start command runs."""
+    port, data_dir, agent_state = free_port(), tmp_path / "plane", tmp_path / "agent"
+    args = ("--data-dir", str(data_dir), "--with-cpu-agent", str(agent_state))
+    node_ids = []
+    for attempt in range(2):
+        running = start_local_up(tmp_path / f"run-{attempt}.log", *args, env={"MODELFORGE_ADMIN_TOKEN": ADMIN_TOKEN}, port=port)
+        try:
+            cp = ControlPlane(running.api_url, ADMIN_TOKEN)
+            deadline = time.monotonic() + 60
+            online = []
+            while time.monotonic() < deadline and not online:
+                online = [node for node in cp.all_nodes() if node["status"] == "online" and node["hostname"] == "local-cpu-agent"]
+                time.sleep(0.2)
+            assert len(online) == 1, running.output()
+            node_ids.append(online[0]["node_id"])
+            assert len(cp.all_nodes()) == 1
+        finally:
+            assert running.stop() == 0
+        assert "agent_stopped" in running.output()
+    assert node_ids[0] == node_ids[1]

@@ -42,6 +42,12 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--data-dir", type=Path, help="keep emulator state here across restarts (default: in memory)")
     up.add_argument("--emulator-port", type=int, default=0, help="AWS emulator port (default: a free one)")
     up.add_argument(
+        "--with-cpu-agent",
+        type=Path,
+        metavar="STATE_DIR",
+        help="also run a CPU-mode node agent (its own process) that keeps its identity in STATE_DIR",
+    )
+    up.add_argument(
         "--aws-endpoint-url",
         default=os.environ.get("MODELFORGE_LOCAL_AWS_ENDPOINT_URL"),
         help="use this AWS endpoint (e.g. LocalStack on http://127.0.0.1:4566) instead of the embedded emulator",
@@ -84,6 +90,9 @@ def run_local_up(args: argparse.Namespace) -> int:
     if args.aws_endpoint_url and args.data_dir:
         print("modelforge: --data-dir applies to the embedded emulator only, not --aws-endpoint-url", file=sys.stderr)
         return EXIT_CONFIG
+    if args.with_cpu_agent and args.tls_cert:
+        print("modelforge: --with-cpu-agent runs over plain HTTP on loopback; leave out --tls-cert", file=sys.stderr)
+        return EXIT_CONFIG
     if bool(args.tls_cert) != bool(args.tls_key):
         print("modelforge: --tls-cert and --tls-key must be given together", file=sys.stderr)
         return EXIT_CONFIG
@@ -103,10 +112,10 @@ def run_local_up(args: argparse.Namespace) -> int:
         sweep_interval_seconds=_sweep_interval_from_env(),
         aws_endpoint_url=args.aws_endpoint_url,
     )
-    return serve(options)
+    return serve(options, cpu_agent_state=args.with_cpu_agent)
 
 
-def serve(options: "LocalOptions") -> int:  # noqa: F821
+def serve(options: "LocalOptions", cpu_agent_state: Path | None = None) -> int:  # noqa: F821
     """Start the local stack, print the ready line, and serve until SIGINT or SIGTERM."""
     from .http_server import load_app
     from .local_stack import LocalStack
@@ -133,7 +142,21 @@ def serve(options: "LocalOptions") -> int:  # noqa: F821
     if stack.replayed_requests:
         print(f"restored {stack.replayed_requests} recorded emulator requests from {options.data_dir}", flush=True)
     print(f"modelforge control plane ready at {stack.api_url} (AWS emulator {stack.aws_endpoint_url})", flush=True)
+    agent = None
+    if cpu_agent_state is not None:
+        from . import dev_agent
+
+        admin_token = os.environ.get("MODELFORGE_ADMIN_TOKEN") or stack.generated_admin_token
+        try:
+            agent = dev_agent.start(stack.api_url, admin_token, cpu_agent_state)
+        except (dev_agent.DevAgentError, OSError) as error:
+            print(f"modelforge: cannot start the CPU agent: {error}", file=sys.stderr)
+            stack.stop()
+            return EXIT_ERROR
+        print(f"CPU node agent started (pid {agent.pid}, state in {cpu_agent_state})", flush=True)
     stopping.wait()
+    if agent is not None:
+        dev_agent.stop(agent)
     stack.stop()
     print("modelforge control plane stopped", flush=True)
     return EXIT_OK
