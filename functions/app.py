@@ -17,7 +17,7 @@ from chalicelib import enrollment_store, paging, state_log_store
 from chalicelib.auth import require_admin, require_node
 from chalicelib.errors import ApiError, invalid_request
 from chalicelib.settings import SettingsError
-from chalicelib.validation import parse_json_object, validate, validate_query
+from chalicelib.validation import ascii_int, parse_json_object, validate, validate_query
 from modelforge_protocol import jsonlog
 from modelforge_protocol.versions import (
     AGENT_PROTOCOL_VERSION,
@@ -108,6 +108,8 @@ def _request() -> Any:
 
 
 def _body(allow_empty: bool = False) -> dict[str, Any]:
+    """The JSON body of a POST; POST endpoints take no query parameters."""
+    validate_query(_request().query_params, set())
     return parse_json_object(_request().raw_body, allow_empty=allow_empty)
 
 
@@ -119,10 +121,10 @@ def _admin() -> runtime.Runtime:
 
 def _page_params(key_name: str) -> tuple[int, dict | None]:
     params = validate_query(_request().query_params, {"limit", "next_token"})
-    raw_limit = params.get("limit", str(MAX_PAGE))
-    if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= MAX_PAGE:
+    limit = ascii_int(params.get("limit", str(MAX_PAGE)), 1, MAX_PAGE)
+    if limit is None:
         raise invalid_request(f"limit must be an integer from 1 to {MAX_PAGE}")
-    return int(raw_limit), paging.decode(params.get("next_token"), key_name)
+    return limit, paging.decode(params.get("next_token"), key_name)
 
 
 # --- public ------------------------------------------------------------------------------

@@ -103,7 +103,7 @@ def _url(env: Mapping[str, str], problems: list[str]) -> str:
 
 def _token(env: Mapping[str, str], problems: list[str]) -> str | None:
     token = env.get("MODELFORGE_AGENT_ENROLLMENT_TOKEN", "").strip() or None
-    if token is not None and not ENROLLMENT_TOKEN_RE.match(token):
+    if token is not None and not ENROLLMENT_TOKEN_RE.fullmatch(token):
         problems.append("MODELFORGE_AGENT_ENROLLMENT_TOKEN is not an enrollment token (expected mfe.<id>.<secret>)")
     return token
 
@@ -124,7 +124,7 @@ def _tls(env: Mapping[str, str], url: str, problems: list[str]) -> tuple[bool, P
         except OSError:
             problems.append("MODELFORGE_AGENT_CA_CERT_PATH is not a readable file")
     address = env.get("MODELFORGE_AGENT_CONTROL_PLANE_HOST_ADDRESS", "").strip() or None
-    if address is not None and not _HOSTNAME_RE.match(address.strip("[]")) and ":" not in address:
+    if address is not None and not _HOSTNAME_RE.fullmatch(address.strip("[]")) and ":" not in address:
         problems.append("MODELFORGE_AGENT_CONTROL_PLANE_HOST_ADDRESS must be an IP address or host name")
     return verify, ca, address
 
@@ -134,7 +134,7 @@ def load_config(env: Mapping[str, str]) -> AgentConfig:
     url = _url(env, problems)
     token = _token(env, problems)
     hostname = env.get("MODELFORGE_AGENT_HOSTNAME", "").strip() or socket.gethostname()
-    if not _HOSTNAME_RE.match(hostname):
+    if not _HOSTNAME_RE.fullmatch(hostname):
         problems.append("MODELFORGE_AGENT_HOSTNAME must be 1-253 letters, digits, '.', '_' or '-'")
     mode = env.get("MODELFORGE_AGENT_ACCELERATOR_MODE", "nvidia").strip().lower()
     if mode not in ACCELERATOR_MODES:

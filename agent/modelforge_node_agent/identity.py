@@ -91,11 +91,11 @@ class StateVolume:
 
     @staticmethod
     def _check(identity: Identity) -> None:
-        if not credentials.NODE_CREDENTIAL_RE.match(identity.credential):
+        if not credentials.NODE_CREDENTIAL_RE.fullmatch(identity.credential):
             raise ValueError("credential")
-        if not credentials.IDEMPOTENCY_KEY_RE.match(identity.idempotency_key):
+        if not credentials.IDEMPOTENCY_KEY_RE.fullmatch(identity.idempotency_key):
             raise ValueError("idempotency key")
-        if identity.node_id is not None and not credentials.NODE_ID_RE.match(identity.node_id):
+        if identity.node_id is not None and not credentials.NODE_ID_RE.fullmatch(identity.node_id):
             raise ValueError("node id")
         if not isinstance(identity.control_plane_url, str):
             raise ValueError("url")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 from pathlib import Path
@@ -10,7 +11,9 @@ from typing import Any, Sequence
 from .gpu import GpuInfo
 
 
+@functools.lru_cache(maxsize=4)
 def _cpu_model(cpuinfo: Path) -> str:
+    """Read once per process: /proc/cpuinfo is hundreds of KB on a large GPU host."""
     try:
         for line in cpuinfo.read_text(errors="replace").splitlines():
             if line.lower().startswith(("model name", "hardware", "cpu model")):

@@ -123,16 +123,16 @@ def run_agent(
             outcome.append(exit_codes.UNEXPECTED)
         finally:
             done.set()
+            stop.set()  # wakes the main thread, which sleeps on ``stop`` alone
 
     threading.Thread(target=publish, name="publisher", daemon=True).start()
     try:
-        while not done.wait(0.1) and not stop.is_set():
-            pass
-        if stop.is_set() and (not outcome or outcome[0] == exit_codes.OK):
-            done.wait(STOP_GRACE_SECONDS)
-            log.info("stopped", extra={"event": "agent_stopped"})
-            return exit_codes.OK
-        return outcome[0] if outcome else exit_codes.UNEXPECTED
+        stop.wait()  # no polling: a signal handler or the publisher's end sets it
+        done.wait(STOP_GRACE_SECONDS)
+        if outcome and outcome[0] != exit_codes.OK:
+            return outcome[0]
+        log.info("stopped", extra={"event": "agent_stopped"})
+        return exit_codes.OK
     finally:
         if done.is_set():  # never release NVML under a publisher that is still using it
             gpus.close()

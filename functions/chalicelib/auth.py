@@ -52,7 +52,7 @@ def require_node(headers: Mapping[str, str]) -> NodeCaller:
         )
     scheme, _, credential = authorization.partition(" ")
     credential = credential.strip()
-    if scheme.lower() != "bearer" or not NODE_CREDENTIAL_RE.match(credential) or not NODE_ID_RE.match(node_id):
+    if scheme.lower() != "bearer" or not NODE_CREDENTIAL_RE.fullmatch(credential) or not NODE_ID_RE.fullmatch(node_id):
         raise ApiError(401, "credential_invalid", "the node credential is not valid")
     return NodeCaller(node_id=node_id, credential_sha256=sha256_hex(credential))
 

@@ -16,7 +16,7 @@ from .models import EnrollmentModel, InventoryModel, NodeModel
 from .protocol_check import require_compatible
 from .settings import Settings
 from .state_log import outbox_item, put_change, update_change
-from .validation import validate
+from .validation import validate, validate_inventory
 
 PENDING, CONSUMED, REVOKED, EXPIRED = "pending", "consumed", "revoked", "expired"
 
@@ -59,7 +59,7 @@ def create(settings: Settings, body: dict[str, Any], now: float) -> Minted:
 
 
 def get(enrollment_id: str) -> EnrollmentModel:
-    if not credentials.ENROLLMENT_ID_RE.match(enrollment_id):
+    if not credentials.ENROLLMENT_ID_RE.fullmatch(enrollment_id):
         raise not_found("enrollment")
     enrollment = enrollment_store.get(enrollment_id)
     if enrollment is None:
@@ -123,13 +123,13 @@ def _replay(enrollment: EnrollmentModel, idempotency_sha256: str, credential_sha
 
 
 def _check_secrets_format(body: dict[str, Any]) -> str:
-    match = credentials.ENROLLMENT_TOKEN_RE.match(body["token"])
+    match = credentials.ENROLLMENT_TOKEN_RE.fullmatch(body["token"])
     if match is None:
         raise _token_unknown()
     problems = []
-    if not credentials.NODE_CREDENTIAL_RE.match(body["credential"]):
+    if not credentials.NODE_CREDENTIAL_RE.fullmatch(body["credential"]):
         problems.append("credential: has an invalid format")
-    if not credentials.IDEMPOTENCY_KEY_RE.match(body["idempotency_key"]):
+    if not credentials.IDEMPOTENCY_KEY_RE.fullmatch(body["idempotency_key"]):
         problems.append("idempotency_key: has an invalid format")
     if problems:
         raise invalid_request("; ".join(problems), problems=problems)
@@ -139,6 +139,7 @@ def _check_secrets_format(body: dict[str, Any]) -> str:
 def enroll(settings: Settings, body: dict[str, Any], now: float) -> Enrolled:
     protocol_version = require_compatible(Component.AGENT, body)
     validate(body, "ENROLL")
+    validate_inventory(body["inventory"])
     enrollment_id = _check_secrets_format(body)
     token_sha256 = credentials.sha256_hex(body["token"])
     idempotency_sha256 = credentials.sha256_hex(body["idempotency_key"])

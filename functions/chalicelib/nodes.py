@@ -16,14 +16,14 @@ from .models import TELEMETRY_COLUMNS, InventoryModel, NodeModel
 from .protocol_check import require_compatible
 from .settings import Settings
 from .state_log import outbox_item, put_change, update_change
-from .validation import validate
+from .validation import require_unique, validate, validate_inventory
 
 #: A transition heartbeat can lose a race with the sweep; it then retries from a fresh read.
 _TRANSITION_ATTEMPTS = 3
 
 
 def get(node_id: str) -> NodeModel:
-    node = node_store.get(node_id) if credentials.NODE_ID_RE.match(node_id) else None
+    node = node_store.get(node_id) if credentials.NODE_ID_RE.fullmatch(node_id) else None
     if node is None:
         raise not_found("node")
     return node
@@ -31,9 +31,7 @@ def get(node_id: str) -> NodeModel:
 
 def _telemetry_rows(body: dict[str, Any]) -> list[list[float]]:
     gpus = sorted(body["telemetry"]["gpus"], key=lambda gpu: gpu["index"])
-    indexes = [gpu["index"] for gpu in gpus]
-    if len(set(indexes)) != len(indexes):
-        raise ApiError(400, "invalid_request", "telemetry/gpus: GPU indexes must be unique")
+    require_unique(gpus, "index", "telemetry/gpus")
     return [[gpu[column] for column in TELEMETRY_COLUMNS] for gpu in gpus]
 
 
@@ -96,6 +94,7 @@ def _logged_liveness(values: dict[str, Any]) -> dict[str, Any]:
 def replace_inventory(settings: Settings, caller: NodeCaller, body: dict[str, Any], now: float) -> InventoryModel:
     require_compatible(Component.AGENT, body)
     validate(body, "REPLACE_INVENTORY")
+    validate_inventory(body["inventory"])
     inventory = InventoryModel(caller.node_id, inventory=body["inventory"], updated_at=round(now, 3))
     event = outbox_item(
         event_type="inventory.replaced",

@@ -29,7 +29,8 @@ def decode(token: str | None, key_name: str) -> dict[str, Any] | None:
         key = json.loads(raw)
     except (binascii.Error, ValueError, UnicodeDecodeError):
         raise invalid_request("next_token is not a token this API issued") from None
-    value = key.get(key_name, {}).get("S") if isinstance(key, dict) and len(key) == 1 else None
-    if not isinstance(value, str) or not _KEY_VALUE.match(value):
+    attribute = key.get(key_name) if isinstance(key, dict) and len(key) == 1 else None
+    value = attribute.get("S") if isinstance(attribute, dict) and len(attribute) == 1 else None
+    if not isinstance(value, str) or not _KEY_VALUE.fullmatch(value):
         raise invalid_request("next_token is not a token this API issued")
     return key

@@ -75,7 +75,7 @@ def _admin_token_sha256(env: Mapping[str, str], problems: list[str]) -> str:
     if digest and token:
         problems.append("set only one of MODELFORGE_ADMIN_TOKEN and MODELFORGE_ADMIN_TOKEN_SHA256")
     elif digest:
-        if not _SHA256_RE.match(digest):
+        if not _SHA256_RE.fullmatch(digest):
             problems.append("MODELFORGE_ADMIN_TOKEN_SHA256 must be 64 hexadecimal characters")
         return digest
     elif token:
@@ -93,7 +93,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     names = {}
     for var, default in DEFAULT_NAMES.items():
         value = env.get(var) or default
-        if not _NAME_RE.match(value):
+        if not _NAME_RE.fullmatch(value):
             problems.append(f"{var} must be 3-255 characters of letters, digits, '.', '_' or '-'")
         names[var] = value
     admin = _admin_token_sha256(env, problems)

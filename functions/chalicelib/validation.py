@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from functools import lru_cache
 from typing import Any
 
@@ -12,22 +13,32 @@ from modelforge_protocol import schemas
 
 from .errors import ApiError, invalid_request
 
+_ASCII_DIGITS = re.compile(r"[0-9]{1,9}")
+
+
+def _refuse_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
+
 
 def parse_json_object(raw_body: bytes | None, *, allow_empty: bool = False) -> dict[str, Any]:
-    """Decode a request body that must be one JSON object of bounded size."""
-    if raw_body is None or raw_body.strip() == b"":
-        if allow_empty:
-            return {}
-        raise invalid_request("request body must be a JSON object")
-    if len(raw_body) > schemas.MAX_BODY_BYTES:
+    """Decode a request body that must be one JSON object of bounded size.
+
+    NaN and Infinity are refused (they are not JSON, and every range check passes NaN), and
+    so is nesting deep enough to exhaust the parser.
+    """
+    if raw_body is not None and len(raw_body) > schemas.MAX_BODY_BYTES:
         raise ApiError(
             413,
             "payload_too_large",
             f"request body exceeds {schemas.MAX_BODY_BYTES} bytes",
         )
+    if raw_body is None or raw_body.strip() == b"":
+        if allow_empty:
+            return {}
+        raise invalid_request("request body must be a JSON object")
     try:
-        parsed = json.loads(raw_body)
-    except (ValueError, UnicodeDecodeError):
+        parsed = json.loads(raw_body, parse_constant=_refuse_constant)
+    except (ValueError, UnicodeDecodeError, RecursionError):
         raise ApiError(400, "invalid_json", "request body is not valid JSON") from None
     if not isinstance(parsed, dict):
         raise invalid_request("request body must be a JSON object")
@@ -81,3 +92,23 @@ def validate_query(params: dict[str, str] | None, allowed: set[str]) -> dict[str
         shown = ", ".join(name[:64] for name in unknown[:5])
         raise invalid_request(f"unknown query parameter(s) {shown}")
     return params
+
+
+def require_unique(items: list[dict[str, Any]], field: str, where: str) -> None:
+    """Refuse a list in which two entries share ``field`` (JSON Schema cannot say this)."""
+    values = [item[field] for item in items]
+    if len(set(values)) != len(values):
+        raise invalid_request(f"{where}: each entry's {field} must be unique")
+
+
+def validate_inventory(inventory: dict[str, Any], where: str = "inventory/gpus") -> None:
+    require_unique(inventory["gpus"], "index", where)
+    require_unique(inventory["gpus"], "uuid", where)
+
+
+def ascii_int(raw: str | None, low: int, high: int) -> int | None:
+    """An integer in [low, high] written with ASCII digits only, else None."""
+    if raw is None or not _ASCII_DIGITS.fullmatch(raw):
+        return None
+    value = int(raw)
+    return value if low <= value <= high else None

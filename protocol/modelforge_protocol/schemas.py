@@ -1,7 +1,8 @@
 """Wire schemas (JSON Schema, draft 2020-12) and limits that both sides must agree on.
 
 The schemas are plain data so that this package stays dependency-free; the control plane
-validates with ``jsonschema``. Every object refuses unknown fields.
+validates with ``jsonschema``. Patterns end in ``\\Z`` (Python's end of string): ``$`` would also
+accept a trailing newline. Every object refuses unknown fields.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ HEALTH_STATES = ("ok", "degraded", "unhealthy")
 
 _U64 = {"type": "integer", "minimum": 0, "maximum": 2**63 - 1}
 _SHORT_TEXT = {"type": "string", "minLength": 1, "maxLength": 128}
-_VERSION_TEXT = {"type": "string", "minLength": 1, "maxLength": 64, "pattern": r"^[0-9A-Za-z.+_-]+$"}
+_VERSION_TEXT = {"type": "string", "minLength": 1, "maxLength": 64, "pattern": r"^[0-9A-Za-z.+_-]+\Z"}
 
 
 def _obj(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
@@ -36,7 +37,7 @@ def _obj(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
 GPU_INVENTORY = _obj(
     {
         "index": {"type": "integer", "minimum": 0, "maximum": MAX_GPUS - 1},
-        "uuid": {"type": "string", "pattern": r"^(GPU|MIG)-[0-9A-Za-z-]{8,96}$"},
+        "uuid": {"type": "string", "pattern": r"^(GPU|MIG)-[0-9A-Za-z-]{8,96}\Z"},
         "name": _SHORT_TEXT,
         "memory_total_bytes": _U64,
         "driver_version": _VERSION_TEXT,
@@ -52,7 +53,7 @@ INVENTORY = _obj(
             "type": "array",
             "maxItems": MAX_CAPABILITIES,
             "uniqueItems": True,
-            "items": {"type": "string", "pattern": r"^[a-z0-9][a-z0-9._:/-]{0,63}$"},
+            "items": {"type": "string", "pattern": r"^[a-z0-9][a-z0-9._:/-]{0,63}\Z"},
         },
         "cpu": _obj(
             {"model": _SHORT_TEXT, "logical_cores": {"type": "integer", "minimum": 1, "maximum": 4096}},
@@ -111,7 +112,7 @@ ENROLL = _obj(
         "token": {"type": "string", "maxLength": 256},
         "idempotency_key": {"type": "string", "maxLength": 256},
         "credential": {"type": "string", "maxLength": 256},
-        "hostname": {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$"},
+        "hostname": {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}\Z"},
         "agent_version": _VERSION_TEXT,
         "protocol_version": _PROTOCOL_VERSION,
         "accelerator_mode": {"enum": list(ACCELERATOR_MODES)},

@@ -52,8 +52,8 @@ def parse_protocol_version(value: Any) -> int | None:
 
 
 def parse_query_protocol_version(value: str | None) -> int | None:
-    """A protocol version from a query string: decimal digits only, else None."""
-    if value is None or not value.isdigit() or len(value) > 9:
+    """A protocol version from a query string: ASCII decimal digits only, else None."""
+    if value is None or not (1 <= len(value) <= 9) or not all("0" <= char <= "9" for char in value):
         return None
     return int(value)
 

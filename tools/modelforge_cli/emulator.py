@@ -58,6 +58,44 @@ class SerializingMiddleware:
             return dict(self.operations)
 
 
+def make_cancelled_transactions_leave_no_stream_records() -> None:
+    """Fix a moto fidelity gap: a cancelled TransactWriteItems must leave no trace.
+
+    moto applies a transaction's items one by one and, when a condition fails, swaps in deep
+    copies of the tables taken before the transaction. Stream iterators still hold the old
+    table's stream shard, which received records of the writes that were rolled back, and never
+    see the records written afterwards. DynamoDB writes nothing and streams nothing for a
+    cancelled transaction. Here the pre-transaction state is copied back *into* the objects the
+    iterators hold. Safe only because the emulator handles one request at a time.
+    """
+    from moto.dynamodb.models import DynamoDBBackend
+
+    original = DynamoDBBackend.transact_write_items
+    if getattr(original, "_modelforge_patched", False):
+        return
+
+    def transact_write_items(self: Any, transact_items: list[dict[str, Any]]) -> None:
+        live_tables = dict(self.tables)
+        try:
+            return original(self, transact_items)
+        except Exception:
+            for name, live in live_tables.items():
+                restored = self.tables.get(name)
+                if restored is None or restored is live:
+                    continue
+                live_shard, restored_shard = getattr(live, "stream_shard", None), getattr(restored, "stream_shard", None)
+                live.__dict__.update(restored.__dict__)
+                if live_shard is not None and restored_shard is not None:
+                    live_shard.__dict__.update(restored_shard.__dict__)
+                    live_shard.table = live
+                    live.stream_shard = live_shard
+                self.tables[name] = live
+            raise
+
+    transact_write_items._modelforge_patched = True  # type: ignore[attr-defined]
+    DynamoDBBackend.transact_write_items = transact_write_items  # type: ignore[method-assign]
+
+
 class Emulator:
     """A moto server on a thread. ``data_dir`` keeps state across restarts via moto's recorder."""
 
@@ -97,6 +135,7 @@ class Emulator:
             def log_request(self, *args: Any, **kwargs: Any) -> None:
                 """The emulator's per-request lines would drown the control plane's log."""
 
+        make_cancelled_transactions_leave_no_stream_records()
         self.middleware = SerializingMiddleware(
             DomainDispatcherApplication(create_backend_app), serialize=self.serialize
         )
