@@ -60,3 +60,10 @@ def test_sweep_skips_a_node_whose_heartbeat_arrived_after_it_read(stack, cp: Con
     report = sweep.run(settings, time.time() + settings.stale_after_seconds + 1)
     assert report.examined == 1 and report.skipped == 1 and report.transitioned == 0
     assert cp.node(identity.node_id)["status"] == "online"
+
+
+def test_the_local_scheduler_event_runs_the_deployed_sweep_handler(stack) -> None:  # type: ignore[no-untyped-def]
+    from modelforge_cli.scheduler import scheduled_event
+
+    report = stack.app_module.liveness_sweep(scheduled_event(), None)
+    assert set(report) == {"examined", "transitioned", "skipped"}

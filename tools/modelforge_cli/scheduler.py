@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import threading
+import uuid
+from datetime import datetime, timezone
 from typing import Any, Callable
 
 log = logging.getLogger("modelforge.local.scheduler")
@@ -26,6 +28,21 @@ class Scheduler:
     def _run(self) -> None:
         while not self._stop.wait(self._interval):
             try:
-                self._handler({"source": "modelforge.local.scheduler", "detail-type": "Scheduled Event"}, None)
+                self._handler(scheduled_event(), None)
             except Exception:
                 log.exception("scheduled function failed", extra={"event": "schedule_failed"})
+
+
+def scheduled_event(region: str = "us-east-1") -> dict[str, Any]:
+    """An event shaped like the one EventBridge delivers to a scheduled Lambda function."""
+    return {
+        "version": "0",
+        "id": str(uuid.uuid4()),
+        "detail-type": "Scheduled Event",
+        "source": "aws.events",
+        "account": "000000000000",
+        "time": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "region": region,
+        "resources": [f"arn:aws:events:{region}:000000000000:rule/modelforge-local-liveness-sweep"],
+        "detail": {},
+    }
