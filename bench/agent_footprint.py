@@ -359,7 +359,14 @@ def run(args: argparse.Namespace, children: list[Child], scratch: Path) -> int:
     control_plane = start_child(
         "control plane",
         [sys.executable, "-m", "modelforge_cli.cli", "local", "up", "--host", LOOPBACK, "--port", "0"],
-        child_environment({"MODELFORGE_ADMIN_TOKEN": admin_token, "MODELFORGE_LOG_LEVEL": "INFO"}),
+        child_environment(
+            {
+                "MODELFORGE_ADMIN_TOKEN": admin_token,
+                "MODELFORGE_LOG_LEVEL": "INFO",
+                "MODELFORGE_NODE_STALE_AFTER_SECONDS": "60",
+                "MODELFORGE_NODE_OFFLINE_AFTER_SECONDS": "300",
+            }
+        ),
         REPO_ROOT,
     )
     children.append(control_plane)

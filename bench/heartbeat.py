@@ -265,6 +265,8 @@ def _prepare_environment() -> None:
     """A fresh admin token for this run only; loopback traffic never goes through a proxy."""
     os.environ.pop("MODELFORGE_ADMIN_TOKEN_SHA256", None)
     os.environ["MODELFORGE_ADMIN_TOKEN"] = secrets.token_urlsafe(32)
+    os.environ.setdefault("MODELFORGE_NODE_STALE_AFTER_SECONDS", "60")
+    os.environ.setdefault("MODELFORGE_NODE_OFFLINE_AFTER_SECONDS", "300")
     os.environ["MODELFORGE_LOG_LEVEL"] = "INFO"  # the access log carries the server-side latency
     for name in ("NO_PROXY", "no_proxy"):
         existing = [part for part in os.environ.get(name, "").split(",") if part]

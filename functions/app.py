@@ -12,7 +12,7 @@ import time
 from typing import Any, Callable
 
 from chalice import Chalice, Rate, Response
-from chalicelib import enrollments, node_store, nodes, runtime, sweep, views
+from chalicelib import control_store, enrollments, node_store, nodes, readiness, runtime, sweep, views
 from chalicelib import enrollment_store, paging, state_log_store
 from chalicelib.auth import require_admin, require_node
 from chalicelib.errors import ApiError, invalid_request
@@ -205,9 +205,10 @@ def list_nodes() -> dict[str, Any]:
     limit, start = _page_params("node_id")
     items, last = node_store.list_page(limit, start)
     inventories = node_store.inventories_for([item.node_id for item in items])
+    hold = control_store.get(control_store.MASS_STALE_HOLD)
     now = _now()
     return {
-        "nodes": [views.node(item, inventories.get(item.node_id), rt.settings, now) for item in items],
+        "nodes": [views.node(item, inventories.get(item.node_id), rt.settings, now, hold) for item in items],
         "next_token": paging.encode(last),
     }
 
@@ -217,7 +218,16 @@ def get_node(node_id: str) -> dict[str, Any]:
     rt = _admin()
     validate_query(_request().query_params, set())
     node = nodes.get(node_id)
-    return views.node(node, node_store.get_inventory(node_id), rt.settings, _now())
+    hold = control_store.get(control_store.MASS_STALE_HOLD)
+    return views.node(node, node_store.get_inventory(node_id), rt.settings, _now(), hold)
+
+
+@endpoint("/api/v1/admin/nodes/{node_id}/readiness", "GET")
+def node_readiness(node_id: str) -> dict[str, Any]:
+    """Readiness of the exact node an enrollment produced (its enrollment id is accepted too)."""
+    rt = _admin()
+    validate_query(_request().query_params, set())
+    return readiness.check(rt.settings, node_id, _now())
 
 
 @endpoint("/api/v1/admin/nodes/{node_id}/revoke-credential", "POST")
@@ -276,9 +286,9 @@ def replace_inventory() -> dict[str, Any]:
 @app.schedule(Rate(1, unit=Rate.MINUTES), name="liveness_sweep")
 def liveness_sweep(event: Any) -> dict[str, int]:
     rt = runtime.get()
-    report = sweep.run(rt.settings, _now())
-    log.info("sweep finished", extra={"event": "sweep_finished", **report.__dict__})
-    return report.__dict__
+    report = sweep.report_dict(sweep.run(rt.settings, _now()))
+    log.info("sweep finished", extra={"event": "sweep_finished", **report})
+    return report
 
 
 @app.on_dynamodb_record(stream_arn=OUTBOX_STREAM_ARN_PLACEHOLDER, starting_position="TRIM_HORIZON", name="state_log")

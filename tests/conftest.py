@@ -14,6 +14,11 @@ from tests.support.processes import RunningProcess, port_is_free, start_local_up
 
 ADMIN_TOKEN = secrets.token_urlsafe(32)
 
+#: Every entry point requires both liveness thresholds; tests use the documented defaults unless
+#: a test sets its own (subprocesses inherit these).
+os.environ.setdefault("MODELFORGE_NODE_STALE_AFTER_SECONDS", "60")
+os.environ.setdefault("MODELFORGE_NODE_OFFLINE_AFTER_SECONDS", "300")
+
 
 @pytest.fixture(scope="session")
 def admin_token() -> str:

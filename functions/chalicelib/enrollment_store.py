@@ -7,7 +7,7 @@ from typing import Any
 from pynamodb.exceptions import DoesNotExist
 from pynamodb.transactions import TransactWrite
 
-from .models import EnrollmentModel, InventoryModel, NodeModel, OutboxModel
+from .models import EnrollmentModel, GpuClaimModel, InventoryModel, NodeModel, OutboxModel
 from .state_log import update_actions
 from .transactions import run_transaction
 
@@ -60,6 +60,7 @@ def consume(
     enrollment_values: dict[str, Any],
     node: NodeModel,
     inventory: InventoryModel,
+    claims: list[GpuClaimModel],
     events: list[OutboxModel],
 ) -> None:
     """Claim the token and create the node with its one credential, all or nothing.
@@ -83,6 +84,8 @@ def consume(
         )
         transaction.save(node, condition=NodeModel.node_id.does_not_exist())
         transaction.save(inventory, condition=InventoryModel.node_id.does_not_exist())
+        for claim in claims:
+            transaction.save(claim)
         for event in events:
             transaction.save(event, condition=OutboxModel.event_id.does_not_exist())
 

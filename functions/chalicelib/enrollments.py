@@ -10,7 +10,7 @@ from typing import Any
 from modelforge_protocol import credentials
 from modelforge_protocol.versions import Component
 
-from . import enrollment_store, node_store
+from . import duplicates, enrollment_store, node_store
 from .errors import ApiError, GuardFailed, conflict, invalid_request, not_found
 from .models import EnrollmentModel, InventoryModel, NodeModel
 from .protocol_check import require_compatible
@@ -172,6 +172,7 @@ def enroll(settings: Settings, body: dict[str, Any], now: float) -> Enrolled:
         liveness_changed_at=round(now, 3),
     )
     inventory = InventoryModel(node_id, inventory=body["inventory"], updated_at=round(now, 3))
+    claims = duplicates.claims(node_id, body["inventory"], now)
     enrollment_values = {
         "state": CONSUMED,
         "consumed_at": round(now, 3),
@@ -183,7 +184,7 @@ def enroll(settings: Settings, body: dict[str, Any], now: float) -> Enrolled:
         "enrollment.consumed": [update_change(EnrollmentModel, enrollment_id, enrollment_values)],
         "node.registered": [put_change(node)],
         "credential.issued": [],  # the credential is part of the node item put above
-        "inventory.replaced": [put_change(inventory)],
+        "inventory.replaced": [put_change(inventory), *(put_change(claim) for claim in claims)],
     }
     events = [
         outbox_item(
@@ -204,6 +205,7 @@ def enroll(settings: Settings, body: dict[str, Any], now: float) -> Enrolled:
             enrollment_values=enrollment_values,
             node=node,
             inventory=inventory,
+            claims=claims,
             events=events,
         )
     except GuardFailed:
@@ -215,4 +217,5 @@ def enroll(settings: Settings, body: dict[str, Any], now: float) -> Enrolled:
         if replayed:
             return replayed
         raise _refusal(current, now) from None
+    duplicates.detect_and_flag(settings, node_id, duplicates.gpu_uuids(body["inventory"]), now)
     return Enrolled(node=node, replayed=False)

@@ -11,11 +11,13 @@ import os
 
 from pynamodb.attributes import (
     BooleanAttribute,
+    ListAttribute,
     JSONAttribute,
     NumberAttribute,
     TTLAttribute,
     UnicodeAttribute,
 )
+from pynamodb.indexes import GlobalSecondaryIndex, KeysOnlyProjection
 from pynamodb.models import Model
 
 from .settings import Settings
@@ -37,6 +39,21 @@ class EnrollmentModel(Model):
     revoked_at = NumberAttribute(null=True)
     node_id = UnicodeAttribute(null=True)
     idempotency_key_sha256 = UnicodeAttribute(null=True)
+
+
+class LivenessIndex(GlobalSecondaryIndex):
+    """Online and stale nodes by shard and heartbeat bucket: what the sweep reads.
+
+    Sparse: pending and offline nodes have no liveness_shard and are not in it. Keys only, so a
+    heartbeat rewrites the index entry only when it moves the node into a new bucket.
+    """
+
+    class Meta:
+        index_name = "by_liveness"
+        projection = KeysOnlyProjection()
+
+    liveness_shard = UnicodeAttribute(hash_key=True)
+    heartbeat_bucket = NumberAttribute(range_key=True)
 
 
 class NodeModel(Model):
@@ -71,11 +88,25 @@ class NodeModel(Model):
     telemetry = JSONAttribute(null=True)
     #: work items queued for this node and not yet claimed (maintained by the work queue)
     pending_work = NumberAttribute(null=True)
+    #: "<liveness>#<shard>" while online or stale (the sweep's index partition), else absent
+    liveness_shard = UnicodeAttribute(null=True)
+    #: start of the heartbeat's bucket (settings.sweep_bucket_seconds wide): the index sort key
+    heartbeat_bucket = NumberAttribute(null=True)
+    #: other nodes reporting one of this node's GPU UUIDs while not offline (see identity checks)
+    duplicate_suspected = ListAttribute(of=UnicodeAttribute, null=True)
+    by_liveness = LivenessIndex()
 
 
 #: NodeModel attributes that only heartbeats change: they are not in the state log (only
 #: transitions are), so a table rebuilt by replay has them as of the last logged transition.
-HEARTBEAT_FIELDS = ("last_heartbeat_at", "health", "telemetry", "agent_version", "protocol_version")
+HEARTBEAT_FIELDS = (
+    "last_heartbeat_at",
+    "heartbeat_bucket",
+    "health",
+    "telemetry",
+    "agent_version",
+    "protocol_version",
+)
 
 #: Column order of NodeModel.telemetry rows.
 TELEMETRY_COLUMNS = (
@@ -94,6 +125,30 @@ class InventoryModel(Model):
 
     node_id = UnicodeAttribute(hash_key=True)
     inventory = JSONAttribute()
+    updated_at = NumberAttribute()
+
+
+class GpuClaimModel(Model):
+    """One item per (GPU UUID, node reporting it): finds nodes that share a physical GPU."""
+
+    class Meta:
+        table_name = "modelforge-gpu-claims"
+
+    gpu_uuid = UnicodeAttribute(hash_key=True)
+    node_id = UnicodeAttribute(range_key=True)
+    claimed_at = NumberAttribute()
+
+
+class ControlModel(Model):
+    """Control-plane-wide state, one item per name (e.g. the sweep's mass-outage hold)."""
+
+    class Meta:
+        table_name = "modelforge-control"
+
+    name = UnicodeAttribute(hash_key=True)
+    active = BooleanAttribute()
+    since = NumberAttribute(null=True)
+    detail = JSONAttribute(null=True)
     updated_at = NumberAttribute()
 
 
@@ -116,6 +171,8 @@ MODELS_BY_LOGICAL_NAME: dict[str, type[Model]] = {
     "enrollments": EnrollmentModel,
     "nodes": NodeModel,
     "inventories": InventoryModel,
+    "gpu_claims": GpuClaimModel,
+    "control": ControlModel,
     "outbox": OutboxModel,
 }
 
@@ -129,4 +186,6 @@ def bind_tables(settings: Settings) -> None:
     EnrollmentModel.Meta.table_name = settings.enrollments_table
     NodeModel.Meta.table_name = settings.nodes_table
     InventoryModel.Meta.table_name = settings.inventories_table
+    GpuClaimModel.Meta.table_name = settings.gpu_claims_table
+    ControlModel.Meta.table_name = settings.control_table
     OutboxModel.Meta.table_name = settings.outbox_table

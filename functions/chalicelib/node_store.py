@@ -8,7 +8,7 @@ from pynamodb.exceptions import DoesNotExist, UpdateError
 from pynamodb.transactions import TransactWrite
 
 from .errors import GuardFailed
-from .models import InventoryModel, NodeModel, OutboxModel
+from .models import GpuClaimModel, InventoryModel, NodeModel, OutboxModel
 from .state_log import update_actions
 from .transactions import run_transaction
 
@@ -92,11 +92,38 @@ def record_transition_heartbeat(
 
 
 def replace_inventory(
-    node_id: str, credential_sha256: str, inventory: InventoryModel, event: OutboxModel
+    node_id: str,
+    credential_sha256: str,
+    inventory: InventoryModel,
+    claims_added: list[GpuClaimModel],
+    claims_removed: list[GpuClaimModel],
+    event: OutboxModel,
 ) -> None:
     def build(transaction: TransactWrite) -> None:
         transaction.condition_check(NodeModel, node_id, condition=_holds_credential(credential_sha256))
         transaction.save(inventory)
+        for claim in claims_added:
+            transaction.save(claim)
+        for claim in claims_removed:
+            transaction.delete(claim)
+        transaction.save(event, condition=OutboxModel.event_id.does_not_exist())
+
+    run_transaction(build)
+
+
+def claimants(gpu_uuid: str) -> list[str]:
+    """Every node that has reported this GPU UUID in its current inventory."""
+    return [claim.node_id for claim in GpuClaimModel.query(gpu_uuid, consistent_read=True)]
+
+
+def flag_duplicates(updates: dict[str, dict[str, Any]], event: OutboxModel) -> None:
+    """Set duplicate_suspected on each node in ``updates`` (node id -> values), with the event."""
+
+    def build(transaction: TransactWrite) -> None:
+        for node_id, values in updates.items():
+            transaction.update(
+                NodeModel(node_id), actions=update_actions(NodeModel, values), condition=NodeModel.node_id.exists()
+            )
         transaction.save(event, condition=OutboxModel.event_id.does_not_exist())
 
     run_transaction(build)
@@ -115,29 +142,30 @@ def revoke_credential(node_id: str, values: dict[str, Any], event: OutboxModel) 
     run_transaction(build)
 
 
+def online_now(now: float, stale_after: int) -> Any:
+    """The condition any write that assigns work to a node must carry: the node is online by
+    its persisted state *and* by the age of its last heartbeat at the moment of the write."""
+    return (NodeModel.liveness == "online") & (NodeModel.last_heartbeat_at > now - stale_after)
+
+
 def set_liveness(
     node_id: str,
     expected_liveness: str,
-    expected_last_heartbeat_at: float | None,
+    heartbeat_not_after: float,
     values: dict[str, Any],
     event: OutboxModel,
 ) -> None:
     """Persist a liveness transition decided by the sweep, unless the node moved meanwhile."""
-    unchanged_heartbeat = (
-        NodeModel.last_heartbeat_at.does_not_exist()
-        if expected_last_heartbeat_at is None
-        else NodeModel.last_heartbeat_at == expected_last_heartbeat_at
-    )
 
     def build(transaction: TransactWrite) -> None:
         transaction.update(
             NodeModel(node_id),
             actions=update_actions(NodeModel, values),
             condition=(
-                # still in the state the sweep read
+                # still in the state the sweep found it in
                 (NodeModel.liveness == expected_liveness)
-                # and no heartbeat arrived since the sweep read it
-                & unchanged_heartbeat
+                # and still silent since the threshold: a heartbeat that arrived meanwhile wins
+                & (NodeModel.last_heartbeat_at <= heartbeat_not_after)
             ),
         )
         transaction.save(event, condition=OutboxModel.event_id.does_not_exist())
@@ -145,10 +173,20 @@ def set_liveness(
     run_transaction(build)
 
 
-def scan_live_nodes() -> Iterator[NodeModel]:
-    """Nodes whose persisted liveness the sweep may have to move (online or stale)."""
-    return NodeModel.scan(
-        filter_condition=NodeModel.liveness.is_in("online", "stale"),
-        attributes_to_get=["node_id", "liveness", "last_heartbeat_at"],
-    )
+def late_nodes(liveness: str, heartbeat_bucket_not_after: float, shards: int) -> list[str]:
+    """Node ids in ``liveness`` whose heartbeat bucket starts at or before the cutoff.
 
+    Reads the keys-only index: only nodes that are late (or within one bucket of it) are read.
+    """
+    found: list[str] = []
+    for shard in range(shards):
+        query = NodeModel.by_liveness.query(
+            f"{liveness}#{shard}", NodeModel.heartbeat_bucket <= heartbeat_bucket_not_after
+        )
+        found.extend(item.node_id for item in query)
+    return found
+
+
+def count_in_state(liveness: str, shards: int) -> int:
+    """How many nodes the index holds in ``liveness`` (reads their index keys)."""
+    return sum(NodeModel.by_liveness.count(f"{liveness}#{shard}") for shard in range(shards))

@@ -9,13 +9,13 @@ from typing import Any
 from modelforge_protocol import credentials
 from modelforge_protocol.versions import Component
 
-from . import liveness, node_store
+from . import duplicates, liveness, node_store
 from .auth import NodeCaller, credential_invalid, credential_revoked
 from .errors import ApiError, GuardFailed, conflict, not_found
-from .models import TELEMETRY_COLUMNS, InventoryModel, NodeModel
+from .models import TELEMETRY_COLUMNS, GpuClaimModel, InventoryModel, NodeModel
 from .protocol_check import require_compatible
 from .settings import Settings
-from .state_log import outbox_item, put_change, update_change
+from .state_log import delete_change, outbox_item, put_change, update_change
 from .validation import require_unique, validate, validate_inventory
 
 #: A transition heartbeat can lose a race with the sweep; it then retries from a fresh read.
@@ -56,6 +56,8 @@ def heartbeat(settings: Settings, caller: NodeCaller, body: dict[str, Any], now:
     values = {
         "last_heartbeat_at": round(now, 3),
         "liveness": liveness.ONLINE,
+        "liveness_shard": liveness.index_partition(liveness.ONLINE, caller.node_id),
+        "heartbeat_bucket": liveness.bucket(now, settings.sweep_bucket_seconds),
         "health": body["health"],
         "telemetry": _telemetry_rows(body),
         "agent_version": body["agent_version"],
@@ -88,7 +90,7 @@ def heartbeat(settings: Settings, caller: NodeCaller, body: dict[str, Any], now:
 
 def _logged_liveness(values: dict[str, Any]) -> dict[str, Any]:
     """What a liveness transition puts in the state log: not the telemetry it carried."""
-    return {key: values[key] for key in ("liveness", "liveness_changed_at", "last_heartbeat_at")}
+    return {key: values[key] for key in ("liveness", "liveness_shard", "liveness_changed_at", "last_heartbeat_at")}
 
 
 def replace_inventory(settings: Settings, caller: NodeCaller, body: dict[str, Any], now: float) -> InventoryModel:
@@ -96,19 +98,26 @@ def replace_inventory(settings: Settings, caller: NodeCaller, body: dict[str, An
     validate(body, "REPLACE_INVENTORY")
     validate_inventory(body["inventory"])
     inventory = InventoryModel(caller.node_id, inventory=body["inventory"], updated_at=round(now, 3))
+    previous = node_store.get_inventory(caller.node_id)
+    old_uuids = set(duplicates.gpu_uuids(previous.inventory if previous else None))
+    new_claims = duplicates.claims(caller.node_id, body["inventory"], now)
+    added = [claim for claim in new_claims if claim.gpu_uuid not in old_uuids]
+    kept = {claim.gpu_uuid for claim in new_claims}
+    removed = [GpuClaimModel(uuid, caller.node_id) for uuid in sorted(old_uuids - kept)]
     event = outbox_item(
         event_type="inventory.replaced",
         now=now,
         sequence=0,
         subject={"node_id": caller.node_id},
-        changes=[put_change(inventory)],
+        changes=[put_change(inventory), *map(put_change, added), *map(delete_change, removed)],
         retention_seconds=settings.outbox_retention_seconds,
     )
     try:
-        node_store.replace_inventory(caller.node_id, caller.credential_sha256, inventory, event)
+        node_store.replace_inventory(caller.node_id, caller.credential_sha256, inventory, added, removed, event)
     except GuardFailed:
         _require_holder(node_store.get(caller.node_id), caller)
         raise credential_revoked() from None  # revoked between the guard and the read
+    duplicates.detect_and_flag(settings, caller.node_id, sorted(kept), now)
     return inventory
 
 

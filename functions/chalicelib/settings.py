@@ -29,10 +29,24 @@ class Settings:
     inventories_table: str
     outbox_table: str
     state_log_bucket: str
+    control_table: str
+    gpu_claims_table: str
     heartbeat_interval_seconds: int
     stale_after_seconds: int
     offline_after_seconds: int
     outbox_retention_seconds: int
+    mass_stale_fraction: float
+    readiness_inventory_max_age_seconds: int
+
+    @property
+    def sweep_bucket_seconds(self) -> int:
+        """Width of the heartbeat buckets the sweep's index sorts by.
+
+        Narrower than (stale - interval): a node that heartbeats on time never lands in a bucket
+        the sweep reads, so the sweep reads only nodes that are (about to be) late. Wider than
+        nothing: the index entry changes only when a heartbeat crosses into a new bucket.
+        """
+        return max(1, (self.stale_after_seconds - self.heartbeat_interval_seconds) // 2)
 
 
 DEFAULT_NAMES = {
@@ -41,13 +55,14 @@ DEFAULT_NAMES = {
     "MODELFORGE_INVENTORIES_TABLE": "modelforge-inventories",
     "MODELFORGE_OUTBOX_TABLE": "modelforge-outbox",
     "MODELFORGE_STATE_LOG_BUCKET": "modelforge-state-log",
+    "MODELFORGE_CONTROL_TABLE": "modelforge-control",
+    "MODELFORGE_GPU_CLAIMS_TABLE": "modelforge-gpu-claims",
 }
 
 _INTEGERS = {
     # name: (default, minimum, maximum)
     "MODELFORGE_HEARTBEAT_INTERVAL_SECONDS": (15, 1, 3600),
-    "MODELFORGE_NODE_STALE_AFTER_SECONDS": (60, 1, 86400),
-    "MODELFORGE_NODE_OFFLINE_AFTER_SECONDS": (300, 1, 7 * 86400),
+    "MODELFORGE_READINESS_INVENTORY_MAX_AGE_SECONDS": (7200, 10, 7 * 86400),
     "MODELFORGE_OUTBOX_RETENTION_SECONDS": (7 * 86400, 3600, 365 * 86400),
 }
 _NAME_RE = re.compile(r"^[A-Za-z0-9._-]{3,255}$")
@@ -66,6 +81,52 @@ def _read_int(env: Mapping[str, str], name: str, problems: list[str]) -> int:
         return default
     if not low <= value <= high:
         problems.append(f"{name} must be between {low} and {high} (got {value})")
+    return value
+
+
+STALE_VAR = "MODELFORGE_NODE_STALE_AFTER_SECONDS"
+OFFLINE_VAR = "MODELFORGE_NODE_OFFLINE_AFTER_SECONDS"
+
+
+def _positive_int(raw: str | None) -> int | None:
+    text = (raw or "").strip()
+    if not re.fullmatch(r"[0-9]{1,9}", text) or int(text) == 0:
+        return None
+    return int(text)
+
+
+def _liveness_thresholds(env: Mapping[str, str], problems: list[str]) -> tuple[int, int]:
+    """Both thresholds are required positive integers, and offline must exceed stale.
+
+    Any violation gets one message naming both variables and both values as given, so an
+    operator sees the pair that has to change together.
+    """
+    raw_stale, raw_offline = env.get(STALE_VAR), env.get(OFFLINE_VAR)
+    stale, offline = _positive_int(raw_stale), _positive_int(raw_offline)
+    if stale is None or offline is None or offline <= stale:
+        shown = ", ".join(
+            f"{name}={'<missing>' if raw is None else repr(raw)[:24]}"
+            for name, raw in ((STALE_VAR, raw_stale), (OFFLINE_VAR, raw_offline))
+        )
+        problems.append(
+            f"liveness thresholds are invalid ({shown}): both must be positive integers (seconds) "
+            f"and {OFFLINE_VAR} must exceed {STALE_VAR}"
+        )
+        return 0, 0
+    return stale, offline
+
+
+def _read_fraction(env: Mapping[str, str], name: str, default: float, problems: list[str]) -> float:
+    raw = (env.get(name) or "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 1:
+        problems.append(f"{name} must be a number greater than 0 and at most 1")
+        return default
     return value
 
 
@@ -98,15 +159,11 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         names[var] = value
     admin = _admin_token_sha256(env, problems)
     interval = _read_int(env, "MODELFORGE_HEARTBEAT_INTERVAL_SECONDS", problems)
-    stale = _read_int(env, "MODELFORGE_NODE_STALE_AFTER_SECONDS", problems)
-    offline = _read_int(env, "MODELFORGE_NODE_OFFLINE_AFTER_SECONDS", problems)
+    stale, offline = _liveness_thresholds(env, problems)
     retention = _read_int(env, "MODELFORGE_OUTBOX_RETENTION_SECONDS", problems)
-    if offline <= stale:
-        problems.append(
-            "MODELFORGE_NODE_OFFLINE_AFTER_SECONDS must exceed MODELFORGE_NODE_STALE_AFTER_SECONDS "
-            f"(got offline={offline}, stale={stale})"
-        )
-    if stale <= interval:
+    inventory_age = _read_int(env, "MODELFORGE_READINESS_INVENTORY_MAX_AGE_SECONDS", problems)
+    fraction = _read_fraction(env, "MODELFORGE_SWEEP_MASS_STALE_FRACTION", 0.5, problems)
+    if stale and stale <= interval:
         problems.append(
             "MODELFORGE_NODE_STALE_AFTER_SECONDS must exceed MODELFORGE_HEARTBEAT_INTERVAL_SECONDS "
             f"(got stale={stale}, interval={interval})"
@@ -120,8 +177,12 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         inventories_table=names["MODELFORGE_INVENTORIES_TABLE"],
         outbox_table=names["MODELFORGE_OUTBOX_TABLE"],
         state_log_bucket=names["MODELFORGE_STATE_LOG_BUCKET"],
+        control_table=names["MODELFORGE_CONTROL_TABLE"],
+        gpu_claims_table=names["MODELFORGE_GPU_CLAIMS_TABLE"],
         heartbeat_interval_seconds=interval,
         stale_after_seconds=stale,
         offline_after_seconds=offline,
         outbox_retention_seconds=retention,
+        mass_stale_fraction=fraction,
+        readiness_inventory_max_age_seconds=inventory_age,
     )

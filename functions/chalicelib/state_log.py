@@ -44,6 +44,21 @@ def update_change(model: type[Model], key: str, values: dict[str, Any]) -> dict[
     }
 
 
+def delete_change(item: Model) -> dict[str, Any]:
+    """The item was deleted."""
+    model = type(item)
+    key = {name: value for name, value in item.serialize().items() if name in _key_names(model)}
+    return {"table": _LOGICAL_NAME[model], "op": "delete", "key": key}
+
+
+def _key_names(model: type[Model]) -> set[str]:
+    names = {model._hash_key_attribute().attr_name}
+    range_key = model._range_key_attribute()
+    if range_key is not None:
+        names.add(range_key.attr_name)
+    return names
+
+
 def update_actions(model: type[Model], values: dict[str, Any]) -> list[Any]:
     """The PynamoDB update actions that make the same change as ``update_change``."""
     attributes = model.get_attributes()

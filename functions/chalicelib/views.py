@@ -10,7 +10,7 @@ from modelforge_protocol.versions import ACCEPTED, Component, verdict
 
 from . import liveness
 from .enrollments import public_state
-from .models import TELEMETRY_COLUMNS, EnrollmentModel, InventoryModel, NodeModel
+from .models import TELEMETRY_COLUMNS, ControlModel, EnrollmentModel, InventoryModel, NodeModel
 from .settings import Settings
 
 
@@ -50,7 +50,26 @@ def telemetry(node: NodeModel) -> dict[str, Any] | None:
     }
 
 
-def node(item: NodeModel, inventory_item: InventoryModel | None, settings: Settings, now: float) -> dict[str, Any]:
+def liveness_hold(hold: ControlModel | None) -> dict[str, Any] | None:
+    """The sweep's mass-outage hold, when active: persisted transitions are paused."""
+    if hold is None or not hold.active:
+        return None
+    return {
+        "reason": "mass_stale_held",
+        "since": iso(hold.since),
+        "detail": hold.detail,
+        "meaning": "many nodes went silent at once, so the sweep is not persisting liveness transitions; "
+        "status here is still computed from each node's last heartbeat",
+    }
+
+
+def node(
+    item: NodeModel,
+    inventory_item: InventoryModel | None,
+    settings: Settings,
+    now: float,
+    hold: ControlModel | None = None,
+) -> dict[str, Any]:
     return {
         "node_id": item.node_id,
         "enrollment_id": item.enrollment_id,
@@ -73,6 +92,8 @@ def node(item: NodeModel, inventory_item: InventoryModel | None, settings: Setti
         "health": item.health,
         "telemetry": telemetry(item),
         "inventory": inventory(inventory_item),
+        "duplicate_suspected": sorted(item.duplicate_suspected or []),
+        "liveness_hold": liveness_hold(hold),
         "created_at": iso(item.created_at),
     }
 

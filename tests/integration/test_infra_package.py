@@ -17,6 +17,8 @@ TABLE_OF_MODEL = {
     "enrollments": "EnrollmentsTable",
     "nodes": "NodesTable",
     "inventories": "InventoriesTable",
+    "gpu_claims": "GpuClaimsTable",
+    "control": "ControlTable",
     "outbox": "OutboxTable",
 }
 
@@ -25,7 +27,40 @@ def test_model_keys_match_the_deployed_table_definitions() -> None:
     resources = load_resources()
     for logical, model in MODELS_BY_LOGICAL_NAME.items():
         key_schema = resources[TABLE_OF_MODEL[logical]]["Properties"]["KeySchema"]
-        assert key_schema == [{"AttributeName": model._hash_key_attribute().attr_name, "KeyType": "HASH"}]
+        expected = [{"AttributeName": model._hash_key_attribute().attr_name, "KeyType": "HASH"}]
+        if model._range_key_attribute() is not None:
+            expected.append({"AttributeName": model._range_key_attribute().attr_name, "KeyType": "RANGE"})
+        assert key_schema == expected
+
+
+def test_the_sweep_index_matches_the_deployed_definition() -> None:
+    from chalicelib.models import NodeModel
+
+    index = load_resources()["NodesTable"]["Properties"]["GlobalSecondaryIndexes"][0]
+    assert index["IndexName"] == NodeModel.by_liveness.Meta.index_name
+    assert index["Projection"] == {"ProjectionType": "KEYS_ONLY"}
+    assert [k["AttributeName"] for k in index["KeySchema"]] == ["liveness_shard", "heartbeat_bucket"]
+
+
+def test_deployable_liveness_thresholds_always_have_offline_above_stale() -> None:
+    from chalicelib.settings import load_settings
+    from modelforge_cli.infra import PARAMETERS
+
+    stale = PARAMETERS["StaleAfterSeconds"]["AllowedValues"]
+    offline = PARAMETERS["OfflineAfterSeconds"]["AllowedValues"]
+    assert min(offline) > max(stale)
+    assert PARAMETERS["StaleAfterSeconds"]["Default"] in stale and PARAMETERS["OfflineAfterSeconds"]["Default"] in offline
+    interval_default = PARAMETERS["HeartbeatIntervalSeconds"]["Default"]
+    for low in stale:  # every deployable pair is accepted by the functions' own validation
+        for high in offline:
+            load_settings(
+                {
+                    "MODELFORGE_ADMIN_TOKEN_SHA256": "a" * 64,
+                    "MODELFORGE_HEARTBEAT_INTERVAL_SECONDS": str(interval_default),
+                    "MODELFORGE_NODE_STALE_AFTER_SECONDS": str(low),
+                    "MODELFORGE_NODE_OFFLINE_AFTER_SECONDS": str(high),
+                }
+            )
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ import sys
 
 from chalicelib.models import HEARTBEAT_FIELDS
 from modelforge_cli import provision
+from modelforge_cli.replay import TABLE_ENV
 
 from tests.support.api import AgentIdentity, ControlPlane, gpu_inventory
 from tests.support.snapshots import bucket_objects, scan_table
@@ -111,10 +112,9 @@ def test_log_replay_rebuilds_tables_equal_to_the_live_ones(stack, cp: ControlPla
         sys.executable, "-m", "modelforge_cli.cli", "log", "replay",
         "--endpoint-url", endpoint,
         "--bucket", stack.names["MODELFORGE_STATE_LOG_BUCKET"],
-        "--enrollments-table", target["MODELFORGE_ENROLLMENTS_TABLE"],
-        "--nodes-table", target["MODELFORGE_NODES_TABLE"],
-        "--inventories-table", target["MODELFORGE_INVENTORIES_TABLE"],
     ]  # fmt: skip
+    for logical, env_var in TABLE_ENV.items():
+        command += [f"--{logical.replace('_', '-')}-table", target[env_var]]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("replayed ")
@@ -123,10 +123,12 @@ def test_log_replay_rebuilds_tables_equal_to_the_live_ones(stack, cp: ControlPla
         ("MODELFORGE_ENROLLMENTS_TABLE", ()),
         ("MODELFORGE_NODES_TABLE", HEARTBEAT_FIELDS),
         ("MODELFORGE_INVENTORIES_TABLE", ()),
+        ("MODELFORGE_GPU_CLAIMS_TABLE", ()),
+        ("MODELFORGE_CONTROL_TABLE", ()),
     ):
         live = scan_table(endpoint, stack.names[var])
         rebuilt = scan_table(endpoint, target[var])
-        assert live, var
+        assert live or var == "MODELFORGE_CONTROL_TABLE", var
         assert _comparable(rebuilt, drop) == _comparable(live, drop), var
 
     # replaying again into the now non-empty tables is refused, and changes nothing

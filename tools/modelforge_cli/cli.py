@@ -10,6 +10,9 @@ import threading
 from pathlib import Path
 from typing import Sequence
 
+from .provision import resource_names
+from .replay import TABLE_ENV
+
 EXIT_OK, EXIT_ERROR, EXIT_CONFIG = 0, 1, 2
 
 
@@ -58,10 +61,14 @@ def build_parser() -> argparse.ArgumentParser:
     replay = log_commands.add_parser("replay", help="rebuild empty tables from the state log")
     replay.add_argument("--endpoint-url", default=os.environ.get("AWS_ENDPOINT_URL"), help="AWS endpoint (emulator)")
     replay.add_argument("--bucket", default=os.environ.get("MODELFORGE_STATE_LOG_BUCKET", "modelforge-state-log"))
-    replay.add_argument("--enrollments-table", default=os.environ.get("MODELFORGE_ENROLLMENTS_TABLE", "modelforge-enrollments"))
-    replay.add_argument("--nodes-table", default=os.environ.get("MODELFORGE_NODES_TABLE", "modelforge-nodes"))
-    replay.add_argument("--inventories-table", default=os.environ.get("MODELFORGE_INVENTORIES_TABLE", "modelforge-inventories"))
-
+    defaults = resource_names("modelforge")
+    for logical, env_var in TABLE_ENV.items():
+        replay.add_argument(
+            f"--{logical.replace('_', '-')}-table",
+            dest=f"{logical}_table",
+            default=os.environ.get(env_var, defaults[env_var]),
+            help=f"target table for {logical} (default ${env_var} or {defaults[env_var]})",
+        )
     infra = commands.add_parser("infra", help="deployment artefacts")
     infra_commands = infra.add_subparsers(dest="infra_command", required=True)
     package = infra_commands.add_parser("package", help="build deployment.zip and the CloudFormation template")
@@ -165,11 +172,7 @@ def serve(options: "LocalOptions", cpu_agent_state: Path | None = None) -> int: 
 def run_log_replay(args: argparse.Namespace) -> int:
     from .replay import ReplayError, replay
 
-    tables = {
-        "enrollments": args.enrollments_table,
-        "nodes": args.nodes_table,
-        "inventories": args.inventories_table,
-    }
+    tables = {logical: getattr(args, f"{logical}_table") for logical in TABLE_ENV}
     try:
         report = replay(bucket=args.bucket, tables=tables, endpoint_url=args.endpoint_url)
     except ReplayError as error:

@@ -58,40 +58,75 @@ class SerializingMiddleware:
             return dict(self.operations)
 
 
-def make_cancelled_transactions_leave_no_stream_records() -> None:
-    """Fix a moto fidelity gap: a cancelled TransactWriteItems must leave no trace.
+def make_cancelled_transactions_leave_no_trace() -> None:
+    """Fix two moto gaps in TransactWriteItems: fidelity and cost.
 
     moto applies a transaction's items one by one and, when a condition fails, swaps in deep
-    copies of the tables taken before the transaction. Stream iterators still hold the old
-    table's stream shard, which received records of the writes that were rolled back, and never
-    see the records written afterwards. DynamoDB writes nothing and streams nothing for a
-    cancelled transaction. Here the pre-transaction state is copied back *into* the objects the
-    iterators hold. Safe only because the emulator handles one request at a time.
+    copies of the whole tables taken before the transaction. Two problems follow: stream
+    iterators keep the old table's shard, which holds records of the rolled-back writes and never
+    sees later ones (phantom state-log events); and every transaction copies every table it
+    touches, so the emulator slows down as tables grow. DynamoDB writes and streams nothing for a
+    cancelled transaction. Here the whole-table copy is skipped, and a cancelled transaction is
+    undone item by item from pre-images taken just before it, with the stream records it added
+    removed. Safe only because the emulator handles one request at a time.
     """
+    import copy
+
+    import moto.dynamodb.models as dynamodb_models
     from moto.dynamodb.models import DynamoDBBackend
+    from moto.dynamodb.models.dynamo_type import DynamoType
+    from moto.dynamodb.models.table import Table
 
     original = DynamoDBBackend.transact_write_items
     if getattr(original, "_modelforge_patched", False):
         return
 
+    class _NoTableCopies:
+        """moto's ``copy`` module, except that tables are not deep-copied."""
+
+        def deepcopy(self, value: Any, memo: Any = None) -> Any:
+            return value if isinstance(value, Table) else copy.deepcopy(value, memo)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(copy, name)
+
+    def _pre_image(backend: Any, entry: dict[str, Any]) -> tuple[Any, Any, Any, Any] | None:
+        _, operation = next(iter(entry.items()))
+        table = backend.tables.get(operation.get("TableName"))
+        key = operation.get("Key") or operation.get("Item")
+        if table is None or not key or table.hash_key_attr not in key:
+            return None
+        hash_value = DynamoType(key[table.hash_key_attr])
+        range_value = DynamoType(key[table.range_key_attr]) if table.range_key_attr in key else None
+        return table, hash_value, range_value, copy.deepcopy(table.get_item(hash_value, range_value))
+
+    def _put_back(table: Any, hash_value: Any, range_value: Any, previous: Any) -> None:
+        if range_value is not None:
+            if previous is None:
+                table.items[hash_value].pop(range_value, None)
+            else:
+                table.items[hash_value][range_value] = previous
+        elif previous is None:
+            table.items.pop(hash_value, None)
+        else:
+            table.items[hash_value] = previous
+
     def transact_write_items(self: Any, transact_items: list[dict[str, Any]]) -> None:
-        live_tables = dict(self.tables)
+        try:
+            images = [image for image in map(lambda entry: _pre_image(self, entry), transact_items) if image]
+        except Exception:  # malformed request: let moto produce its validation error
+            images = []
+        shards = {id(t): (t.stream_shard, len(t.stream_shard.items)) for t, *_ in images if t.stream_shard}
         try:
             return original(self, transact_items)
         except Exception:
-            for name, live in live_tables.items():
-                restored = self.tables.get(name)
-                if restored is None or restored is live:
-                    continue
-                live_shard, restored_shard = getattr(live, "stream_shard", None), getattr(restored, "stream_shard", None)
-                live.__dict__.update(restored.__dict__)
-                if live_shard is not None and restored_shard is not None:
-                    live_shard.__dict__.update(restored_shard.__dict__)
-                    live_shard.table = live
-                    live.stream_shard = live_shard
-                self.tables[name] = live
+            for table, hash_value, range_value, previous in reversed(images):
+                _put_back(table, hash_value, range_value, previous)
+            for shard, length in shards.values():
+                del shard.items[length:]
             raise
 
+    dynamodb_models.copy = _NoTableCopies()  # type: ignore[assignment]
     transact_write_items._modelforge_patched = True  # type: ignore[attr-defined]
     DynamoDBBackend.transact_write_items = transact_write_items  # type: ignore[method-assign]
 
@@ -135,7 +170,7 @@ class Emulator:
             def log_request(self, *args: Any, **kwargs: Any) -> None:
                 """The emulator's per-request lines would drown the control plane's log."""
 
-        make_cancelled_transactions_leave_no_stream_records()
+        make_cancelled_transactions_leave_no_trace()
         self.middleware = SerializingMiddleware(
             DomainDispatcherApplication(create_backend_app), serialize=self.serialize
         )

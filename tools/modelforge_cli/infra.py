@@ -31,20 +31,42 @@ PARAMETERS: dict[str, dict[str, Any]] = {
         "Description": "SHA-256 (hex) of the admin token; the token itself is never deployed",
     },
     "HeartbeatIntervalSeconds": {"Type": "Number", "Default": 15, "MinValue": 1, "MaxValue": 3600},
-    "StaleAfterSeconds": {"Type": "Number", "Default": 60, "MinValue": 1, "MaxValue": 86400},
-    "OfflineAfterSeconds": {"Type": "Number", "Default": 300, "MinValue": 1, "MaxValue": 604800},
+    # Offline must exceed stale. CloudFormation cannot compare two parameters, so each takes its
+    # values from a list, and every allowed offline value exceeds every allowed stale value: no
+    # deployable combination violates the rule (a test checks the lists).
+    "StaleAfterSeconds": {
+        "Type": "Number",
+        "Default": 60,
+        "AllowedValues": [20, 30, 45, 60, 90, 120, 180, 240],
+        "Description": "seconds without a heartbeat before a node is stale (every allowed value is below every OfflineAfterSeconds value)",
+    },
+    "OfflineAfterSeconds": {
+        "Type": "Number",
+        "Default": 300,
+        "AllowedValues": [300, 600, 900, 1800, 3600, 7200, 21600, 86400],
+        "Description": "seconds without a heartbeat before a node is offline (must exceed StaleAfterSeconds)",
+    },
+    "MassStaleFraction": {
+        "Type": "String",
+        "Default": "0.5",
+        "AllowedPattern": "^(0\\.[0-9]*[1-9][0-9]*|1(\\.0+)?)$",
+        "Description": "hold liveness transitions when more than this fraction of online nodes would go stale at once",
+    },
 }
 PARAMETER_ENV = {
     "AdminTokenSha256": "MODELFORGE_ADMIN_TOKEN_SHA256",
     "HeartbeatIntervalSeconds": "MODELFORGE_HEARTBEAT_INTERVAL_SECONDS",
     "StaleAfterSeconds": "MODELFORGE_NODE_STALE_AFTER_SECONDS",
     "OfflineAfterSeconds": "MODELFORGE_NODE_OFFLINE_AFTER_SECONDS",
+    "MassStaleFraction": "MODELFORGE_SWEEP_MASS_STALE_FRACTION",
 }
-_TABLES = ("EnrollmentsTable", "NodesTable", "InventoriesTable", "OutboxTable")
+_TABLES = ("EnrollmentsTable", "NodesTable", "InventoriesTable", "GpuClaimsTable", "ControlTable", "OutboxTable")
 _ITEM_ACTIONS = [
     "dynamodb:GetItem",
     "dynamodb:PutItem",
     "dynamodb:UpdateItem",
+    "dynamodb:DeleteItem",
+    "dynamodb:Query",
     "dynamodb:ConditionCheckItem",
     "dynamodb:BatchGetItem",
     "dynamodb:Scan",
@@ -52,7 +74,8 @@ _ITEM_ACTIONS = [
 
 
 def _table_arns() -> list[dict[str, Any]]:
-    return [{"Fn::GetAtt": [table, "Arn"]} for table in _TABLES]
+    arns: list[dict[str, Any]] = [{"Fn::GetAtt": [table, "Arn"]} for table in _TABLES]
+    return arns + [{"Fn::Sub": "${NodesTable.Arn}/index/*"}]
 
 
 def _policy(name: str, statements: list[dict[str, Any]]) -> list[dict[str, Any]]:

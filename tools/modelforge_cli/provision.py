@@ -20,6 +20,8 @@ RESOURCE_ENV = {
     "EnrollmentsTable": "MODELFORGE_ENROLLMENTS_TABLE",
     "NodesTable": "MODELFORGE_NODES_TABLE",
     "InventoriesTable": "MODELFORGE_INVENTORIES_TABLE",
+    "GpuClaimsTable": "MODELFORGE_GPU_CLAIMS_TABLE",
+    "ControlTable": "MODELFORGE_CONTROL_TABLE",
     "OutboxTable": "MODELFORGE_OUTBOX_TABLE",
     "StateLogBucket": "MODELFORGE_STATE_LOG_BUCKET",
 }

@@ -17,6 +17,8 @@ TABLE_ENV = {
     "enrollments": "MODELFORGE_ENROLLMENTS_TABLE",
     "nodes": "MODELFORGE_NODES_TABLE",
     "inventories": "MODELFORGE_INVENTORIES_TABLE",
+    "gpu_claims": "MODELFORGE_GPU_CLAIMS_TABLE",
+    "control": "MODELFORGE_CONTROL_TABLE",
 }
 
 
@@ -80,6 +82,8 @@ def replay(
                     dynamodb.put_item(TableName=table, Item=change["item"])
                 elif change["op"] == "update":
                     dynamodb.update_item(**_update_request(table, change))
+                elif change["op"] == "delete":
+                    dynamodb.delete_item(TableName=table, Key=change["key"])
                 else:
                     raise ReplayError(f"event {event['event_id']} has unknown operation {change['op']!r}")
                 writes += 1

@@ -1,0 +1,137 @@
+"""Readiness: is this exact node ready to serve, and if not, what to do next.
+
+A node is not ready merely because it connected: each check below must pass, and each failing
+check carries a concrete next step.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from modelforge_protocol import credentials
+from modelforge_protocol.versions import Component, Verdict, next_step, verdict
+
+from . import duplicates, enrollments, liveness, node_store
+from .errors import not_found
+from .models import InventoryModel, NodeModel
+from .settings import Settings
+from .views import iso
+
+HEARTBEAT_HINT = "check the agent log for ConnectError on POST /api/v1/agent/heartbeat"
+
+
+def _check(name: str, ok: bool, detail: str, step: str) -> dict[str, Any]:
+    return {"name": name, "ok": ok, "detail": detail, "next_step": None if ok else step}
+
+
+def _connection(node: NodeModel, settings: Settings, now: float) -> dict[str, Any]:
+    if node.last_heartbeat_at is None:
+        return _check("connection", False, "the agent enrolled but has never sent a heartbeat",
+                      f"start the agent with its persisted identity; {HEARTBEAT_HINT}")
+    age = now - node.last_heartbeat_at
+    ok = age < settings.stale_after_seconds
+    return _check(
+        "connection", ok,
+        f"last heartbeat {age:.0f}s ago (stale after {settings.stale_after_seconds}s)",
+        f"the agent stopped reaching the control plane: is it running? {HEARTBEAT_HINT}",
+    )  # fmt: skip
+
+
+def _inventory_age(node: NodeModel, inventory: InventoryModel | None, settings: Settings, now: float) -> dict[str, Any]:
+    limit = settings.readiness_inventory_max_age_seconds
+    hint = "check the agent log for ConnectError on POST /api/v1/agent/inventory"
+    if inventory is None:
+        return _check("inventory_age", False, "no inventory has been received", f"start the agent; {hint}")
+    age = now - inventory.updated_at
+    gpus = len(inventory.inventory.get("gpus", []))
+    if age > limit:
+        return _check("inventory_age", False, f"inventory older than {limit}s ({age:.0f}s)", hint)
+    if node.accelerator_mode == "nvidia" and gpus == 0:
+        return _check("inventory_age", False, f"inventory is {age:.0f}s old but lists no GPU in nvidia mode",
+                      "run the agent's --preflight on the node; a GPU node must report its GPUs")  # fmt: skip
+    if not inventory.inventory.get("capabilities"):
+        return _check("inventory_age", False, "inventory lists no capabilities", "update the agent; it must report capabilities")
+    return _check("inventory_age", True, f"inventory {age:.0f}s old (max {limit}s), {gpus} GPU(s)", "")
+
+
+def _protocol(node: NodeModel) -> dict[str, Any]:
+    judged = verdict(Component.AGENT, int(node.protocol_version))
+    return _check(
+        "protocol_compatibility", judged is Verdict.COMPATIBLE,
+        f"agent protocol {int(node.protocol_version)}: {judged.value}", next_step(Component.AGENT, judged),
+    )  # fmt: skip
+
+
+def _health(node: NodeModel) -> dict[str, Any]:
+    health = node.health or {}
+    status = health.get("status")
+    if status is None:
+        return _check("agent_health", False, "the agent has not reported its health", f"start the agent; {HEARTBEAT_HINT}")
+    return _check("agent_health", status == "ok", f"agent reports {status}",
+                  "read the agent's log on the node for the reason it reports itself unhealthy")  # fmt: skip
+
+
+def _telemetry_age(node: NodeModel, inventory: InventoryModel | None, settings: Settings, now: float) -> dict[str, Any]:
+    if node.last_heartbeat_at is None or node.telemetry is None:
+        return _check("telemetry_age", False, "no telemetry has been received", f"start the agent; {HEARTBEAT_HINT}")
+    age = now - node.last_heartbeat_at
+    if age >= settings.stale_after_seconds:
+        return _check("telemetry_age", False, f"telemetry older than {settings.stale_after_seconds}s ({age:.0f}s)", HEARTBEAT_HINT)
+    expected = len((inventory.inventory if inventory else {}).get("gpus", []))
+    if node.accelerator_mode == "nvidia" and (expected == 0 or len(node.telemetry) != expected):
+        return _check("telemetry_age", False,
+                      f"telemetry covers {len(node.telemetry)} of {expected} GPU(s) in nvidia mode",
+                      "run the agent's --preflight on the node: NVIDIA_TELEMETRY_UNAVAILABLE means NVML cannot read a GPU")  # fmt: skip
+    return _check("telemetry_age", True, f"telemetry {age:.0f}s old for {len(node.telemetry)} GPU(s)", "")
+
+
+def _identity_unique(node: NodeModel, inventory: InventoryModel | None, settings: Settings, now: float) -> dict[str, Any]:
+    uuids = duplicates.gpu_uuids(inventory.inventory if inventory else None)
+    others = duplicates.live_duplicates(settings, node.node_id, uuids, now)
+    if not others:
+        return _check("identity_unique", True, "no other live node reports this node's GPUs", "")
+    names = ", ".join(sorted(others))
+    return _check(
+        "identity_unique", False,
+        f"GPU(s) also reported by live node(s) {names}: one host is enrolled twice",
+        "make the agent's state volume durable (MODELFORGE_AGENT_STATE_VOLUME on mounted storage), then revoke the "
+        "identity that should not exist: POST /api/v1/admin/nodes/<node_id>/revoke-credential",
+    )  # fmt: skip
+
+
+def check(settings: Settings, target_id: str, now: float) -> dict[str, Any]:
+    """Readiness of a node id, or of the node an enrollment id produced."""
+    if credentials.ENROLLMENT_ID_RE.fullmatch(target_id):
+        enrollment = enrollments.get(target_id)
+        if enrollment.node_id is None:
+            state = enrollments.public_state(enrollment, now)
+            return {
+                "node_id": None,
+                "enrollment_id": target_id,
+                "ready": False,
+                "checks": [
+                    _check("connection", False, f"enrollment is {state}: no node has enrolled with this token yet",
+                           "start the agent on the node with this enrollment's token (before it expires)")  # fmt: skip
+                ],
+            }
+        target_id = enrollment.node_id
+    node = node_store.get(target_id) if credentials.NODE_ID_RE.fullmatch(target_id) else None
+    if node is None:
+        raise not_found("node")
+    inventory = node_store.get_inventory(node.node_id)
+    checks = [
+        _connection(node, settings, now),
+        _inventory_age(node, inventory, settings, now),
+        _protocol(node),
+        _health(node),
+        _telemetry_age(node, inventory, settings, now),
+        _identity_unique(node, inventory, settings, now),
+    ]
+    return {
+        "node_id": node.node_id,
+        "enrollment_id": node.enrollment_id,
+        "ready": all(check["ok"] for check in checks),
+        "status": liveness.derive(node.last_heartbeat_at, now, settings.stale_after_seconds, settings.offline_after_seconds),
+        "checked_at": iso(now),
+        "checks": checks,
+    }
