@@ -283,9 +283,22 @@ def replace_inventory() -> dict[str, Any]:
 # --- scheduled and stream functions ------------------------------------------------------
 
 
+class ConfigurationInvalid(RuntimeError):
+    """A scheduled or stream function refused to run: the message names the bad variables."""
+
+
+def _runtime_or_refuse() -> runtime.Runtime:
+    """For non-HTTP functions: fail the invocation with one clear line, not a traceback."""
+    try:
+        return runtime.get()
+    except SettingsError as error:
+        log.error("configuration invalid", extra={"event": "configuration_invalid", "problems": error.problems})
+        raise ConfigurationInvalid(str(error)) from None
+
+
 @app.schedule(Rate(1, unit=Rate.MINUTES), name="liveness_sweep")
 def liveness_sweep(event: Any) -> dict[str, int]:
-    rt = runtime.get()
+    rt = _runtime_or_refuse()
     report = sweep.report_dict(sweep.run(rt.settings, _now()))
     log.info("sweep finished", extra={"event": "sweep_finished", **report})
     return report
@@ -294,7 +307,7 @@ def liveness_sweep(event: Any) -> dict[str, int]:
 @app.on_dynamodb_record(stream_arn=OUTBOX_STREAM_ARN_PLACEHOLDER, starting_position="TRIM_HORIZON", name="state_log")
 def state_log(event: Any) -> dict[str, int]:
     """Ship each new outbox event to S3. Redelivery is harmless; failures make Lambda retry."""
-    rt = runtime.get()
+    rt = _runtime_or_refuse()
     shipped = already = 0
     for record in event:
         if record.event_name != "INSERT" or not record.new_image:

@@ -47,7 +47,7 @@ def update_change(model: type[Model], key: str, values: dict[str, Any]) -> dict[
 def delete_change(item: Model) -> dict[str, Any]:
     """The item was deleted."""
     model = type(item)
-    key = {name: value for name, value in item.serialize().items() if name in _key_names(model)}
+    key = {name: value for name, value in item.serialize(null_check=False).items() if name in _key_names(model)}
     return {"table": _LOGICAL_NAME[model], "op": "delete", "key": key}
 
 

@@ -9,7 +9,8 @@ def test_enroll_heartbeat_and_read_node_shows_it_online_with_inventory(cp: Contr
     minted = cp.mint(display_name="Rack 4 GPU", expires_in_seconds=300)
     assert minted["status"] == "pending" and minted["production_eligible"] is False
     identity = AgentIdentity()
-    enrolled = cp.enroll(minted["token"], identity, accelerator_mode="nvidia", inventory=gpu_inventory(2))
+    inventory = gpu_inventory(2)
+    enrolled = cp.enroll(minted["token"], identity, accelerator_mode="nvidia", inventory=inventory)
     assert enrolled.status_code == 201, enrolled.text
     assert cp.node(identity.node_id)["status"] == "pending"
 
@@ -24,7 +25,7 @@ def test_enroll_heartbeat_and_read_node_shows_it_online_with_inventory(cp: Contr
     node = cp.node(identity.node_id)
     assert node["status"] == "online"
     assert node["display_name"] == "Rack 4 GPU"
-    assert [gpu["uuid"] for gpu in node["inventory"]["gpus"]] == [gpu["uuid"] for gpu in gpu_inventory(2)["gpus"]]
+    assert [gpu["uuid"] for gpu in node["inventory"]["gpus"]] == [gpu["uuid"] for gpu in inventory["gpus"]]
     assert len(node["telemetry"]["gpus"]) == 2
     assert node["credential"]["state"] == "active"
 

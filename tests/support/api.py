@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import secrets
+
 import requests
 from modelforge_protocol import credentials
 from modelforge_protocol.credentials import ADMIN_TOKEN_HEADER, NODE_ID_HEADER
@@ -20,11 +22,13 @@ def cpu_inventory(cores: int = 2) -> dict[str, Any]:
 
 
 def gpu_inventory(gpus: int) -> dict[str, Any]:
+    """An inventory of ``gpus`` GPUs with UUIDs unique to this call (one physical host)."""
+    host = secrets.token_hex(4)
     return {
         "gpus": [
             {
                 "index": index,
-                "uuid": f"GPU-{index:08d}-aaaa-bbbb-cccc-{index:012d}",
+                "uuid": f"GPU-{host}-aaaa-bbbb-cccc-{index:012d}",
                 "name": "NVIDIA H200",
                 "memory_total_bytes": 143771336704,
                 "driver_version": "570.124.06",
