@@ -129,3 +129,31 @@ def test_an_offline_node_is_not_a_duplicate(cp: ControlPlane) -> None:
     new = AgentIdentity()
     assert cp.enroll(cp.mint()["token"], new, accelerator_mode="nvidia", inventory=shared).status_code == 201
     assert cp.node(new.node_id)["duplicate_suspected"] == []
+
+
+def _cli(target: str, api_url: str, admin_token: str):  # type: ignore[no-untyped-def]
+    import os
+    import subprocess
+    import sys
+
+    return subprocess.run(
+        [sys.executable, "-m", "modelforge_cli.cli", "nodes", "readiness", target, "--api-url", api_url],
+        env={**os.environ, "MODELFORGE_ADMIN_TOKEN": admin_token},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_readiness_command_prints_a_table_and_exits_0_only_when_ready(cp: ControlPlane) -> None:
+    identity = cp.enrolled_node()
+    not_ready = _cli(identity.node_id, cp.base_url, cp.admin_token)
+    assert not_ready.returncode == 1
+    assert "ready       NO" in not_ready.stdout and "next: " in not_ready.stdout
+    assert cp.heartbeat(identity).status_code == 200
+    ready = _cli(identity.node_id, cp.base_url, cp.admin_token)
+    assert ready.returncode == 0, ready.stdout
+    for name in ("connection", "inventory_age", "protocol_compatibility", "agent_health", "telemetry_age", "identity_unique"):
+        assert name in ready.stdout
+    unknown = _cli("node_" + "0" * 32, cp.base_url, cp.admin_token)
+    assert unknown.returncode == 2 and "node_not_found" in unknown.stderr

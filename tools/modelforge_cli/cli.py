@@ -69,6 +69,13 @@ def build_parser() -> argparse.ArgumentParser:
             default=os.environ.get(env_var, defaults[env_var]),
             help=f"target table for {logical} (default ${env_var} or {defaults[env_var]})",
         )
+    nodes = commands.add_parser("nodes", help="operate on nodes through the admin API")
+    nodes_commands = nodes.add_subparsers(dest="nodes_command", required=True)
+    ready = nodes_commands.add_parser("readiness", help="print a node's readiness; exit 0 only when ready")
+    ready.add_argument("node_id", help="the node id from the enrollment record (an enrollment id also works)")
+    ready.add_argument("--api-url", default=os.environ.get("MODELFORGE_API_URL", "http://127.0.0.1:8000"))
+    ready.add_argument("--ca-cert", default=os.environ.get("MODELFORGE_CA_CERT_PATH"), help="private CA of the API")
+
     infra = commands.add_parser("infra", help="deployment artefacts")
     infra_commands = infra.add_subparsers(dest="infra_command", required=True)
     package = infra_commands.add_parser("package", help="build deployment.zip and the CloudFormation template")
@@ -188,6 +195,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_local_up(args)
     if args.command == "infra":
         return run_infra_package(args)
+    if args.command == "nodes":
+        from .readiness_cli import run
+
+        return run(args.node_id, args.api_url, args.ca_cert)
     return run_log_replay(args)
 
 
