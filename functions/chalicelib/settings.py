@@ -40,13 +40,15 @@ class Settings:
 
     @property
     def sweep_bucket_seconds(self) -> int:
-        """Width of the heartbeat buckets the sweep's index sorts by.
+        """Width of the heartbeat buckets the sweep's index sorts by: stale - interval.
 
-        Narrower than (stale - interval): a node that heartbeats on time never lands in a bucket
-        the sweep reads, so the sweep reads only nodes that are (about to be) late. Wider than
-        nothing: the index entry changes only when a heartbeat crosses into a new bucket.
+        No wider: a node that heartbeats on time is then never in a bucket the sweep reads, so
+        the sweep reads only late nodes. No narrower than needed: the index entry is rewritten
+        only when a heartbeat moves the node into a new bucket (with the defaults, one heartbeat
+        in three). The width never delays a transition: a node's bucket starts at or before its
+        last heartbeat.
         """
-        return max(1, (self.stale_after_seconds - self.heartbeat_interval_seconds) // 2)
+        return max(1, self.stale_after_seconds - self.heartbeat_interval_seconds)
 
 
 DEFAULT_NAMES = {

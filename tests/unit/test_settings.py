@@ -97,6 +97,6 @@ def test_settings_mass_stale_fraction_must_be_in_zero_to_one(value: str) -> None
         load_settings({**BASE, "MODELFORGE_SWEEP_MASS_STALE_FRACTION": value})
 
 
-def test_settings_sweep_bucket_is_narrower_than_the_gap_between_interval_and_stale() -> None:
+def test_settings_sweep_bucket_is_the_gap_between_interval_and_stale() -> None:
     settings = load_settings(BASE)
-    assert 0 < settings.sweep_bucket_seconds < settings.stale_after_seconds - settings.heartbeat_interval_seconds
+    assert settings.sweep_bucket_seconds == settings.stale_after_seconds - settings.heartbeat_interval_seconds == 45
