@@ -62,7 +62,6 @@ def detect_and_flag(settings: Settings, node_id: str, uuids: list[str], now: flo
     event = outbox_item(
         event_type="node.duplicate_suspected" if live else "node.duplicate_cleared",
         now=now,
-        sequence=0,
         subject={"node_id": node_id, "others": ",".join(sorted(live)), "gpu_uuids": ",".join(sorted({u for us in live.values() for u in us}))},
         changes=[update_change(NodeModel, key, values) for key, values in updates.items()],
         retention_seconds=settings.outbox_retention_seconds,

@@ -9,7 +9,7 @@ from pynamodb.transactions import TransactWrite
 
 from .models import EnrollmentModel, GpuClaimModel, InventoryModel, NodeModel, OutboxModel
 from .state_log import update_actions
-from .transactions import run_transaction
+from .transactions import run_transaction, update_with_event
 
 
 def get(enrollment_id: str) -> EnrollmentModel | None:
@@ -36,20 +36,16 @@ def create(enrollment: EnrollmentModel, event: OutboxModel) -> None:
 
 def revoke(enrollment_id: str, values: dict[str, Any], event: OutboxModel) -> None:
     """Revoke a token that has not been used. GuardFailed if it is not pending any more."""
-
-    def build(transaction: TransactWrite) -> None:
-        transaction.update(
-            EnrollmentModel(enrollment_id),
-            actions=update_actions(EnrollmentModel, values),
-            condition=(
-                EnrollmentModel.enrollment_id.exists()
-                # only an unused token can be revoked
-                & (EnrollmentModel.state == "pending")
-            ),
-        )
-        transaction.save(event, condition=OutboxModel.event_id.does_not_exist())
-
-    run_transaction(build)
+    update_with_event(
+        EnrollmentModel(enrollment_id),
+        values,
+        (
+            EnrollmentModel.enrollment_id.exists()
+            # only an unused token can be revoked
+            & (EnrollmentModel.state == "pending")
+        ),
+        event,
+    )
 
 
 def consume(

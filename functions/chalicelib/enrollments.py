@@ -49,7 +49,6 @@ def create(settings: Settings, body: dict[str, Any], now: float) -> Minted:
     event = outbox_item(
         event_type="enrollment.created",
         now=now,
-        sequence=0,
         subject={"enrollment_id": enrollment_id},
         changes=[put_change(enrollment)],
         retention_seconds=settings.outbox_retention_seconds,
@@ -73,7 +72,6 @@ def revoke(settings: Settings, enrollment_id: str, now: float) -> EnrollmentMode
     event = outbox_item(
         event_type="enrollment.revoked",
         now=now,
-        sequence=0,
         subject={"enrollment_id": enrollment_id},
         changes=[update_change(EnrollmentModel, enrollment_id, values)],
         retention_seconds=settings.outbox_retention_seconds,
@@ -190,12 +188,11 @@ def enroll(settings: Settings, body: dict[str, Any], now: float) -> Enrolled:
         outbox_item(
             event_type=event_type,
             now=now,
-            sequence=sequence,
             subject=subject,
             changes=event_changes,
             retention_seconds=settings.outbox_retention_seconds,
         )
-        for sequence, (event_type, event_changes) in enumerate(changes.items())
+        for event_type, event_changes in changes.items()
     ]
     try:
         enrollment_store.consume(

@@ -10,7 +10,7 @@ from pynamodb.transactions import TransactWrite
 from .errors import GuardFailed
 from .models import GpuClaimModel, InventoryModel, NodeModel, OutboxModel
 from .state_log import update_actions
-from .transactions import run_transaction
+from .transactions import run_transaction, update_with_event
 
 
 def _holds_credential(credential_sha256: str) -> Any:
@@ -75,20 +75,16 @@ def record_transition_heartbeat(
     event: OutboxModel,
 ) -> None:
     """A heartbeat that brings a node online: the update and its state-log event together."""
-
-    def build(transaction: TransactWrite) -> None:
-        transaction.update(
-            NodeModel(node_id),
-            actions=update_actions(NodeModel, values),
-            condition=(
-                _holds_credential(credential_sha256)
-                # nobody changed the liveness since we read it
-                & (NodeModel.liveness == previous_liveness)
-            ),
-        )
-        transaction.save(event, condition=OutboxModel.event_id.does_not_exist())
-
-    run_transaction(build)
+    update_with_event(
+        NodeModel(node_id),
+        values,
+        (
+            _holds_credential(credential_sha256)
+            # nobody changed the liveness since we read it
+            & (NodeModel.liveness == previous_liveness)
+        ),
+        event,
+    )
 
 
 def replace_inventory(
@@ -130,16 +126,8 @@ def flag_duplicates(updates: dict[str, dict[str, Any]], event: OutboxModel) -> N
 
 
 def revoke_credential(node_id: str, values: dict[str, Any], event: OutboxModel) -> None:
-    def build(transaction: TransactWrite) -> None:
-        transaction.update(
-            NodeModel(node_id),
-            actions=update_actions(NodeModel, values),
-            # only an active credential can be revoked (and the node must exist)
-            condition=NodeModel.credential_state == "active",
-        )
-        transaction.save(event, condition=OutboxModel.event_id.does_not_exist())
-
-    run_transaction(build)
+    # only an active credential can be revoked (and the node must exist)
+    update_with_event(NodeModel(node_id), values, NodeModel.credential_state == "active", event)
 
 
 def online_now(now: float, stale_after: int) -> Any:
@@ -156,21 +144,17 @@ def set_liveness(
     event: OutboxModel,
 ) -> None:
     """Persist a liveness transition decided by the sweep, unless the node moved meanwhile."""
-
-    def build(transaction: TransactWrite) -> None:
-        transaction.update(
-            NodeModel(node_id),
-            actions=update_actions(NodeModel, values),
-            condition=(
-                # still in the state the sweep found it in
-                (NodeModel.liveness == expected_liveness)
-                # and still silent since the threshold: a heartbeat that arrived meanwhile wins
-                & (NodeModel.last_heartbeat_at <= heartbeat_not_after)
-            ),
-        )
-        transaction.save(event, condition=OutboxModel.event_id.does_not_exist())
-
-    run_transaction(build)
+    update_with_event(
+        NodeModel(node_id),
+        values,
+        (
+            # still in the state the sweep found it in
+            (NodeModel.liveness == expected_liveness)
+            # and still silent since the threshold: a heartbeat that arrived meanwhile wins
+            & (NodeModel.last_heartbeat_at <= heartbeat_not_after)
+        ),
+        event,
+    )
 
 
 def late_nodes(liveness: str, heartbeat_bucket_not_after: float, shards: int) -> list[str]:

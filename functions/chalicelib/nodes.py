@@ -73,7 +73,6 @@ def heartbeat(settings: Settings, caller: NodeCaller, body: dict[str, Any], now:
         event = outbox_item(
             event_type="node.liveness_changed",
             now=now,
-            sequence=0,
             subject={"node_id": caller.node_id, "from": previous, "to": liveness.ONLINE, "cause": "heartbeat"},
             changes=[update_change(NodeModel, caller.node_id, _logged_liveness(transition))],
             retention_seconds=settings.outbox_retention_seconds,
@@ -107,7 +106,6 @@ def replace_inventory(settings: Settings, caller: NodeCaller, body: dict[str, An
     event = outbox_item(
         event_type="inventory.replaced",
         now=now,
-        sequence=0,
         subject={"node_id": caller.node_id},
         changes=[put_change(inventory), *map(put_change, added), *map(delete_change, removed)],
         retention_seconds=settings.outbox_retention_seconds,
@@ -127,7 +125,6 @@ def revoke_credential(settings: Settings, node_id: str, now: float) -> NodeModel
     event = outbox_item(
         event_type="credential.revoked",
         now=now,
-        sequence=0,
         subject={"node_id": node_id},
         changes=[update_change(NodeModel, node_id, values)],
         retention_seconds=settings.outbox_retention_seconds,

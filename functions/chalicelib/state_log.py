@@ -7,6 +7,7 @@ domain. Only transitions are logged; heartbeat telemetry is not.
 
 from __future__ import annotations
 
+import itertools
 import json
 import secrets
 from datetime import datetime, timezone
@@ -68,21 +69,28 @@ def update_actions(model: type[Model], values: dict[str, Any]) -> list[Any]:
     ]
 
 
-def new_event_id(now: float, sequence: int) -> str:
-    """Time-ordered id: milliseconds, sequence within one transaction, random suffix."""
-    return f"{int(now * 1000):013d}-{sequence:03d}-{secrets.token_hex(6)}"
+_order = itertools.count()
+
+
+def new_event_id(now: float) -> str:
+    """Time-ordered id: milliseconds, then this process's event counter, then a random suffix.
+
+    The counter orders events made in the same millisecond by one function instance (the events
+    of one transaction, or an enrollment and the duplicate flag it led to); instances are ordered
+    by their clocks (see docs/ARCHITECTURE.md for the limit of that).
+    """
+    return f"{int(now * 1000):013d}-{next(_order):010d}-{secrets.token_hex(6)}"
 
 
 def outbox_item(
     *,
     event_type: str,
     now: float,
-    sequence: int,
     subject: dict[str, str],
     changes: list[dict[str, Any]],
     retention_seconds: int,
 ) -> OutboxModel:
-    event_id = new_event_id(now, sequence)
+    event_id = new_event_id(now)
     payload = {
         "event_id": event_id,
         "type": event_type,

@@ -77,7 +77,6 @@ def _transition(settings: Settings, now: float, node_id: str, source: str, targe
     event = outbox_item(
         event_type="node.liveness_changed",
         now=now,
-        sequence=0,
         subject={"node_id": node_id, "from": source, "to": target, "cause": "sweep"},
         changes=[update_change(NodeModel, node_id, values)],
         retention_seconds=settings.outbox_retention_seconds,
@@ -109,7 +108,6 @@ def _record_hold(settings: Settings, now: float, held: bool, detail: dict[str, A
     event = outbox_item(
         event_type=event_type,
         now=now,
-        sequence=0,
         subject={"control": control_store.MASS_STALE_HOLD},
         changes=[put_change(item)],
         retention_seconds=settings.outbox_retention_seconds,

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Callable
+from typing import Any, Callable
 
 from pynamodb.connection import Connection
 from pynamodb.exceptions import TransactWriteError
 from pynamodb.transactions import TransactWrite
 
+from pynamodb.models import Model
+
 from .errors import GuardFailed
+from .models import OutboxModel
+from .state_log import update_actions
 
 _connection: Connection | None = None
 _lock = threading.Lock()
@@ -42,3 +46,13 @@ def run_transaction(build: Callable[[TransactWrite], None]) -> None:
         if any(reason is not None and reason.code == "ConditionalCheckFailed" for reason in reasons):
             raise GuardFailed(str(error.cause_response_code)) from None
         raise
+
+
+def update_with_event(item: Model, values: dict[str, Any], condition: Any, event: OutboxModel) -> None:
+    """One guarded update of ``item`` and its state-log event, committed together or not at all."""
+
+    def build(transaction: TransactWrite) -> None:
+        transaction.update(item, actions=update_actions(type(item), values), condition=condition)
+        transaction.save(event, condition=OutboxModel.event_id.does_not_exist())
+
+    run_transaction(build)
