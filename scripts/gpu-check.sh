@@ -106,6 +106,7 @@ ADMIN_TOKEN="$("$PYTHON" -c 'import secrets; print(secrets.token_urlsafe(32))')"
 
 say "starting the control plane on $API"
 MODELFORGE_ADMIN_TOKEN="$ADMIN_TOKEN" PYTHONUNBUFFERED=1 \
+  MODELFORGE_NODE_STALE_AFTER_SECONDS=60 MODELFORGE_NODE_OFFLINE_AFTER_SECONDS=300 \
   "$MODELFORGE" local up --host 127.0.0.1 --port "$PORT" >"$WORK/local-up.log" 2>&1 </dev/null &
 CP_PID=$!
 for _ in $(seq 600); do # up to 60 s
