@@ -108,7 +108,7 @@ def _token(env: Mapping[str, str], problems: list[str]) -> str | None:
     return token
 
 
-def _tls(env: Mapping[str, str], url: str, problems: list[str]) -> tuple[bool, Path | None, str | None]:
+def _tls(env: Mapping[str, str], problems: list[str]) -> tuple[bool, Path | None, str | None]:
     verify = _flag(env, "MODELFORGE_AGENT_TLS_VERIFY", True, problems)
     if not verify and not _flag(env, INSECURE_SWITCH, False, problems):
         problems.append(
@@ -139,7 +139,7 @@ def load_config(env: Mapping[str, str]) -> AgentConfig:
     mode = env.get("MODELFORGE_AGENT_ACCELERATOR_MODE", "nvidia").strip().lower()
     if mode not in ACCELERATOR_MODES:
         problems.append(f"MODELFORGE_AGENT_ACCELERATOR_MODE must be one of {', '.join(ACCELERATOR_MODES)}")
-    verify, ca, address = _tls(env, url, problems)
+    verify, ca, address = _tls(env, problems)
     state_raw = env.get("MODELFORGE_AGENT_STATE_VOLUME", "").strip()
     if not state_raw:
         problems.append("MODELFORGE_AGENT_STATE_VOLUME is required (a durable directory for the node's identity)")

@@ -67,7 +67,7 @@ def get(enrollment_id: str) -> EnrollmentModel:
 
 
 def revoke(settings: Settings, enrollment_id: str, now: float) -> EnrollmentModel:
-    enrollment = get(enrollment_id)
+    get(enrollment_id)  # 404 for an unknown id before anything is written
     values = {"state": REVOKED, "revoked_at": round(now, 3)}
     event = outbox_item(
         event_type="enrollment.revoked",

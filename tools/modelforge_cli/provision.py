@@ -35,7 +35,7 @@ def load_resources(path: Path = RESOURCES_FILE) -> dict[str, Any]:
 def resource_names(prefix: str) -> dict[str, str]:
     """Physical names for a local stack: '<prefix>-enrollments', ... (env var -> name)."""
     names = {}
-    for logical_id, env_var in RESOURCE_ENV.items():
+    for env_var in RESOURCE_ENV.values():
         suffix = env_var.removeprefix("MODELFORGE_").removesuffix("_TABLE").removesuffix("_BUCKET")
         names[env_var] = f"{prefix}-{suffix.lower().replace('_', '-')}"
     return names
