@@ -468,7 +468,7 @@ def run(args: argparse.Namespace, children: list[Child], scratch: Path) -> int:
     window = last.at - first.at
     cpu_seconds = (last.cpu_ticks - first.cpu_ticks) / ticks_per_second
     cpu_percent = 100 * cpu_seconds / window
-    # the main thread only waits for a stop signal (waking every 0.1 s): time-driven, whatever the
+    # the main thread only waits for a stop signal (waking every 0.25 s): time-driven, whatever the
     # interval; the other threads (the publisher) do the heartbeats: work per heartbeat
     main_seconds = (last.main_ticks - first.main_ticks) / ticks_per_second
     main_percent = 100 * main_seconds / window
@@ -508,7 +508,7 @@ def run(args: argparse.Namespace, children: list[Child], scratch: Path) -> int:
     )
     per_heartbeat = f", {other_seconds * 1000 / heartbeats:.1f} ms per heartbeat" if heartbeats else ""
     for label, seconds, percent, what in (
-        ("main thread:  ", main_seconds, main_percent, "waits for SIGTERM, wakes every 0.1 s"),
+        ("main thread:  ", main_seconds, main_percent, "waits for SIGTERM, wakes every 0.25 s"),
         ("other threads:", other_seconds, other_percent, f"the publisher{per_heartbeat}"),
     ):
         print(f"      {label} {seconds * 1000:5.0f} ms = {percent:.3f}%  ({what})")

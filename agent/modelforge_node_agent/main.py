@@ -32,6 +32,8 @@ from .transport import base_url, build_session
 log = logging.getLogger("modelforge.agent")
 #: How long a stop waits for the publishing thread before exiting anyway (the spec allows 2 s).
 STOP_GRACE_SECONDS = 1.5
+#: How often the main thread wakes to run signal handlers (a quarter second, negligible CPU).
+SIGNAL_CHECK_SECONDS = 0.25
 
 
 class NvidiaGpus:
@@ -127,7 +129,10 @@ def run_agent(
 
     threading.Thread(target=publish, name="publisher", daemon=True).start()
     try:
-        stop.wait()  # no polling: a signal handler or the publisher's end sets it
+        # A timed wait: a signal may land on the publisher thread, and Python runs handlers only
+        # when the main thread runs; an untimed wait could then sleep through SIGTERM.
+        while not stop.wait(SIGNAL_CHECK_SECONDS):
+            pass
         done.wait(STOP_GRACE_SECONDS)
         if outcome and outcome[0] != exit_codes.OK:
             return outcome[0]

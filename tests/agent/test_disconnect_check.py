@@ -1,0 +1,44 @@
+"""The release check of bench/disconnect_check.py, run for a few seconds: a real `modelforge local up`
+(stale=3 s, offline=6 s, sweep 1 s) and a real CPU agent frozen with SIGSTOP for 8 s."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+CHECK_SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "disconnect_check.py"
+
+
+def _load_check() -> ModuleType:
+    name = "modelforge_bench_disconnect_check"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, CHECK_SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.slow
+def test_frozen_agent_heartbeat_stops_and_the_node_goes_stale_then_offline_then_returns(tmp_path: Path) -> None:
+    check = _load_check()
+    lines: list[str] = []
+    result = check.run_check(seconds=8, stale_after=3, offline_after=6, interval=1, log_dir=tmp_path, echo=lines.append)
+    report = "\n".join(lines)
+    assert result.passed, report
+    assert result.heartbeat_advanced_while_disconnected is False, report
+    assert result.heartbeat_before_freeze is not None and result.heartbeat_values_while_disconnected == [], report
+    assert "stale" in result.statuses_seen and "offline" in result.statuses_seen, report
+    assert result.statuses_seen == ["online", "stale", "offline"], report
+    assert result.stale_expected and result.offline_expected, report
+    assert result.agent_requests_while_disconnected == 0, report
+    assert result.resumed and result.status_after_resume == "online", report
+    assert result.heartbeat_after_resume not in (None, result.heartbeat_before_freeze), report
+    assert result.stopped["agent"].startswith("exited with code 0"), report
+    assert "VERDICT: PASS" in report
