@@ -12,7 +12,7 @@ calls), ``--stale-percent`` of them last heard from ``stale_after + 5`` s ago an
 ago, then runs the deployed sweep (``chalicelib.sweep.run``) once and prints:
 
 - what the sweep read (``SweepReport.items_read``: the late nodes' index entries, plus the
-  online index entries the mass-outage guard counts when at least 10 nodes are late), what it
+  online-node counter the mass-outage guard reads when at least 10 nodes are late), what it
   transitioned, and its wall time (index reads and guarded writes apart);
 - for comparison, one real paginated ``Scan`` of the nodes table: the items it reads (the
   whole fleet) and its wall time;
@@ -288,6 +288,11 @@ def run_size(count: int, stale_percent: float) -> SizeResult:
         client = dynamodb_client(stack.aws_endpoint_url)
         began = time.perf_counter()
         calls = put_nodes(client, table, items)
+        # the nodes were written directly, not brought online by heartbeats: set the online-node
+        # counter those heartbeats would have kept, as in a running fleet
+        from chalicelib import control_store
+
+        control_store.recount_online_nodes(count, time.time())
         insert_seconds = time.perf_counter() - began
         _phase(f"insert them ({calls} BatchWriteItem calls, {count / insert_seconds:.0f} items/s)", began)
 
@@ -442,8 +447,9 @@ def print_table(results: list[SizeResult]) -> None:
     print(rule)
     print(
         "read: items read (sweep: SweepReport.items_read = late + online). late: index entries of late nodes\n"
-        "(node_store.late_nodes); online: online index entries the mass-outage guard counts (count_in_state),\n"
-        "read only when >= 10 nodes are late ('-' otherwise). late s / count s: time in those reads. sweep s:\n"
+        "(node_store.late_nodes); read also counts the online-node counter item the mass-outage guard reads\n"
+        "when >= 10 nodes are late; online: index entries of a full recount (count_in_state), done only to\n"
+        "repair a missing counter ('-' otherwise). late s / count s: time in those reads. sweep s:\n"
         "the whole sweep, its guarded writes included. data: bytes read by DynamoDB's item-size rules (keys-only\n"
         "index entries for the sweep, whole node items for the scan). check: exactly the stale nodes moved."
     )

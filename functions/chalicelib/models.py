@@ -146,10 +146,12 @@ class ControlModel(Model):
         table_name = "modelforge-control"
 
     name = UnicodeAttribute(hash_key=True)
-    active = BooleanAttribute()
+    active = BooleanAttribute(null=True)
     since = NumberAttribute(null=True)
     detail = JSONAttribute(null=True)
-    updated_at = NumberAttribute()
+    updated_at = NumberAttribute(null=True)
+    #: for counters (the number of online nodes), changed with ADD in the transition's transaction
+    count = NumberAttribute(null=True)
 
 
 class OutboxModel(Model):

@@ -7,6 +7,7 @@ from typing import Any
 from pynamodb.exceptions import DoesNotExist, UpdateError
 from pynamodb.transactions import TransactWrite
 
+from . import control_store
 from .errors import GuardFailed
 from .models import GpuClaimModel, InventoryModel, NodeModel, OutboxModel
 from .state_log import update_actions
@@ -74,7 +75,8 @@ def record_transition_heartbeat(
     values: dict[str, Any],
     event: OutboxModel,
 ) -> None:
-    """A heartbeat that brings a node online: the update and its state-log event together."""
+    """A heartbeat that brings a node online: the update, the online counter and the state-log
+    event together."""
     update_with_event(
         NodeModel(node_id),
         values,
@@ -84,6 +86,7 @@ def record_transition_heartbeat(
             & (NodeModel.liveness == previous_liveness)
         ),
         event,
+        also=[control_store.online_nodes_change(+1)],
     )
 
 
@@ -142,6 +145,7 @@ def set_liveness(
     heartbeat_not_after: float,
     values: dict[str, Any],
     event: OutboxModel,
+    online_delta: int = 0,
 ) -> None:
     """Persist a liveness transition decided by the sweep, unless the node moved meanwhile."""
     update_with_event(
@@ -154,6 +158,7 @@ def set_liveness(
             & (NodeModel.last_heartbeat_at <= heartbeat_not_after)
         ),
         event,
+        also=[control_store.online_nodes_change(online_delta)] if online_delta else [],
     )
 
 

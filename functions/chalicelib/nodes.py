@@ -9,7 +9,7 @@ from typing import Any
 from modelforge_protocol import credentials
 from modelforge_protocol.versions import Component
 
-from . import duplicates, liveness, node_store
+from . import control_store, duplicates, liveness, node_store
 from .auth import NodeCaller, credential_invalid, credential_revoked
 from .errors import ApiError, GuardFailed, conflict, not_found
 from .models import TELEMETRY_COLUMNS, GpuClaimModel, InventoryModel, NodeModel
@@ -74,7 +74,10 @@ def heartbeat(settings: Settings, caller: NodeCaller, body: dict[str, Any], now:
             event_type="node.liveness_changed",
             now=now,
             subject={"node_id": caller.node_id, "from": previous, "to": liveness.ONLINE, "cause": "heartbeat"},
-            changes=[update_change(NodeModel, caller.node_id, _logged_liveness(transition))],
+            changes=[
+                update_change(NodeModel, caller.node_id, _logged_liveness(transition)),
+                control_store.online_nodes_log_change(+1),
+            ],
             retention_seconds=settings.outbox_retention_seconds,
         )
         try:

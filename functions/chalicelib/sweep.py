@@ -2,7 +2,7 @@
 
 Access pattern: the keys-only ``by_liveness`` index, partitioned by state and shard and sorted
 by heartbeat bucket. The sweep queries only buckets older than each threshold, so it reads the
-nodes that are late, not the whole fleet. A failed guard means the node moved first (a heartbeat
+nodes that are late, not the whole fleet; the mass-outage guard reads one counter item. A failed guard means the node moved first (a heartbeat
 arrived): skip it, never overwrite.
 
 Mass-outage guard: when more than ``mass_stale_fraction`` of the online nodes (and at least
@@ -48,8 +48,8 @@ def run(settings: Settings, now: float) -> SweepReport:
 
     held, online_count = False, None
     if len(to_stale) >= MASS_STALE_MIN_NODES:
-        online_count = node_store.count_in_state(liveness.ONLINE, liveness.SHARDS)
-        items_read += online_count
+        online_count, read = _online_nodes(now, at_least=len(to_stale))
+        items_read += read
         held = len(to_stale) > settings.mass_stale_fraction * online_count
     _record_hold(settings, now, held, {"would_go_stale": len(to_stale), "online": online_count})
     if held:
@@ -68,7 +68,20 @@ def run(settings: Settings, now: float) -> SweepReport:
     return SweepReport(items_read, len(to_stale), len(to_offline), transitioned, skipped, False)
 
 
+def _online_nodes(now: float, at_least: int) -> tuple[int, int]:
+    """(online nodes, items read): one counter item; a full recount only if the counter is
+    missing or cannot be right (fewer online nodes than are about to go stale)."""
+    counted = control_store.online_nodes()
+    if counted is not None and counted >= at_least:
+        return counted, 1
+    recount = node_store.count_in_state(liveness.ONLINE, liveness.SHARDS)
+    control_store.recount_online_nodes(recount, now)
+    log.warning("online node counter repaired", extra={"event": "online_counter_repaired", "was": counted, "now": recount})
+    return recount, 1 + recount
+
+
 def _transition(settings: Settings, now: float, node_id: str, source: str, target: str, cutoff: float) -> bool:
+    online_delta = -1 if source == liveness.ONLINE else 0
     values = {
         "liveness": target,
         "liveness_shard": liveness.index_partition(target, node_id),
@@ -78,11 +91,12 @@ def _transition(settings: Settings, now: float, node_id: str, source: str, targe
         event_type="node.liveness_changed",
         now=now,
         subject={"node_id": node_id, "from": source, "to": target, "cause": "sweep"},
-        changes=[update_change(NodeModel, node_id, values)],
+        changes=[update_change(NodeModel, node_id, values)]
+        + ([control_store.online_nodes_log_change(online_delta)] if online_delta else []),
         retention_seconds=settings.outbox_retention_seconds,
     )
     try:
-        node_store.set_liveness(node_id, source, cutoff, values, event)
+        node_store.set_liveness(node_id, source, cutoff, values, event, online_delta)
     except GuardFailed:
         return False  # a heartbeat arrived (or another sweep moved it) first
     log.info(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from pynamodb.connection import Connection
 from pynamodb.exceptions import TransactWriteError
@@ -48,11 +48,20 @@ def run_transaction(build: Callable[[TransactWrite], None]) -> None:
         raise
 
 
-def update_with_event(item: Model, values: dict[str, Any], condition: Any, event: OutboxModel) -> None:
-    """One guarded update of ``item`` and its state-log event, committed together or not at all."""
+def update_with_event(
+    item: Model,
+    values: dict[str, Any],
+    condition: Any,
+    event: OutboxModel,
+    also: Sequence[tuple[Model, list[Any]]] = (),
+) -> None:
+    """One guarded update of ``item`` and its state-log event (and ``also``: unguarded updates such
+    as counters), committed together or not at all."""
 
     def build(transaction: TransactWrite) -> None:
         transaction.update(item, actions=update_actions(type(item), values), condition=condition)
+        for other, actions in also:
+            transaction.update(other, actions=actions)
         transaction.save(event, condition=OutboxModel.event_id.does_not_exist())
 
     run_transaction(build)

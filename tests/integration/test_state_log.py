@@ -151,6 +151,7 @@ def _replay_and_compare(cp: ControlPlane, endpoint: str) -> None:
         ("MODELFORGE_NODES_TABLE", HEARTBEAT_FIELDS),
         ("MODELFORGE_INVENTORIES_TABLE", ()),
         ("MODELFORGE_GPU_CLAIMS_TABLE", ()),
+        ("MODELFORGE_CONTROL_TABLE", ()),  # the online-node counter
     ):
         live = scan_table(endpoint, live_names[var])
         rebuilt = scan_table(endpoint, target[var])

@@ -155,3 +155,23 @@ def test_online_now_condition_refuses_work_for_a_node_that_is_not_online(stack, 
     silent_for = time.time() + settings.stale_after_seconds  # exactly at the threshold: stale
     with pytest.raises(UpdateError):
         online.update(actions=[NodeModel.pending_work.set(1)], condition=node_store.online_now(silent_for, settings.stale_after_seconds))
+
+
+def test_online_counter_follows_transitions_so_the_guard_reads_one_item(stack, cp: ControlPlane) -> None:
+    from chalicelib import control_store
+
+    settings = _settings(mass_stale_fraction=1.0)
+    sweep.run(settings, time.time())
+    before = control_store.online_nodes() or 0
+    identity = cp.enrolled_node()
+    assert cp.heartbeat(identity).status_code == 200  # pending -> online
+    assert control_store.online_nodes() == before + 1
+    assert cp.heartbeat(identity).status_code == 200  # steady state: no change
+    assert control_store.online_nodes() == before + 1
+    late = time.time() + settings.stale_after_seconds + 1
+    for other in [cp.enrolled_node() for _ in range(3)]:
+        _beat_at(other, cp, late - 1)  # these stay online at `late`
+    counted = control_store.online_nodes()
+    report = sweep.run(settings, late)
+    assert report.transitioned >= 1
+    assert control_store.online_nodes() == counted - report.stale_candidates + report.skipped

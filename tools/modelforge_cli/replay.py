@@ -55,6 +55,17 @@ def _update_request(table: str, change: dict[str, Any]) -> dict[str, Any]:
     return request
 
 
+def _add_request(table: str, change: dict[str, Any]) -> dict[str, Any]:
+    (name, value), = change["add"].items()
+    return {
+        "TableName": table,
+        "Key": change["key"],
+        "UpdateExpression": "ADD #a :a",
+        "ExpressionAttributeNames": {"#a": name},
+        "ExpressionAttributeValues": {":a": value},
+    }
+
+
 def replay(
     *,
     bucket: str,
@@ -82,6 +93,8 @@ def replay(
                     dynamodb.put_item(TableName=table, Item=change["item"])
                 elif change["op"] == "update":
                     dynamodb.update_item(**_update_request(table, change))
+                elif change["op"] == "add":
+                    dynamodb.update_item(**_add_request(table, change))
                 elif change["op"] == "delete":
                     dynamodb.delete_item(TableName=table, Key=change["key"])
                 else:
