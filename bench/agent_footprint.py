@@ -34,24 +34,34 @@ or the window holds no successful heartbeat or any failed agent request.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import re
 import secrets
-import signal
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Callable
-from urllib.parse import urlparse
+from typing import Any
+
+if str(Path(__file__).resolve().parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/_support, also when loaded by a test
+
+import _support
+from _support import (
+    LOOPBACK,
+    MAX_KEPT_LINES,
+    BenchFailure,
+    Child,
+    child_environment,
+    exit_description,
+    start_child,
+    stop_child,
+    wait_for,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-LOOPBACK = "127.0.0.1"
 HEARTBEAT_PATH = "/api/v1/agent/heartbeat"
 AGENT_PATH_PREFIX = "/api/v1/agent/"
 READY_RE = re.compile(r"ready at (https?://\S+) \(AWS emulator (http://\S+)\)")
@@ -71,16 +81,6 @@ STOP_TIMEOUT_AGENT = 5.0  # the agent is specified to stop within 2 s of SIGTERM
 STOP_TIMEOUT_CONTROL_PLANE = 10.0
 REQUEST_TIMEOUT_SECONDS = 10
 LOG_SETTLE_SECONDS = 0.5  # after the window, for the access-log lines of its last requests to arrive
-MAX_KEPT_LINES = 200_000  # per process, so a chatty process cannot grow this one without bound
-TAIL_LINES = 20
-
-
-class BenchFailure(Exception):
-    """Something the benchmark depends on did not work; the run exits non-zero."""
-
-
-class Terminated(Exception):
-    """This process got SIGTERM: stop both children and exit."""
 
 
 # --- reading /proc -------------------------------------------------------------------------
@@ -127,126 +127,6 @@ def take_sample(pid: int) -> Sample:
         raise BenchFailure(f"the agent process {pid} is gone from /proc") from None
 
 
-# --- child processes -----------------------------------------------------------------------
-
-
-class LineCollector:
-    """Read a child's merged stdout/stderr line by line on a thread, keeping (wall time, line)."""
-
-    def __init__(self, stream: IO[bytes], name: str) -> None:
-        self._stream = stream
-        self._lines: list[tuple[float, str]] = []
-        self._dropped = 0
-        self._guard = threading.Lock()
-        self._thread = threading.Thread(target=self._read, name=f"read-{name}", daemon=True)
-        self._thread.start()
-
-    def _read(self) -> None:
-        for raw in iter(self._stream.readline, b""):
-            line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
-            with self._guard:
-                if len(self._lines) < MAX_KEPT_LINES:
-                    self._lines.append((time.time(), line))
-                else:
-                    self._dropped += 1
-        self._stream.close()
-
-    def lines(self) -> list[str]:
-        with self._guard:
-            return [line for _, line in self._lines]
-
-    def records(self) -> list[dict[str, Any]]:
-        """The JSON-object lines (the ModelForge log format); other lines are skipped."""
-        found = []
-        for line in self.lines():
-            if line.startswith("{"):
-                try:
-                    record = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(record, dict):
-                    found.append(record)
-        return found
-
-    @property
-    def dropped(self) -> int:
-        with self._guard:
-            return self._dropped
-
-    def tail(self, count: int = TAIL_LINES) -> str:
-        return "\n".join("    " + line for line in self.lines()[-count:]) or "    (no output)"
-
-    def join(self, timeout: float) -> None:
-        self._thread.join(timeout)
-
-
-@dataclass
-class Child:
-    name: str
-    process: subprocess.Popen
-    output: LineCollector
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def exited(self) -> int | None:
-        return self.process.poll()
-
-
-def start_child(name: str, command: list[str], env: dict[str, str], cwd: Path) -> Child:
-    process = subprocess.Popen(
-        command,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        env=env,
-        cwd=cwd,
-        start_new_session=True,  # a Ctrl-C reaches only this script, which stops the children itself
-    )
-    assert process.stdout is not None
-    return Child(name, process, LineCollector(process.stdout, name))
-
-
-def exit_description(code: int) -> str:
-    if code < 0:
-        return f"was killed by signal {-code} ({signal.Signals(-code).name})"
-    return f"exited with code {code}"
-
-
-def stop_child(child: Child, timeout: float) -> str:
-    """SIGTERM the child by its PID, SIGKILL it after ``timeout``; say how it ended."""
-    process = child.process
-    if process.poll() is not None:
-        how = f"had already {exit_description(process.returncode).replace('was ', 'been ', 1)}"
-    else:
-        began = time.monotonic()
-        try:
-            process.send_signal(signal.SIGTERM)  # Popen signals its own PID only
-            process.wait(timeout=timeout)
-            how = f"{exit_description(process.returncode)} {time.monotonic() - began:.2f} s after SIGTERM"
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-            how = f"did not exit within {timeout:g} s of SIGTERM and was killed"
-    child.output.join(timeout=2)
-    return how
-
-
-def child_environment(extra: dict[str, str]) -> dict[str, str]:
-    """This environment without ModelForge settings or proxies for loopback, plus ``extra``."""
-    env = {
-        name: value
-        for name, value in os.environ.items()
-        if not name.startswith(("MODELFORGE_", "AWS_"))
-        and name.lower() not in ("http_proxy", "https_proxy", "all_proxy")
-    }
-    env["NO_PROXY"] = env["no_proxy"] = f"{LOOPBACK},localhost"
-    env["PYTHONUNBUFFERED"] = "1"
-    env.update(extra)
-    return env
-
-
 # --- control-plane log ---------------------------------------------------------------------
 
 
@@ -264,29 +144,6 @@ def access_records(records: list[dict[str, Any]], since: float, until: float) ->
 
 def count_heartbeats(records: list[dict[str, Any]]) -> int:
     return sum(1 for record in records if record.get("path") == HEARTBEAT_PATH and record.get("status") == 200)
-
-
-def wait_for(
-    condition: Callable[[], Any], timeout: float, watched: list[Child], what: str, interval: float = 0.05
-) -> Any:
-    """Poll ``condition`` until it returns something truthy; fail when a watched child exits."""
-    deadline = time.monotonic() + timeout
-    while True:
-        found = condition()
-        if found:
-            return found
-        for child in watched:
-            code = child.exited()
-            if code is not None:
-                raise BenchFailure(
-                    f"the {child.name} (PID {child.pid}) {exit_description(code)} while waiting for {what};"
-                    f" its last output:\n{child.output.tail()}"
-                )
-        if time.monotonic() >= deadline:
-            raise BenchFailure(
-                f"no {what} within {timeout:g} s; the last output of the {watched[0].name}:\n{watched[0].output.tail()}"
-            )
-        time.sleep(interval)
 
 
 # --- the benchmark -------------------------------------------------------------------------
@@ -324,11 +181,6 @@ def _admin_client(base_url: str, token: str) -> Any:
     session = requests.Session()
     session.trust_env = False  # no proxies, no netrc: 127.0.0.1 only
     return ControlPlane(base_url, token, session=session, timeout=REQUEST_TIMEOUT_SECONDS)
-
-
-def _require_loopback(url: str, what: str) -> None:
-    if urlparse(url).hostname != LOOPBACK:
-        raise BenchFailure(f"{what} is at {url}, not on {LOOPBACK}; refusing to run")
 
 
 def _mb(kib: int) -> float:
@@ -372,12 +224,12 @@ def run(args: argparse.Namespace, children: list[Child], scratch: Path) -> int:
     children.append(control_plane)
 
     def ready() -> re.Match[str] | None:
-        return next(filter(None, map(READY_RE.search, control_plane.output.lines())), None)
+        return next(filter(None, map(READY_RE.search, control_plane.lines())), None)
 
     match = wait_for(ready, CONTROL_PLANE_START_TIMEOUT, [control_plane], "control-plane ready line")
     api_url, emulator_url = match.group(1), match.group(2)
-    _require_loopback(api_url, "the control plane")
-    _require_loopback(emulator_url, "the AWS emulator")
+    _support.require_loopback(api_url, "the control plane")
+    _support.require_loopback(emulator_url, "the AWS emulator")
     print(f"control plane: PID {control_plane.pid}, API {api_url}")
 
     client = _admin_client(api_url, admin_token)
@@ -412,7 +264,7 @@ def run(args: argparse.Namespace, children: list[Child], scratch: Path) -> int:
     both = [agent, control_plane]
 
     def enrolled() -> dict[str, Any] | None:
-        return next((r for r in agent.output.records() if r.get("event") == "enrolled" and r.get("node_id")), None)
+        return next((r for r in agent.records() if r.get("event") == "enrolled" and r.get("node_id")), None)
 
     node_id = str(wait_for(enrolled, ENROLL_TIMEOUT, both, "'enrolled' log line from the agent")["node_id"])
     enrolled_after = time.monotonic() - agent_started
@@ -420,7 +272,7 @@ def run(args: argparse.Namespace, children: list[Child], scratch: Path) -> int:
     def first_heartbeat() -> float | None:
         beats = [
             r["ts"]
-            for r in access_records(control_plane.output.records(), 0, float("inf"))
+            for r in access_records(control_plane.records(), 0, float("inf"))
             if r.get("path") == HEARTBEAT_PATH and r.get("status") == 200
         ]
         return min(beats) if beats else None
@@ -452,12 +304,12 @@ def run(args: argparse.Namespace, children: list[Child], scratch: Path) -> int:
         if code is not None:
             raise BenchFailure(
                 f"the agent (PID {agent.pid}) {exit_description(code)} during the measured window"
-                f" (after {index - 1} of {args.heartbeats} intervals); its last output:\n{agent.output.tail()}"
+                f" (after {index - 1} of {args.heartbeats} intervals); its last output:\n{agent.tail()}"
             )
         if control_plane.exited() is not None:
             raise BenchFailure(
                 f"the control plane {exit_description(control_plane.exited())} during the measured window;"
-                f" its last output:\n{control_plane.output.tail()}"
+                f" its last output:\n{control_plane.tail()}"
             )
         samples.append(take_sample(agent.pid))
     window_end_wall = window_start_wall + (samples[-1].at - samples[0].at)
@@ -475,7 +327,7 @@ def run(args: argparse.Namespace, children: list[Child], scratch: Path) -> int:
     other_seconds = cpu_seconds - main_seconds
     other_percent = 100 * other_seconds / window
     rss_max = max(sample.rss_kib for sample in samples)
-    in_window = access_records(control_plane.output.records(), window_start_wall, window_end_wall)
+    in_window = access_records(control_plane.records(), window_start_wall, window_end_wall)
     heartbeats = count_heartbeats(in_window)
     requests_by_route: dict[str, int] = {}
     failed: dict[str, int] = {}
@@ -489,7 +341,7 @@ def run(args: argparse.Namespace, children: list[Child], scratch: Path) -> int:
     scaled_cpu_percent = cpu_percent * scale  # all of it scaled with the heartbeat rate
     estimated_cpu_percent = main_percent + other_percent * scale  # only the heartbeat work scaled
     agent_warnings: dict[str, int] = {}
-    for record in agent.output.records():
+    for record in agent.records():
         if record.get("level") in ("warning", "error", "critical"):
             event = str(record.get("event", record.get("message", "?")))
             agent_warnings[event] = agent_warnings.get(event, 0) + 1
@@ -542,8 +394,8 @@ def run(args: argparse.Namespace, children: list[Child], scratch: Path) -> int:
         print(f"    HTTP requests per heartbeat: {total_requests / heartbeats:.2f}")
     if failed:
         print(f"    not 200: {', '.join(f'{key} x{count}' for key, count in sorted(failed.items()))}")
-    if control_plane.output.dropped:
-        dropped = control_plane.output.dropped
+    if control_plane.dropped:
+        dropped = control_plane.dropped
         problems.append(f"{dropped} control-plane log lines past the first {MAX_KEPT_LINES} were not kept or counted")
     warnings = ", ".join(f"{event} x{count}" for event, count in sorted(agent_warnings.items())) or "none"
     print(f"    warnings/errors in the agent's own log (whole run): {warnings}")
@@ -583,41 +435,25 @@ def run(args: argparse.Namespace, children: list[Child], scratch: Path) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+def _run_in_scratch(args: argparse.Namespace) -> int:
     if not Path("/proc/self/stat").exists():
-        print("bench/agent_footprint.py: FAILED: needs Linux /proc to sample the agent", file=sys.stderr)
-        return 1
-
-    def terminated(*_: Any) -> None:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the clean-up short
-        raise Terminated()
-
-    signal.signal(signal.SIGTERM, terminated)
+        raise BenchFailure("needs Linux /proc to sample the agent")
+    _support.install_sigterm_handler()
     children: list[Child] = []
-    try:
-        with tempfile.TemporaryDirectory(prefix="mf-agent-footprint-") as scratch:
-            try:
-                return run(args, children, Path(scratch))
-            finally:
-                # whatever happened: the agent first, then the control plane, each by its PID
-                for child in reversed(children):  # started control plane, then agent
-                    timeout = STOP_TIMEOUT_AGENT if child.name == "agent" else STOP_TIMEOUT_CONTROL_PLANE
-                    if child.exited() is None:
-                        how = stop_child(child, timeout)
-                        print(f"stopping the {child.name} (PID {child.pid}): {how}", file=sys.stderr)
-    except BenchFailure as failure:
-        print(f"bench/agent_footprint.py: FAILED: {failure}", file=sys.stderr)
-        return 1
-    except (KeyboardInterrupt, Terminated):
-        print("bench/agent_footprint.py: interrupted", file=sys.stderr)
-        return 130
-    except Exception as error:  # noqa: BLE001 - report, then exit non-zero
-        import traceback
+    with tempfile.TemporaryDirectory(prefix="mf-agent-footprint-") as scratch:
+        try:
+            return run(args, children, Path(scratch))
+        finally:
+            # whatever happened: the agent first, then the control plane, each by its PID
+            for child in reversed(children):  # started control plane, then agent
+                timeout = STOP_TIMEOUT_AGENT if child.name == "agent" else STOP_TIMEOUT_CONTROL_PLANE
+                if child.exited() is None:
+                    how = stop_child(child, timeout)
+                    print(f"stopping the {child.name} (PID {child.pid}): {how}", file=sys.stderr)
 
-        traceback.print_exc()
-        print(f"bench/agent_footprint.py: FAILED: unexpected {type(error).__name__}: {error}", file=sys.stderr)
-        return 1
+
+def main(argv: list[str] | None = None) -> int:
+    return _support.run_main("agent_footprint.py", parse_args, _run_in_scratch, argv)
 
 
 if __name__ == "__main__":

@@ -47,7 +47,6 @@ import os
 import re
 import secrets
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -55,11 +54,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import IO, Any
-from urllib.parse import urlparse
+from typing import Any
+
+if str(Path(__file__).resolve().parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/_support, also when loaded by a test
+
+import _support
+from _support import LOOPBACK, BenchFailure, Child, child_environment, exit_description, start_child, stop_child
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-LOOPBACK = "127.0.0.1"
 READY_RE = re.compile(r"ready at (https?://\S+) \(AWS emulator (http://\S+)\)")
 AGENT_PATH_PREFIX = "/api/v1/agent/"
 HEARTBEAT_PATH = "/api/v1/agent/heartbeat"
@@ -92,15 +95,10 @@ STATE_LOG_TIMEOUT = 10.0  # for the state log to hold the transition back to onl
 STOP_TIMEOUT_AGENT = 5.0  # the agent is specified to stop within 2 s of SIGTERM
 STOP_TIMEOUT_CONTROL_PLANE = 10.0
 REQUEST_TIMEOUT_SECONDS = 5.0
-TAIL_LINES = 20
 
 
-class CheckFailure(Exception):
+class CheckFailure(BenchFailure):
     """Something the check depends on did not work; the verdict is FAIL."""
-
-
-class Terminated(Exception):
-    """This process got SIGTERM: resume and stop both children, then exit."""
 
 
 # --- results -------------------------------------------------------------------------------
@@ -156,97 +154,6 @@ class CheckResult:
 
 
 # --- processes -----------------------------------------------------------------------------
-
-
-@dataclass
-class Child:
-    name: str
-    process: subprocess.Popen
-    log_path: Path
-    _log: IO[bytes]
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def exited(self) -> int | None:
-        return self.process.poll()
-
-    def output(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def records(self) -> list[dict[str, Any]]:
-        """The JSON-object lines of its output (the ModelForge log format)."""
-        found = []
-        for line in self.output().splitlines():
-            if line.startswith("{"):
-                try:
-                    record = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(record, dict):
-                    found.append(record)
-        return found
-
-    def tail(self, count: int = TAIL_LINES) -> str:
-        return "\n".join("    " + line for line in self.output().splitlines()[-count:]) or "    (no output)"
-
-
-def child_environment(extra: dict[str, str]) -> dict[str, str]:
-    """This environment without ModelForge or AWS settings or proxies, plus ``extra``."""
-    env = {
-        name: value
-        for name, value in os.environ.items()
-        if not name.startswith(("MODELFORGE_", "AWS_"))
-        and name.lower() not in ("http_proxy", "https_proxy", "all_proxy")
-    }
-    env["NO_PROXY"] = env["no_proxy"] = f"{LOOPBACK},localhost"
-    env["PYTHONUNBUFFERED"] = "1"
-    env.update(extra)
-    return env
-
-
-def start_child(name: str, command: list[str], env: dict[str, str], cwd: Path, log_path: Path) -> Child:
-    log = open(log_path, "wb")
-    try:
-        process = subprocess.Popen(
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            cwd=cwd,
-            start_new_session=True,  # a Ctrl-C reaches only this script, which stops the children itself
-        )
-    except BaseException:
-        log.close()
-        raise
-    return Child(name, process, log_path, log)
-
-
-def exit_description(code: int) -> str:
-    if code < 0:
-        return f"was killed by signal {-code} ({signal.Signals(-code).name})"
-    return f"exited with code {code}"
-
-
-def stop_child(child: Child, timeout: float) -> str:
-    """SIGTERM the child by its PID, SIGKILL it after ``timeout``; say how it ended."""
-    process = child.process
-    try:
-        if process.poll() is not None:
-            return f"had already {exit_description(process.returncode).replace('was ', 'been ', 1)}"
-        began = time.monotonic()
-        process.send_signal(signal.SIGTERM)  # Popen signals its own PID only
-        try:
-            process.wait(timeout=timeout)
-            return f"{exit_description(process.returncode)} {time.monotonic() - began:.2f} s after SIGTERM"
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-            return f"did not exit within {timeout:g} s of SIGTERM and was killed"
-    finally:
-        child._log.close()
 
 
 def thread_states(pid: int) -> dict[int, str] | None:
@@ -459,26 +366,11 @@ def _clean_up(result: CheckResult, say: Callable[..., None], children: dict[str,
 
 def _wait_for(condition: Callable[[], Any], timeout: float, watched: list[Child], what: str, poll: float = 0.05) -> Any:
     """Poll ``condition`` until it returns something truthy; fail when a watched child exits."""
-    deadline = time.monotonic() + timeout
-    while True:
-        found = condition()
-        if found:
-            return found
-        for child in watched:
-            code = child.exited()
-            if code is not None:
-                raise CheckFailure(
-                    f"the {child.name} (PID {child.pid}) {exit_description(code)} while waiting for {what};"
-                    f" its last output:\n{child.tail()}"
-                )
-        if time.monotonic() >= deadline:
-            raise CheckFailure(f"no {what} within {timeout:g} s")
-        time.sleep(poll)
+    return _support.wait_for(condition, timeout, watched, what, poll, error=CheckFailure, tail_on_timeout=False)
 
 
 def _require_loopback(url: str, what: str) -> None:
-    if urlparse(url).hostname != LOOPBACK:
-        raise CheckFailure(f"{what} is at {url}, not on {LOOPBACK}; refusing to run")
+    _support.require_loopback(url, what, error=CheckFailure)
 
 
 def _run(
@@ -930,29 +822,27 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+def _run_check(args: argparse.Namespace) -> int:
     log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix="mf-disconnect-check-logs-"))
-
-    def terminated(*_: Any) -> None:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the clean-up short
-        raise Terminated()
-
-    signal.signal(signal.SIGTERM, terminated)
-    try:
-        result = run_check(args.seconds, args.stale_after, args.offline_after, args.interval, log_dir)
-    except (KeyboardInterrupt, Terminated):
-        print("bench/disconnect_check.py: interrupted (agent resumed, both processes stopped)", file=sys.stderr)
-        print("VERDICT: FAIL (interrupted)")
-        return 1
-    except Exception as error:  # noqa: BLE001 - report, then exit non-zero
-        import traceback
-
-        traceback.print_exc()
-        print(f"bench/disconnect_check.py: FAILED: unexpected {type(error).__name__}: {error}", file=sys.stderr)
-        print("VERDICT: FAIL")
-        return 1
+    _support.install_sigterm_handler()
+    result = run_check(args.seconds, args.stale_after, args.offline_after, args.interval, log_dir)
     return 0 if result.passed else 1
+
+
+def _failed_verdict(interrupted: bool) -> None:
+    print("VERDICT: FAIL (interrupted)" if interrupted else "VERDICT: FAIL")
+
+
+def main(argv: list[str] | None = None) -> int:
+    return _support.run_main(
+        "disconnect_check.py",
+        parse_args,
+        _run_check,
+        argv,
+        interrupted_note=" (agent resumed, both processes stopped)",
+        interrupted_code=1,
+        after_failure=_failed_verdict,
+    )
 
 
 if __name__ == "__main__":

@@ -37,11 +37,15 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any, Callable, Mapping
-from urllib.parse import urlparse
+
+if str(Path(__file__).resolve().parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/_support, also when loaded by a test
+
+import _support
+from _support import LOOPBACK, BenchFailure
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 HEARTBEAT_PATH = "/api/v1/agent/heartbeat"
-LOOPBACK = "127.0.0.1"
 REGION = "us-east-1"
 WRITE_UNIT_BYTES = 1024
 
@@ -53,10 +57,6 @@ MAX_COST_HEARTBEATS = 2000
 #: Per-thread cap in the timed phases, in case a loop runs far faster than expected.
 MAX_CALLS_PER_THREAD = 100_000
 REQUEST_TIMEOUT_SECONDS = 10
-
-
-class BenchFailure(Exception):
-    """Something the benchmark depends on did not work; the run exits non-zero."""
 
 
 # --- DynamoDB item size ------------------------------------------------------------------
@@ -268,9 +268,7 @@ def _prepare_environment() -> None:
     os.environ.setdefault("MODELFORGE_NODE_STALE_AFTER_SECONDS", "60")
     os.environ.setdefault("MODELFORGE_NODE_OFFLINE_AFTER_SECONDS", "300")
     os.environ["MODELFORGE_LOG_LEVEL"] = "INFO"  # the access log carries the server-side latency
-    for name in ("NO_PROXY", "no_proxy"):
-        existing = [part for part in os.environ.get(name, "").split(",") if part]
-        os.environ[name] = ",".join(existing + [LOOPBACK, "localhost"])
+    _support.add_loopback_to_no_proxy()
     if str(REPO_ROOT) not in sys.path:
         sys.path.insert(0, str(REPO_ROOT))  # tests.support.api: the shared HTTP client
 
@@ -283,11 +281,6 @@ def _quiet_app_log() -> AccessLogCapture:
     capture = AccessLogCapture()
     logging.getLogger("modelforge.api").addHandler(capture)
     return capture
-
-
-def _require_loopback(url: str, what: str) -> None:
-    if urlparse(url).hostname != LOOPBACK:
-        raise BenchFailure(f"{what} is at {url}, not on {LOOPBACK}; refusing to run")
 
 
 def _new_client(base_url: str) -> Any:
@@ -307,24 +300,10 @@ def _dynamodb(endpoint_url: str) -> Any:
     """A DynamoDB client for the emulator (call from the main thread: clients share one session)."""
     global _boto_session
     import boto3
-    from botocore.config import Config
 
     if _boto_session is None:
         _boto_session = boto3.session.Session()
-    return _boto_session.client(
-        "dynamodb",
-        endpoint_url=endpoint_url,
-        region_name=REGION,
-        # the emulator accepts any credentials; these are not secrets
-        aws_access_key_id="local",
-        aws_secret_access_key="local",
-        config=Config(
-            retries={"total_max_attempts": 1},
-            connect_timeout=5,
-            read_timeout=REQUEST_TIMEOUT_SECONDS,
-            proxies={},
-        ),
-    )
+    return _support.emulator_dynamodb(endpoint_url, REGION, REQUEST_TIMEOUT_SECONDS, _boto_session)
 
 
 def enroll_nodes(base_url: str, count: int, gpus: int) -> list[Node]:
@@ -467,8 +446,8 @@ def run(args: argparse.Namespace) -> int:
         if stack.emulator is None:
             raise BenchFailure("the local stack has no embedded emulator, so AWS calls cannot be counted")
         endpoint = stack.emulator.endpoint_url
-        _require_loopback(stack.api_url, "the API server")
-        _require_loopback(endpoint, "the AWS emulator")
+        _support.require_loopback(stack.api_url, "the API server")
+        _support.require_loopback(endpoint, "the AWS emulator")
         capture = _quiet_app_log()
         print(f"local stack: API {stack.api_url}, emulator {endpoint}")
         print("(control-plane INFO log lines are kept off stderr; warnings and errors still show)")
@@ -602,21 +581,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    try:
-        return run(args)
-    except BenchFailure as failure:
-        print(f"bench/heartbeat.py: FAILED: {failure}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("bench/heartbeat.py: interrupted", file=sys.stderr)
-        return 130
-    except Exception as error:  # noqa: BLE001 - report, then exit non-zero
-        import traceback
-
-        traceback.print_exc()
-        print(f"bench/heartbeat.py: FAILED: unexpected {type(error).__name__}: {error}", file=sys.stderr)
-        return 1
+    return _support.run_main("heartbeat.py", parse_args, run, argv)
 
 
 if __name__ == "__main__":

@@ -35,10 +35,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
+
+if str(Path(__file__).resolve().parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/_support, also when loaded by a test
+
+import _support
+from _support import LOOPBACK, BenchFailure
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-LOOPBACK = "127.0.0.1"
 REGION = "us-east-1"
 
 #: BatchWriteItem's limit on items per call.
@@ -54,10 +58,6 @@ MAX_SIZES = 4
 #: Stay below the mass-outage guard's default fraction (0.5), which would hold every transition.
 MAX_STALE_PERCENT = 40.0
 REQUEST_TIMEOUT_SECONDS = 60
-
-
-class BenchFailure(Exception):
-    """Something the benchmark depends on did not work, or the sweep did the wrong thing."""
 
 
 # --- node items --------------------------------------------------------------------------
@@ -112,23 +112,7 @@ def node_item(node_id: str, last_heartbeat_at: float, bucket_seconds: int, creat
 
 def dynamodb_client(endpoint_url: str) -> Any:
     """A low-level DynamoDB client for the emulator on 127.0.0.1 (no proxies, no retries)."""
-    import boto3
-    from botocore.config import Config
-
-    return boto3.session.Session().client(
-        "dynamodb",
-        endpoint_url=endpoint_url,
-        region_name=REGION,
-        # the emulator accepts any credentials; these are not secrets
-        aws_access_key_id="local",
-        aws_secret_access_key="local",
-        config=Config(
-            retries={"total_max_attempts": 1},
-            connect_timeout=5,
-            read_timeout=REQUEST_TIMEOUT_SECONDS,
-            proxies={},
-        ),
-    )
+    return _support.emulator_dynamodb(endpoint_url, REGION, REQUEST_TIMEOUT_SECONDS)
 
 
 def batch_write(client: Any, table: str, requests: Iterable[dict[str, Any]]) -> int:
@@ -263,8 +247,8 @@ def run_size(count: int, stale_percent: float) -> SizeResult:
     began = time.perf_counter()
     try:
         stack.start()
-        _require_loopback(stack.aws_endpoint_url, "the AWS emulator")
-        _require_loopback(stack.api_url, "the API server")
+        _support.require_loopback(stack.aws_endpoint_url, "the AWS emulator")
+        _support.require_loopback(stack.api_url, "the API server")
         from chalicelib import liveness, node_store, runtime, sweep
 
         settings = runtime.get().settings
@@ -412,14 +396,7 @@ def _prepare_environment() -> None:
     os.environ["MODELFORGE_NODE_OFFLINE_AFTER_SECONDS"] = "300"
     # one INFO line per transition would drown the figures; warnings (a mass-stale hold) still show
     os.environ["MODELFORGE_LOG_LEVEL"] = "WARNING"
-    for name in ("NO_PROXY", "no_proxy"):
-        existing = [part for part in os.environ.get(name, "").split(",") if part]
-        os.environ[name] = ",".join(existing + [LOOPBACK, "localhost"])
-
-
-def _require_loopback(url: str, what: str) -> None:
-    if urlparse(url).hostname != LOOPBACK:
-        raise BenchFailure(f"{what} is at {url}, not on {LOOPBACK}; refusing to run")
+    _support.add_loopback_to_no_proxy()
 
 
 def _kb(size: int) -> str:
@@ -477,21 +454,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    try:
-        return run(args)
-    except BenchFailure as failure:
-        print(f"bench/sweep.py: FAILED: {failure}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("bench/sweep.py: interrupted", file=sys.stderr)
-        return 130
-    except Exception as error:  # noqa: BLE001 - report, then exit non-zero
-        import traceback
-
-        traceback.print_exc()
-        print(f"bench/sweep.py: FAILED: unexpected {type(error).__name__}: {error}", file=sys.stderr)
-        return 1
+    return _support.run_main("sweep.py", parse_args, run, argv)
 
 
 if __name__ == "__main__":
