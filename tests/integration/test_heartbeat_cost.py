@@ -42,6 +42,9 @@ def test_first_heartbeat_is_a_logged_transition_to_online(counted_stack, cp: Con
     response = cp.heartbeat(identity)
     assert response.status_code == 200 and response.json()["status"] == "online"
     delta = operations_delta(before, _app_operations(stack))
+    # the background stream poller may already have shipped the event: that S3 write is the
+    # state-log function's, not the heartbeat's
+    shipped = delta.pop("S3:PUT", 0)
     # the cheap path is tried first, then a consistent read and one transaction with the event
     assert delta == {"UpdateItem": 1, "GetItem": 2, "TransactWriteItems": 1}
-    assert stack.drain_state_log() == 1
+    assert shipped + stack.drain_state_log() == 1
