@@ -3,26 +3,16 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-CHECK_SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "disconnect_check.py"
+from tests.support import bench_scripts
 
 
 def _load_check() -> ModuleType:
-    name = "modelforge_bench_disconnect_check"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, CHECK_SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
+    return bench_scripts.load("disconnect_check")
 
 
 @pytest.mark.slow

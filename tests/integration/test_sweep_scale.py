@@ -9,32 +9,21 @@ hold whatever they are, and this test's nodes are deleted afterwards.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import secrets
-import sys
 import time
-from pathlib import Path
 from types import ModuleType
 
 from chalicelib import liveness, node_store, runtime, sweep
 
+from tests.support import bench_scripts
 from tests.support.snapshots import scan_table
 
-BENCH_SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "sweep.py"
 FLEET = 300
 STALE = 3
 
 
 def _load_bench() -> ModuleType:
-    name = "modelforge_bench_sweep"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, BENCH_SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    return bench_scripts.load("sweep")
 
 
 def test_sweep_reads_late_nodes_only_at_scale(stack, monkeypatch) -> None:  # type: ignore[no-untyped-def]

@@ -2,26 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-BENCH_SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "heartbeat.py"
+from tests.support import bench_scripts
 
 
 def _load_bench() -> ModuleType:
-    name = "modelforge_bench_heartbeat"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, BENCH_SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
+    return bench_scripts.load("heartbeat")
 
 
 bench = _load_bench()
