@@ -58,6 +58,32 @@ def gpu_telemetry(gpus: int) -> dict[str, Any]:
     }
 
 
+def enroll_body(token: str, identity: "AgentIdentity", **overrides: Any) -> dict[str, Any]:
+    """A valid enroll request of a CPU node; ``overrides`` replace fields."""
+    return {
+        "token": token,
+        "idempotency_key": identity.idempotency_key,
+        "credential": identity.credential,
+        "hostname": "gpu_node",
+        "agent_version": "1.3.0",
+        "protocol_version": 1,
+        "accelerator_mode": "cpu",
+        "inventory": cpu_inventory(),
+        **overrides,
+    }
+
+
+def heartbeat_body(gpus: int = 0, **overrides: Any) -> dict[str, Any]:
+    """A valid heartbeat with telemetry for ``gpus`` GPUs; ``overrides`` replace fields."""
+    return {
+        "protocol_version": 1,
+        "agent_version": "1.3.0",
+        "health": {"status": "ok"},
+        "telemetry": gpu_telemetry(gpus),
+        **overrides,
+    }
+
+
 @dataclass
 class AgentIdentity:
     """What a real agent creates and persists before it enrolls."""
@@ -95,17 +121,7 @@ class ControlPlane:
         return response.json()
 
     def enroll_body(self, token: str, identity: AgentIdentity, **overrides: Any) -> dict[str, Any]:
-        return {
-            "token": token,
-            "idempotency_key": identity.idempotency_key,
-            "credential": identity.credential,
-            "hostname": "gpu_node",
-            "agent_version": "1.3.0",
-            "protocol_version": 1,
-            "accelerator_mode": "cpu",
-            "inventory": cpu_inventory(),
-            **overrides,
-        }
+        return enroll_body(token, identity, **overrides)
 
     def enroll(self, token: str, identity: AgentIdentity, **overrides: Any) -> requests.Response:
         response = self.request("POST", "/api/v1/agent/enroll", json=self.enroll_body(token, identity, **overrides))
@@ -120,13 +136,7 @@ class ControlPlane:
         return identity
 
     def heartbeat_body(self, gpus: int = 0, **overrides: Any) -> dict[str, Any]:
-        return {
-            "protocol_version": 1,
-            "agent_version": "1.3.0",
-            "health": {"status": "ok"},
-            "telemetry": gpu_telemetry(gpus),
-            **overrides,
-        }
+        return heartbeat_body(gpus, **overrides)
 
     def heartbeat(self, identity: AgentIdentity, gpus: int = 0, **overrides: Any) -> requests.Response:
         return self.request(
