@@ -42,7 +42,22 @@ def parse_json_object(raw_body: bytes | None, *, allow_empty: bool = False) -> d
         raise ApiError(400, "invalid_json", "request body is not valid JSON") from None
     if not isinstance(parsed, dict):
         raise invalid_request("request body must be a JSON object")
+    _require_unicode(parsed)
     return parsed
+
+
+def _require_unicode(parsed: dict[str, Any]) -> None:
+    """Refuse strings (values or names) that cannot be encoded as UTF-8.
+
+    JSON's escapes can spell a lone surrogate (``"\\ud800"``): it parses, but no UTF-8 store,
+    log or answer can hold it (I-JSON, RFC 7493, forbids it for the same reason).
+    """
+    try:
+        json.dumps(parsed, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise ApiError(
+            400, "invalid_json", "request body is not valid I-JSON: strings must be Unicode text (no unpaired surrogates)"
+        ) from None
 
 
 @lru_cache(maxsize=None)

@@ -624,6 +624,29 @@ def test_post_endpoint_deeply_nested_json_is_refused_400(
     refused(stack, lambda: call.send(cp, raw=raw), 400, None, secrets=call.secrets)
 
 
+_LONE_SURROGATE_MARK = "lone-surrogate-goes-here"
+#: A free-text field of each body endpoint (no pattern would refuse it on its own).
+_TEXT_FIELD: dict[str, Callable[[dict[str, Any]], None]] = {
+    "create_enrollment": lambda body: body.update(display_name=_LONE_SURROGATE_MARK),
+    "enroll": lambda body: body["inventory"]["gpus"][0].update(name=_LONE_SURROGATE_MARK),
+    "heartbeat": lambda body: body["health"].update(detail=_LONE_SURROGATE_MARK),
+    "inventory": lambda body: body["inventory"]["gpus"][0].update(name=_LONE_SURROGATE_MARK),
+}
+
+
+@pytest.mark.parametrize("endpoint", BODY_ENDPOINTS)
+@pytest.mark.parametrize("escape", ["\\ud800", "x\\udfffy"])
+def test_post_endpoint_string_with_a_lone_surrogate_is_refused_400_invalid_json(
+    stack: Any, cp: ControlPlane, world: World, targets: Targets, endpoint: str, escape: str
+) -> None:
+    """A lone surrogate parses as JSON but cannot be stored or logged as UTF-8: refused, never a 500."""
+    call = call_for(endpoint, targets, world.admin_token)
+    body = json.loads(json.dumps(call.body))
+    _TEXT_FIELD[endpoint](body)
+    raw = json.dumps(body).replace(_LONE_SURROGATE_MARK, escape).encode()
+    refused(stack, lambda: call.send(cp, raw=raw), 400, "invalid_json", secrets=call.secrets)
+
+
 @pytest.mark.parametrize("endpoint", BODY_ENDPOINTS)
 @pytest.mark.parametrize(
     "raw", [pytest.param(b"", id="empty"), pytest.param(b" \r\n\t ", id="whitespace")]

@@ -40,3 +40,22 @@ def test_page_tokens_round_trip_and_refuse_forgeries() -> None:
     for forged in ["!!!", encode({"node_id": {"S": "x"}}), encode({"other": {"S": "node_" + "a" * 32}})]:
         with pytest.raises(ApiError):
             decode(forged, "node_id")
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"display_name": "\\ud800", "expires_in_seconds": 900}',
+        b'{"display_name": "ok \\udfff tail"}',
+        b'{"\\ud83d": 1}',
+        b'{"inventory": {"gpus": [{"name": "\\ud800"}]}}',
+    ],
+)
+def test_parse_json_object_lone_surrogate_is_refused_as_invalid_json(raw: bytes) -> None:
+    with pytest.raises(ApiError) as error:
+        parse_json_object(raw)
+    assert error.value.status == 400 and error.value.code == "invalid_json"
+
+
+def test_parse_json_object_paired_surrogates_are_ordinary_text() -> None:
+    assert parse_json_object(b'{"display_name": "GPU \\ud83d\\ude80"}') == {"display_name": "GPU \U0001f680"}
