@@ -6,7 +6,9 @@ some of them are secrets.
 
 from __future__ import annotations
 
+import collections
 import hashlib
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -132,6 +134,37 @@ def _read_fraction(env: Mapping[str, str], name: str, default: float, problems: 
     return value
 
 
+#: The admin token must carry at least this much estimated entropy (bits).
+MIN_ADMIN_TOKEN_BITS = 128
+MIN_ADMIN_TOKEN_LENGTH = 32
+
+
+def admin_token_weakness(token: str) -> str | None:
+    """Why ``token`` is too weak to guard the admin API, or None. Never says what it is.
+
+    A heuristic, not a proof: at least 32 characters, not a repetition of a shorter string, and
+    an estimated entropy (length × the Shannon entropy of its characters) of 128 bits or more.
+    32 random bytes in base64 or hex (``modelforge admin-token new``, ``openssl rand -base64 32``)
+    pass with a wide margin; ``"a" * 40`` or ``"abcd" * 10`` do not.
+    """
+    if len(token) < MIN_ADMIN_TOKEN_LENGTH:
+        return f"must be at least {MIN_ADMIN_TOKEN_LENGTH} characters"
+    try:
+        token.encode("utf-8")
+    except UnicodeEncodeError:
+        return "must be valid Unicode text"
+    if token != token.strip():
+        return "must not start or end with whitespace"
+    doubled = (token + token).find(token, 1)
+    if doubled < len(token):
+        return "must not be a repeated pattern"
+    counts = collections.Counter(token)
+    per_char = -sum(n / len(token) * math.log2(n / len(token)) for n in counts.values())
+    if per_char * len(token) < MIN_ADMIN_TOKEN_BITS:
+        return f"looks too predictable (under {MIN_ADMIN_TOKEN_BITS} bits of estimated entropy)"
+    return None
+
+
 def _admin_token_sha256(env: Mapping[str, str], problems: list[str]) -> str:
     digest = env.get("MODELFORGE_ADMIN_TOKEN_SHA256", "").strip().lower()
     token = env.get("MODELFORGE_ADMIN_TOKEN", "")
@@ -142,8 +175,10 @@ def _admin_token_sha256(env: Mapping[str, str], problems: list[str]) -> str:
             problems.append("MODELFORGE_ADMIN_TOKEN_SHA256 must be 64 hexadecimal characters")
         return digest
     elif token:
-        if len(token) < 32:
-            problems.append("MODELFORGE_ADMIN_TOKEN must be at least 32 characters")
+        weakness = admin_token_weakness(token)
+        if weakness:
+            problems.append(f"MODELFORGE_ADMIN_TOKEN {weakness}; generate one with `modelforge admin-token new`")
+            return ""
         return hashlib.sha256(token.encode("utf-8")).hexdigest()
     else:
         problems.append("MODELFORGE_ADMIN_TOKEN or MODELFORGE_ADMIN_TOKEN_SHA256 is required")

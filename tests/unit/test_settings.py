@@ -1,11 +1,12 @@
 from __future__ import annotations
 
 import hashlib
+import secrets
 
 import pytest
-from chalicelib.settings import SettingsError, load_settings
+from chalicelib.settings import SettingsError, admin_token_weakness, load_settings
 
-TOKEN = "t" * 40
+TOKEN = secrets.token_urlsafe(32)
 BASE = {
     "MODELFORGE_ADMIN_TOKEN": TOKEN,
     "MODELFORGE_NODE_STALE_AFTER_SECONDS": "60",
@@ -100,3 +101,34 @@ def test_settings_mass_stale_fraction_must_be_in_zero_to_one(value: str) -> None
 def test_settings_sweep_bucket_is_the_gap_between_interval_and_stale() -> None:
     settings = load_settings(BASE)
     assert settings.sweep_bucket_seconds == settings.stale_after_seconds - settings.heartbeat_interval_seconds == 45
+
+
+@pytest.mark.parametrize(
+    "weak",
+    [
+        pytest.param("a" * 40, id="one_repeated_character"),
+        pytest.param("abcd" * 10, id="short_repeated_pattern"),
+        pytest.param("0123456789" * 4, id="repeated_digits"),
+        pytest.param("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaab", id="almost_one_character"),
+        pytest.param("x" * 31, id="too_short"),
+        pytest.param("Tr0ub4dor&3", id="short_password"),
+        pytest.param(" " + secrets.token_urlsafe(32), id="leading_space"),
+    ],
+)
+def test_settings_weak_admin_token_is_refused_by_name_never_by_value(weak: str) -> None:
+    with pytest.raises(SettingsError) as error:
+        load_settings({**BASE, "MODELFORGE_ADMIN_TOKEN": weak})
+    assert "MODELFORGE_ADMIN_TOKEN" in str(error.value) and "modelforge admin-token new" in str(error.value)
+    assert weak.strip() not in str(error.value)
+
+
+@pytest.mark.parametrize(
+    "strong",
+    [
+        pytest.param(secrets.token_urlsafe(32), id="urlsafe_32_bytes"),
+        pytest.param(secrets.token_hex(32), id="hex_32_bytes"),
+        pytest.param("correct horse battery staple glacier umbrella", id="passphrase"),
+    ],
+)
+def test_admin_token_weakness_accepts_random_tokens(strong: str) -> None:
+    assert admin_token_weakness(strong) is None

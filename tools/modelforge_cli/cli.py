@@ -76,6 +76,10 @@ def build_parser() -> argparse.ArgumentParser:
     ready.add_argument("--api-url", default=os.environ.get("MODELFORGE_API_URL", "http://127.0.0.1:8000"))
     ready.add_argument("--ca-cert", default=os.environ.get("MODELFORGE_CA_CERT_PATH"), help="private CA of the API")
 
+    token = commands.add_parser("admin-token", help="admin token helpers")
+    token_commands = token.add_subparsers(dest="token_command", required=True)
+    token_commands.add_parser("new", help="print a new random admin token (stdout) and its SHA-256 (stderr)")
+
     infra = commands.add_parser("infra", help="deployment artefacts")
     infra_commands = infra.add_subparsers(dest="infra_command", required=True)
     package = infra_commands.add_parser("package", help="build deployment.zip and the CloudFormation template")
@@ -195,6 +199,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_local_up(args)
     if args.command == "infra":
         return run_infra_package(args)
+    if args.command == "admin-token":
+        from .admin_token import run_new
+
+        return run_new()
     if args.command == "nodes":
         from .readiness_cli import run
 
