@@ -45,7 +45,8 @@ def _now() -> float:
 
 
 def _error_response(error: ApiError) -> Response:
-    return Response(body=error.body(), status_code=error.status)
+    headers: dict[str, str | list[str]] = dict(error.headers)
+    return Response(body=error.body(), status_code=error.status, headers=headers or None)
 
 
 def _answer_errors(view: Callable[..., Any]) -> Callable[..., Any]:
@@ -263,7 +264,7 @@ def enroll() -> Response:
 def heartbeat() -> dict[str, Any]:
     rt = runtime.get()
     caller = require_node(_request().headers)
-    result = nodes.heartbeat(rt.settings, caller, _body(), _now())
+    result = nodes.heartbeat(rt.settings, caller, _body(), _now(), rt.known_callers)
     return {
         "node_id": caller.node_id,
         "status": result.node.liveness,

@@ -82,7 +82,7 @@ def _table(gpus: list[GpuInfo], readings: Mapping[int, GpuTelemetry]) -> list[st
     """A plain fixed-width table, one row per GPU, readable in a terminal and in a log."""
     rows = [_COLUMNS] + [_row(gpu, readings.get(gpu.index)) for gpu in gpus]
     widths = [max(len(row[column]) for row in rows) for column in range(len(_COLUMNS))]
-    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows]
 
 
 def _row(gpu: GpuInfo, reading: GpuTelemetry | None) -> tuple[str, ...]:

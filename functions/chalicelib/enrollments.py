@@ -169,8 +169,14 @@ def enroll(settings: Settings, body: dict[str, Any], now: float) -> Enrolled:
         liveness="pending",
         liveness_changed_at=round(now, 3),
     )
-    inventory = InventoryModel(node_id, inventory=body["inventory"], updated_at=round(now, 3))
     claims = duplicates.claims(node_id, body["inventory"], now)
+    inventory = InventoryModel(
+        node_id,
+        inventory=body["inventory"],
+        updated_at=round(now, 3),
+        revision=uuid.uuid4().hex,
+        claimed_uuids={claim.gpu_uuid for claim in claims} or None,
+    )
     enrollment_values = {
         "state": CONSUMED,
         "consumed_at": round(now, 3),
@@ -214,5 +220,5 @@ def enroll(settings: Settings, body: dict[str, Any], now: float) -> Enrolled:
         if replayed:
             return replayed
         raise _refusal(current, now) from None
-    duplicates.detect_and_flag(settings, node_id, duplicates.gpu_uuids(body["inventory"]), now)
+    duplicates.detect_and_flag(settings, node_id, duplicates.gpu_uuids(body["inventory"]), set(), now)
     return Enrolled(node=node, replayed=False)

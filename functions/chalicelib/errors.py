@@ -17,6 +17,8 @@ class ApiError(Exception):
         self.code = code
         self.message = message
         self.details = details
+        #: HTTP headers the answer carries (e.g. Retry-After)
+        self.headers: dict[str, str] = {}
 
     def body(self) -> dict[str, Any]:
         return {"error": {"code": self.code, "message": self.message, **self.details}}
@@ -32,6 +34,14 @@ def not_found(what: str) -> ApiError:
 
 def conflict(code: str, message: str) -> ApiError:
     return ApiError(409, code, message)
+
+
+def rate_limited(code: str, message: str, retry_after_seconds: int) -> ApiError:
+    """429 with the wait in the body and in ``Retry-After`` (whole seconds, at least 1)."""
+    wait = max(1, int(retry_after_seconds))
+    error = ApiError(429, code, message, retry_after_seconds=wait)
+    error.headers["Retry-After"] = str(wait)
+    return error
 
 
 class GuardFailed(Exception):

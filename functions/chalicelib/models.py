@@ -11,11 +11,11 @@ import os
 
 from pynamodb.attributes import (
     BooleanAttribute,
-    ListAttribute,
     JSONAttribute,
     NumberAttribute,
     TTLAttribute,
     UnicodeAttribute,
+    UnicodeSetAttribute,
 )
 from pynamodb.indexes import GlobalSecondaryIndex, KeysOnlyProjection
 from pynamodb.models import Model
@@ -92,8 +92,11 @@ class NodeModel(Model):
     liveness_shard = UnicodeAttribute(null=True)
     #: start of the heartbeat's bucket (settings.sweep_bucket_seconds wide): the index sort key
     heartbeat_bucket = NumberAttribute(null=True)
-    #: other nodes reporting one of this node's GPU UUIDs while not offline (see identity checks)
-    duplicate_suspected = ListAttribute(of=UnicodeAttribute, null=True)
+    #: other nodes that reported one of this node's GPU UUIDs while live (duplicate identity);
+    #: changed only with ADD/DELETE, so concurrent inventory reports never lose a flag
+    duplicate_partners = UnicodeSetAttribute(null=True)
+    #: when the duplicate flag was raised (kept while any partner remains)
+    duplicate_suspected_at = NumberAttribute(null=True)
     by_liveness = LivenessIndex()
 
 
@@ -126,6 +129,14 @@ class InventoryModel(Model):
     node_id = UnicodeAttribute(hash_key=True)
     inventory = JSONAttribute()
     updated_at = NumberAttribute()
+    #: changes with every replacement: guards the next replacement and this one's claim writes
+    revision = UnicodeAttribute(null=True)
+    #: the GPU UUIDs that have a gpu_claims item for this node, changed in the same transactions
+    #: as those items (so it is always exactly the node's claims)
+    claimed_uuids = UnicodeSetAttribute(null=True)
+    #: per-node rate limit of replacements: the current window's start and count
+    rate_window_start = NumberAttribute(null=True)
+    rate_window_count = NumberAttribute(null=True)
 
 
 class GpuClaimModel(Model):
@@ -151,7 +162,7 @@ class ControlModel(Model):
     detail = JSONAttribute(null=True)
     updated_at = NumberAttribute(null=True)
     #: for counters (the number of online nodes), changed with ADD in the transition's transaction
-    count = NumberAttribute(null=True)
+    count = NumberAttribute(null=True)  # type: ignore[assignment]  # shadows Model.count (unused here)
 
 
 class OutboxModel(Model):

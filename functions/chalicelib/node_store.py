@@ -11,7 +11,7 @@ from . import control_store
 from .errors import GuardFailed
 from .models import GpuClaimModel, InventoryModel, NodeModel, OutboxModel
 from .state_log import update_actions
-from .transactions import run_transaction, update_with_event
+from .transactions import MAX_TRANSACTION_ITEMS, run_transaction, update_with_event
 
 
 def _holds_credential(credential_sha256: str) -> Any:
@@ -93,21 +93,60 @@ def record_transition_heartbeat(
 def replace_inventory(
     node_id: str,
     credential_sha256: str,
-    inventory: InventoryModel,
-    claims_added: list[GpuClaimModel],
-    claims_removed: list[GpuClaimModel],
+    values: dict[str, Any],
+    previous_revision: str | None,
     event: OutboxModel,
 ) -> None:
+    """Replace the inventory document (an update: the claims it records stay as they are).
+
+    GuardFailed when the credential no longer holds, or another replacement moved first.
+    Three items, whatever the inventory holds: claims are reconciled afterwards
+    (``change_claims``), so a transaction never nears DynamoDB's item limit.
+    """
+    unchanged_since_read = (
+        InventoryModel.revision.does_not_exist()
+        if previous_revision is None
+        else InventoryModel.revision == previous_revision
+    )
+
     def build(transaction: TransactWrite) -> None:
         transaction.condition_check(NodeModel, node_id, condition=_holds_credential(credential_sha256))
-        transaction.save(inventory)
-        for claim in claims_added:
-            transaction.save(claim)
-        for claim in claims_removed:
-            transaction.delete(claim)
+        transaction.update(
+            InventoryModel(node_id),
+            actions=update_actions(InventoryModel, values),
+            # nobody replaced the inventory since we read it (this also keeps the rate count exact)
+            condition=unchanged_since_read,
+        )
         transaction.save(event, condition=OutboxModel.event_id.does_not_exist())
 
     run_transaction(build)
+
+
+def change_claims(node_id: str, revision: str, claims: list[GpuClaimModel], adding: bool, event: OutboxModel) -> None:
+    """Write (``adding``) or delete ``claims`` together with the inventory's record of them, while
+    the inventory is still the revision they were computed from (GuardFailed otherwise: a newer
+    replacement reconciles). Callers keep ``len(claims)`` within CLAIM_CHANGES_PER_TRANSACTION."""
+    uuids = {"claimed_uuids": {claim.gpu_uuid for claim in claims}}
+
+    def build(transaction: TransactWrite) -> None:
+        transaction.update(
+            InventoryModel(node_id),
+            actions=update_actions(InventoryModel, {}, **({"add": uuids} if adding else {"delete": uuids})),
+            # the claims were computed from this revision of the inventory
+            condition=InventoryModel.revision == revision,
+        )
+        for claim in claims:
+            if adding:
+                transaction.save(claim)
+            else:
+                transaction.delete(claim)
+        transaction.save(event, condition=OutboxModel.event_id.does_not_exist())
+
+    run_transaction(build)
+
+
+#: DynamoDB's limit is 100 items a transaction; change_claims adds the inventory and the event.
+CLAIM_CHANGES_PER_TRANSACTION = MAX_TRANSACTION_ITEMS - 2
 
 
 def claimants(gpu_uuid: str) -> list[str]:
@@ -115,17 +154,48 @@ def claimants(gpu_uuid: str) -> list[str]:
     return [claim.node_id for claim in GpuClaimModel.query(gpu_uuid, consistent_read=True)]
 
 
-def flag_duplicates(updates: dict[str, dict[str, Any]], event: OutboxModel) -> None:
-    """Set duplicate_suspected on each node in ``updates`` (node id -> values), with the event."""
+def link_duplicates(node_id: str, partners: list[str], now: float, event: OutboxModel) -> None:
+    """Flag ``node_id`` and each partner as duplicates of each other: set additions (no read,
+    so concurrent reports never lose a flag); ``duplicate_suspected_at`` keeps the first time."""
 
     def build(transaction: TransactWrite) -> None:
-        for node_id, values in updates.items():
+        for target, others in ((node_id, set(partners)), *((partner, {node_id}) for partner in partners)):
             transaction.update(
-                NodeModel(node_id), actions=update_actions(NodeModel, values), condition=NodeModel.node_id.exists()
+                NodeModel(target),
+                actions=update_actions(
+                    NodeModel, {}, add={"duplicate_partners": others}, set_if_absent={"duplicate_suspected_at": now}
+                ),
+                condition=NodeModel.node_id.exists(),
             )
         transaction.save(event, condition=OutboxModel.event_id.does_not_exist())
 
     run_transaction(build)
+
+
+def unlink_duplicates(node_id: str, partners: list[str], event: OutboxModel) -> None:
+    """Take ``node_id`` and each partner out of each other's duplicate flags (set deletions)."""
+
+    def build(transaction: TransactWrite) -> None:
+        for target, others in ((node_id, set(partners)), *((partner, {node_id}) for partner in partners)):
+            transaction.update(
+                NodeModel(target),
+                actions=update_actions(NodeModel, {}, delete={"duplicate_partners": others}),
+                condition=NodeModel.node_id.exists(),
+            )
+        transaction.save(event, condition=OutboxModel.event_id.does_not_exist())
+
+    run_transaction(build)
+
+
+def forget_duplicate_time(node_id: str, event: OutboxModel) -> None:
+    """Drop the flag's time once no partner is left (GuardFailed while one is)."""
+    update_with_event(
+        NodeModel(node_id),
+        {"duplicate_suspected_at": None},
+        # DynamoDB removes a set with its last element: no partner is left
+        NodeModel.node_id.exists() & NodeModel.duplicate_partners.does_not_exist(),
+        event,
+    )
 
 
 def revoke_credential(node_id: str, values: dict[str, Any], event: OutboxModel) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hmac
+import math
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,14 +13,16 @@ from modelforge_protocol.versions import Component
 
 from . import control_store, duplicates, liveness, node_store
 from .auth import NodeCaller, credential_invalid, credential_revoked
-from .errors import ApiError, GuardFailed, conflict, not_found
-from .models import TELEMETRY_COLUMNS, GpuClaimModel, InventoryModel, NodeModel
+from .errors import ApiError, GuardFailed, conflict, not_found, rate_limited
+from .known_callers import KnownCallers
+from .models import TELEMETRY_COLUMNS, InventoryModel, NodeModel
 from .protocol_check import require_compatible
-from .settings import Settings
-from .state_log import delete_change, outbox_item, put_change, update_change
+from .settings import INVENTORY_RATE_WINDOW_SECONDS, Settings
+from .state_log import outbox_item, update_change
 from .validation import require_unique, validate, validate_inventory
 
-#: A transition heartbeat can lose a race with the sweep; it then retries from a fresh read.
+#: A transition heartbeat can lose a race with the sweep, an inventory replacement with another
+#: replacement; each then retries from a fresh read.
 _TRANSITION_ATTEMPTS = 3
 
 
@@ -50,7 +54,14 @@ class HeartbeatResult:
     transitioned_from: str | None
 
 
-def heartbeat(settings: Settings, caller: NodeCaller, body: dict[str, Any], now: float) -> HeartbeatResult:
+def heartbeat(
+    settings: Settings, caller: NodeCaller, body: dict[str, Any], now: float, known: KnownCallers | None = None
+) -> HeartbeatResult:
+    """Record a heartbeat: one conditional UpdateItem for a caller ``known`` to this instance.
+
+    A caller not yet known is read first (one GetItem) and refused before anything is written:
+    an unauthenticated heartbeat costs a read, never a write.
+    """
     protocol_version = require_compatible(Component.AGENT, body)
     validate(body, "HEARTBEAT")
     values = {
@@ -63,31 +74,42 @@ def heartbeat(settings: Settings, caller: NodeCaller, body: dict[str, Any], now:
         "agent_version": body["agent_version"],
         "protocol_version": protocol_version,
     }
-    try:
-        return HeartbeatResult(node_store.record_heartbeat(caller.node_id, caller.credential_sha256, values), None)
-    except GuardFailed:
-        pass
-    for _ in range(_TRANSITION_ATTEMPTS):
-        previous = _require_holder(node_store.get(caller.node_id), caller).liveness
-        transition = {**values, "liveness_changed_at": round(now, 3)}
-        event = outbox_item(
-            event_type="node.liveness_changed",
-            now=now,
-            subject={"node_id": caller.node_id, "from": previous, "to": liveness.ONLINE, "cause": "heartbeat"},
-            changes=[
-                update_change(NodeModel, caller.node_id, _logged_liveness(transition)),
-                control_store.online_nodes_log_change(+1),
-            ],
-            retention_seconds=settings.outbox_retention_seconds,
-        )
+    known = known if known is not None else KnownCallers(capacity=1)
+    key = (caller.node_id, caller.credential_sha256)
+    if key in known:
         try:
-            node_store.record_transition_heartbeat(
-                caller.node_id, caller.credential_sha256, previous, transition, event
-            )
+            return HeartbeatResult(node_store.record_heartbeat(caller.node_id, caller.credential_sha256, values), None)
         except GuardFailed:
-            continue
-        return HeartbeatResult(_require_holder(node_store.get(caller.node_id), caller), previous)
+            known.forget(key)  # revoked, or no longer online: read to answer precisely
+    node = _require_holder(node_store.get(caller.node_id), caller)
+    known.remember(key)
+    for _ in range(_TRANSITION_ATTEMPTS):
+        try:
+            return _record(settings, caller, node, values, now)
+        except GuardFailed:
+            node = _require_holder(node_store.get(caller.node_id), caller)  # moved meanwhile: judge again
     raise ApiError(409, "heartbeat_conflict", "the node changed concurrently; retry the heartbeat")
+
+
+def _record(settings: Settings, caller: NodeCaller, node: NodeModel, values: dict[str, Any], now: float) -> HeartbeatResult:
+    """The steady update for an online node, else the logged transition to online."""
+    if node.liveness == liveness.ONLINE:
+        return HeartbeatResult(node_store.record_heartbeat(caller.node_id, caller.credential_sha256, values), None)
+    previous = node.liveness
+    transition = {**values, "liveness_changed_at": round(now, 3)}
+    event = outbox_item(
+        event_type="node.liveness_changed",
+        now=now,
+        subject={"node_id": caller.node_id, "from": previous, "to": liveness.ONLINE, "cause": "heartbeat"},
+        changes=[
+            update_change(NodeModel, caller.node_id, _logged_liveness(transition)),
+            control_store.online_nodes_log_change(+1),
+        ],
+        retention_seconds=settings.outbox_retention_seconds,
+    )
+    node_store.record_transition_heartbeat(caller.node_id, caller.credential_sha256, previous, transition, event)
+    node.liveness = liveness.ONLINE
+    return HeartbeatResult(node, previous)
 
 
 def _logged_liveness(values: dict[str, Any]) -> dict[str, Any]:
@@ -96,30 +118,59 @@ def _logged_liveness(values: dict[str, Any]) -> dict[str, Any]:
 
 
 def replace_inventory(settings: Settings, caller: NodeCaller, body: dict[str, Any], now: float) -> InventoryModel:
+    """Replace a node's inventory, then reconcile its GPU claims and duplicate flags.
+
+    The caller is read and checked before anything is written (an unknown caller costs one read,
+    never a transaction). Each node may replace its inventory ``settings.inventory_rate_limit``
+    times per window, so one node cannot write unlimited state-log objects.
+    """
     require_compatible(Component.AGENT, body)
     validate(body, "REPLACE_INVENTORY")
     validate_inventory(body["inventory"])
-    inventory = InventoryModel(caller.node_id, inventory=body["inventory"], updated_at=round(now, 3))
-    previous = node_store.get_inventory(caller.node_id)
-    old_uuids = set(duplicates.gpu_uuids(previous.inventory if previous else None))
-    new_claims = duplicates.claims(caller.node_id, body["inventory"], now)
-    added = [claim for claim in new_claims if claim.gpu_uuid not in old_uuids]
-    kept = {claim.gpu_uuid for claim in new_claims}
-    removed = [GpuClaimModel(uuid, caller.node_id) for uuid in sorted(old_uuids - kept)]
-    event = outbox_item(
-        event_type="inventory.replaced",
-        now=now,
-        subject={"node_id": caller.node_id},
-        changes=[put_change(inventory), *map(put_change, added), *map(delete_change, removed)],
-        retention_seconds=settings.outbox_retention_seconds,
-    )
-    try:
-        node_store.replace_inventory(caller.node_id, caller.credential_sha256, inventory, added, removed, event)
-    except GuardFailed:
-        _require_holder(node_store.get(caller.node_id), caller)
-        raise credential_revoked() from None  # revoked between the guard and the read
-    duplicates.detect_and_flag(settings, caller.node_id, sorted(kept), now)
-    return inventory
+    node = _require_holder(node_store.get(caller.node_id), caller)
+    uuids = duplicates.gpu_uuids(body["inventory"])
+    for _ in range(_TRANSITION_ATTEMPTS):
+        previous = node_store.get_inventory(caller.node_id)
+        values = {
+            "inventory": body["inventory"],
+            "updated_at": round(now, 3),
+            "revision": uuid.uuid4().hex,
+            **_rate_window(settings, previous, now),
+        }
+        event = outbox_item(
+            event_type="inventory.replaced",
+            now=now,
+            subject={"node_id": caller.node_id},
+            changes=[update_change(InventoryModel, caller.node_id, values)],
+            retention_seconds=settings.outbox_retention_seconds,
+        )
+        try:
+            node_store.replace_inventory(
+                caller.node_id, caller.credential_sha256, values, previous.revision if previous else None, event
+            )
+        except GuardFailed:
+            node = _require_holder(node_store.get(caller.node_id), caller)  # revoked meanwhile: 401
+            continue  # another replacement moved first: judge the rate again from a fresh read
+        duplicates.reconcile_claims(settings, caller.node_id, values["revision"], uuids, now)
+        duplicates.detect_and_flag(settings, caller.node_id, uuids, set(node.duplicate_partners or ()), now)
+        return InventoryModel(caller.node_id, inventory=body["inventory"], updated_at=values["updated_at"])
+    raise ApiError(409, "inventory_conflict", "the inventory changed concurrently; retry")
+
+
+def _rate_window(settings: Settings, previous: InventoryModel | None, now: float) -> dict[str, Any]:
+    """This replacement's place in the node's rate window, or 429 when the window is full."""
+    start = previous.rate_window_start if previous else None
+    if start is None or now - start >= INVENTORY_RATE_WINDOW_SECONDS or now < start:
+        return {"rate_window_start": round(now, 3), "rate_window_count": 1}
+    count = int(previous.rate_window_count or 0) if previous else 0
+    if count >= settings.inventory_rate_limit:
+        raise rate_limited(
+            "inventory_rate_limited",
+            f"this node replaced its inventory {count} times in {INVENTORY_RATE_WINDOW_SECONDS}s "
+            f"(the limit); retry after the window ends",
+            math.ceil(start + INVENTORY_RATE_WINDOW_SECONDS - now),
+        )
+    return {"rate_window_start": start, "rate_window_count": count + 1}
 
 
 def revoke_credential(settings: Settings, node_id: str, now: float) -> NodeModel:

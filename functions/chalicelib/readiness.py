@@ -91,9 +91,11 @@ def _identity_unique(node: NodeModel, inventory: InventoryModel | None, settings
     if not others:
         return _check("identity_unique", True, "no other live node reports this node's GPUs", "")
     names = ", ".join(sorted(others))
+    since = f" (flagged since {iso(node.duplicate_suspected_at)})" if node.duplicate_suspected_at else ""
     return _check(
         "identity_unique", False,
-        f"GPU(s) also reported by live node(s) {names}: one host is enrolled twice",
+        f"GPU(s) also reported by live node(s) {names}{since}: one host is enrolled twice, or one of these "
+        "nodes reports a GPU it does not have",
         "make the agent's state volume durable (MODELFORGE_AGENT_STATE_VOLUME on mounted storage), then revoke the "
         "identity that should not exist: POST /api/v1/admin/nodes/<node_id>/revoke-credential",
     )  # fmt: skip

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import boto3
 
 from modelforge_protocol import jsonlog
+from .known_callers import KnownCallers
 from .models import bind_tables
 from .settings import Settings, load_settings
 from .transactions import reset_connection
@@ -19,6 +20,8 @@ from .transactions import reset_connection
 class Runtime:
     settings: Settings
     s3: Any
+    #: node credentials this instance has verified (a cost saving: see known_callers.py)
+    known_callers: KnownCallers = field(default_factory=KnownCallers)
 
 
 _runtime: Runtime | None = None

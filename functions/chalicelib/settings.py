@@ -39,6 +39,8 @@ class Settings:
     outbox_retention_seconds: int
     mass_stale_fraction: float
     readiness_inventory_max_age_seconds: int
+    #: inventory replacements one node may make per INVENTORY_RATE_WINDOW_SECONDS
+    inventory_rate_limit: int
 
     @property
     def sweep_bucket_seconds(self) -> int:
@@ -68,7 +70,10 @@ _INTEGERS = {
     "MODELFORGE_HEARTBEAT_INTERVAL_SECONDS": (15, 1, 3600),
     "MODELFORGE_READINESS_INVENTORY_MAX_AGE_SECONDS": (7200, 10, 7 * 86400),
     "MODELFORGE_OUTBOX_RETENTION_SECONDS": (7 * 86400, 3600, 365 * 86400),
+    "MODELFORGE_INVENTORY_RATE_LIMIT": (10, 1, 1000),
 }
+#: The window of MODELFORGE_INVENTORY_RATE_LIMIT (replacements per node per window).
+INVENTORY_RATE_WINDOW_SECONDS = 600
 _NAME_RE = re.compile(r"^[A-Za-z0-9._-]{3,255}$")
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 
@@ -200,6 +205,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     retention = _read_int(env, "MODELFORGE_OUTBOX_RETENTION_SECONDS", problems)
     inventory_age = _read_int(env, "MODELFORGE_READINESS_INVENTORY_MAX_AGE_SECONDS", problems)
     fraction = _read_fraction(env, "MODELFORGE_SWEEP_MASS_STALE_FRACTION", 0.5, problems)
+    inventory_rate = _read_int(env, "MODELFORGE_INVENTORY_RATE_LIMIT", problems)
     if stale and stale <= interval:
         problems.append(
             "MODELFORGE_NODE_STALE_AFTER_SECONDS must exceed MODELFORGE_HEARTBEAT_INTERVAL_SECONDS "
@@ -222,4 +228,5 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         outbox_retention_seconds=retention,
         mass_stale_fraction=fraction,
         readiness_inventory_max_age_seconds=inventory_age,
+        inventory_rate_limit=inventory_rate,
     )

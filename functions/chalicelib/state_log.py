@@ -26,23 +26,35 @@ def put_change(item: Model) -> dict[str, Any]:
     return {"table": _LOGICAL_NAME[type(item)], "op": "put", "item": item.serialize()}
 
 
-def update_change(model: type[Model], key: str, values: dict[str, Any]) -> dict[str, Any]:
-    """Named attributes of one item were set (a None value removes the attribute)."""
-    attributes = model.get_attributes()
+def update_change(
+    model: type[Model],
+    key: str,
+    values: dict[str, Any],
+    *,
+    add: dict[str, Any] | None = None,
+    delete: dict[str, Any] | None = None,
+    set_if_absent: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Named attributes of one item were changed: ``values`` set (None removes the attribute),
+    ``add``/``delete`` add to or take from sets and numbers (DynamoDB ADD/DELETE, no read), and
+    ``set_if_absent`` sets only what the item does not have yet (``if_not_exists``)."""
     hash_key = model._hash_key_attribute()
-    assigned = {
-        name: {attributes[name].attr_type: attributes[name].serialize(value)}
-        for name, value in values.items()
-        if value is not None
-    }
-    removed = sorted(name for name, value in values.items() if value is None)
-    return {
+    change: dict[str, Any] = {
         "table": _LOGICAL_NAME[model],
         "op": "update",
         "key": {hash_key.attr_name: {hash_key.attr_type: key}},
-        "set": assigned,
-        "remove": removed,
+        "set": _serialized(model, {name: value for name, value in values.items() if value is not None}),
+        "remove": sorted(name for name, value in values.items() if value is None),
     }
+    for part, given in (("add", add), ("delete", delete), ("set_if_absent", set_if_absent)):
+        if given:
+            change[part] = _serialized(model, given)
+    return change
+
+
+def _serialized(model: type[Model], values: dict[str, Any]) -> dict[str, Any]:
+    attributes = model.get_attributes()
+    return {name: {attributes[name].attr_type: attributes[name].serialize(value)} for name, value in values.items()}
 
 
 def delete_change(item: Model) -> dict[str, Any]:
@@ -60,13 +72,24 @@ def _key_names(model: type[Model]) -> set[str]:
     return names
 
 
-def update_actions(model: type[Model], values: dict[str, Any]) -> list[Any]:
+def update_actions(
+    model: type[Model],
+    values: dict[str, Any],
+    *,
+    add: dict[str, Any] | None = None,
+    delete: dict[str, Any] | None = None,
+    set_if_absent: dict[str, Any] | None = None,
+) -> list[Any]:
     """The PynamoDB update actions that make the same change as ``update_change``."""
     attributes = model.get_attributes()
-    return [
+    actions: list[Any] = [
         attributes[name].remove() if value is None else attributes[name].set(value)
         for name, value in values.items()
     ]
+    actions += [attributes[name].add(value) for name, value in (add or {}).items()]
+    actions += [attributes[name].delete(value) for name, value in (delete or {}).items()]
+    actions += [attributes[name].set(attributes[name] | value) for name, value in (set_if_absent or {}).items()]
+    return actions
 
 
 _order = itertools.count()

@@ -16,6 +16,9 @@ from .errors import GuardFailed
 from .models import OutboxModel
 from .state_log import update_actions
 
+#: DynamoDB's limit on the items of one TransactWriteItems.
+MAX_TRANSACTION_ITEMS = 100
+
 _connection: Connection | None = None
 _lock = threading.Lock()
 

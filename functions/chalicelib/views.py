@@ -46,7 +46,7 @@ def telemetry(node: NodeModel) -> dict[str, Any] | None:
         return None
     return {
         "reported_at": iso(node.last_heartbeat_at),
-        "gpus": [dict(zip(TELEMETRY_COLUMNS, row)) for row in node.telemetry],
+        "gpus": [dict(zip(TELEMETRY_COLUMNS, row, strict=True)) for row in node.telemetry],
     }
 
 
@@ -92,7 +92,8 @@ def node(
         "health": item.health,
         "telemetry": telemetry(item),
         "inventory": inventory(inventory_item),
-        "duplicate_suspected": sorted(item.duplicate_suspected or []),
+        "duplicate_suspected": sorted(item.duplicate_partners or []),
+        "duplicate_suspected_since": iso(item.duplicate_suspected_at),
         "liveness_hold": liveness_hold(hold),
         "created_at": iso(item.created_at),
     }

@@ -102,3 +102,19 @@ def test_template_passes_cfn_lint(packaged: Path) -> None:
         [str(Path(sys.executable).parent / "cfn-lint"), str(packaged / "sam.json")], capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_template_throttles_the_stage_and_the_agent_routes_that_write(packaged: Path) -> None:
+    from modelforge_cli.http_server import load_app
+    from modelforge_cli.infra import THROTTLED_ROUTES
+
+    template = json.loads((packaged / "sam.json").read_text())
+    settings = template["Resources"]["RestAPI"]["Properties"]["MethodSettings"]
+    by_path = {(entry["ResourcePath"], entry["HttpMethod"]): entry for entry in settings}
+    assert by_path[("/*", "*")]["ThrottlingRateLimit"] == {"Ref": "ApiThrottleRateLimit"}
+    assert by_path[("/~1api~1v1~1agent~1enroll", "POST")]["ThrottlingBurstLimit"] == {"Ref": "EnrollThrottleBurstLimit"}
+    routes = load_app().app.routes
+    for path, method, rate, burst in THROTTLED_ROUTES:
+        assert path == "/*" or method in routes[path], f"{method} {path} is not a route of the app"
+        for parameter in (rate, burst):
+            assert template["Parameters"][parameter]["MinValue"] == 1

@@ -53,6 +53,40 @@ PARAMETERS: dict[str, dict[str, Any]] = {
         "Description": "hold liveness transitions when more than this fraction of online nodes would go stale at once",
     },
 }
+# API Gateway throttling: what the internet can make the stack spend. The stage limit must cover
+# the fleet's heartbeats (nodes / interval per second); the agent routes that write more get their
+# own lower limits. Over a limit API Gateway answers 429, which the agent backs off from.
+_THROTTLE_PARAMETERS = {
+    "ApiThrottleRateLimit": (100, "requests per second across the whole API (at least nodes / heartbeat interval)"),
+    "ApiThrottleBurstLimit": (200, "burst of requests across the whole API"),
+    "EnrollThrottleRateLimit": (2, "enrollment attempts per second"),
+    "EnrollThrottleBurstLimit": (10, "burst of enrollment attempts"),
+    "InventoryThrottleRateLimit": (20, "inventory replacements per second (each node is also limited on its own)"),
+    "InventoryThrottleBurstLimit": (50, "burst of inventory replacements"),
+}
+for _name, (_default, _meaning) in _THROTTLE_PARAMETERS.items():
+    PARAMETERS[_name] = {"Type": "Number", "Default": _default, "MinValue": 1, "Description": _meaning}
+#: (route, method, rate parameter, burst parameter); "/*" + "*" is the stage-wide default.
+THROTTLED_ROUTES = (
+    ("/*", "*", "ApiThrottleRateLimit", "ApiThrottleBurstLimit"),
+    ("/api/v1/agent/enroll", "POST", "EnrollThrottleRateLimit", "EnrollThrottleBurstLimit"),
+    ("/api/v1/agent/inventory", "POST", "InventoryThrottleRateLimit", "InventoryThrottleBurstLimit"),
+)
+
+
+def _method_settings() -> list[dict[str, Any]]:
+    """Stage method settings: API Gateway writes a resource path's slashes as ``~1``."""
+    return [
+        {
+            "ResourcePath": path if path == "/*" else "/" + path.replace("/", "~1"),
+            "HttpMethod": method,
+            "ThrottlingRateLimit": {"Ref": rate},
+            "ThrottlingBurstLimit": {"Ref": burst},
+        }
+        for path, method, rate, burst in THROTTLED_ROUTES
+    ]
+
+
 PARAMETER_ENV = {
     "AdminTokenSha256": "MODELFORGE_ADMIN_TOKEN_SHA256",
     "HeartbeatIntervalSeconds": "MODELFORGE_HEARTBEAT_INTERVAL_SECONDS",
@@ -108,6 +142,7 @@ def merge_template() -> dict[str, Any]:
         "Resource": {"Fn::Sub": "${StateLogBucket.Arn}/events/*"},
     }
     resources["StateLogRole"] = {"Properties": {"Policies": _policy("modelforge-state-log", [stream, put_events])}}
+    resources["RestAPI"] = {"Properties": {"MethodSettings": _method_settings()}}
     resources["StateLog"]["Properties"]["Events"] = {
         "StateLogDynamodbEventSource": {"Properties": {"Stream": {"Fn::GetAtt": ["OutboxTable", "StreamArn"]}}}
     }

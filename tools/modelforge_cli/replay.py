@@ -33,20 +33,28 @@ class ReplayReport:
 
 
 def _update_request(table: str, change: dict[str, Any]) -> dict[str, Any]:
+    """One UpdateItem making the change: SET, SET if_not_exists, REMOVE, ADD and DELETE parts."""
     names: dict[str, str] = {}
     values: dict[str, Any] = {}
-    sets = []
-    for index, (name, value) in enumerate(sorted(change["set"].items())):
-        names[f"#s{index}"] = name
-        values[f":s{index}"] = value
-        sets.append(f"#s{index} = :s{index}")
+
+    def placeholders(prefix: str, attributes: dict[str, Any]) -> list[tuple[str, str]]:
+        pairs = []
+        for index, (name, value) in enumerate(sorted(attributes.items())):
+            names[f"#{prefix}{index}"] = name
+            values[f":{prefix}{index}"] = value
+            pairs.append((f"#{prefix}{index}", f":{prefix}{index}"))
+        return pairs
+
+    sets = [f"{name} = {value}" for name, value in placeholders("s", change.get("set", {}))]
+    sets += [f"{name} = if_not_exists({name}, {value})" for name, value in placeholders("i", change.get("set_if_absent", {}))]
+    adds = [f"{name} {value}" for name, value in placeholders("a", change.get("add", {}))]
+    deletes = [f"{name} {value}" for name, value in placeholders("d", change.get("delete", {}))]
     removes = []
     for index, name in enumerate(change.get("remove", [])):
         names[f"#r{index}"] = name
         removes.append(f"#r{index}")
-    expression = " ".join(
-        part for part in (sets and "SET " + ", ".join(sets), removes and "REMOVE " + ", ".join(removes)) if part
-    )
+    clauses = (("SET", sets), ("REMOVE", removes), ("ADD", adds), ("DELETE", deletes))
+    expression = " ".join(f"{verb} {', '.join(parts)}" for verb, parts in clauses if parts)
     request: dict[str, Any] = {"TableName": table, "Key": change["key"], "UpdateExpression": expression}
     if names:
         request["ExpressionAttributeNames"] = names
