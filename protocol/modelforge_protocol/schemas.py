@@ -2,7 +2,8 @@
 
 The schemas are plain data so that this package stays dependency-free; the control plane
 validates with ``jsonschema``. Patterns end in ``\\Z`` (Python's end of string): ``$`` would also
-accept a trailing newline. Every object refuses unknown fields.
+accept a trailing newline. Every request object refuses unknown fields; the answers the agent
+reads (at the end) accept them, for forward compatibility.
 """
 
 from __future__ import annotations
@@ -150,3 +151,67 @@ REPLACE_INVENTORY = _obj(
 
 #: An empty JSON object (or no body) for action endpoints such as revoke.
 EMPTY = _obj({}, [])
+
+
+# --- answers the control plane gives the agent ---------------------------------------------------
+#
+# The agent validates every answer before it uses any of it. Answers may carry more fields than
+# listed (the control plane can add some without breaking older agents), but every field the
+# agent reads is typed and bounded here.
+
+#: Largest answer body the agent reads; a bigger one is a malformed answer.
+MAX_ANSWER_BYTES = 256 * 1024
+#: Deepest nesting of arrays and objects the agent parses in an answer.
+MAX_ANSWER_DEPTH = 32
+#: The heartbeat interval the control plane asks for is clamped to this range by the agent.
+MIN_ANSWER_INTERVAL_SECONDS = 1
+MAX_ANSWER_INTERVAL_SECONDS = 3600
+#: A 429's Retry-After is clamped to this range by the agent.
+MIN_RETRY_AFTER_SECONDS = 1
+MAX_RETRY_AFTER_SECONDS = 3600
+NODE_ID_PATTERN = r"^node_[0-9a-f]{32}\Z"
+
+#: One line of printable text: no control characters (they could forge log lines or terminals).
+_ANSWER_TEXT = {"type": "string", "maxLength": 1024, "pattern": r"^[^\x00-\x1f\x7f]*\Z"}
+_NODE_ID = {"type": "string", "pattern": NODE_ID_PATTERN}
+#: JSON number, never a boolean; the agent clamps it (the parser refuses NaN and infinities).
+_SECONDS = {"type": "number"}
+
+
+def _answer(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    """Like ``_obj`` but open: unknown fields are allowed for forward compatibility."""
+    return {"type": "object", "properties": properties, "required": required}
+
+
+ENROLL_ANSWER = _answer(
+    {"node_id": _NODE_ID, "heartbeat_interval_seconds": _SECONDS, "replayed": {"type": "boolean"}},
+    ["node_id"],
+)
+
+HEARTBEAT_ANSWER = _answer(
+    {
+        "node_id": _NODE_ID,
+        "status": {"type": "string", "pattern": r"^[a-z][a-z0-9_]{0,31}\Z"},
+        "heartbeat_interval_seconds": _SECONDS,
+        "work_waiting": {"type": "boolean"},
+    },
+    ["status"],
+)
+
+INVENTORY_ANSWER = _answer({"node_id": _NODE_ID}, [])
+
+ERROR_ANSWER = _answer(
+    {
+        "error": _answer(
+            {
+                "code": {"type": "string", "pattern": r"^[a-z][a-z0-9_]{0,63}\Z"},
+                "message": {"type": "string"},  # never read by the agent
+                "verdict": {"type": "string", "pattern": r"^[A-Z][A-Z0-9_]{0,31}\Z"},
+                "next_step": _ANSWER_TEXT,
+                "retry_after_seconds": _SECONDS,
+            },
+            ["code"],
+        )
+    },
+    ["error"],
+)

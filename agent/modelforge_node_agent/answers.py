@@ -1,0 +1,93 @@
+"""What the control plane answers, checked before the agent uses any of it.
+
+An answer is parsed as strict JSON (no NaN, no infinities, at most ``MAX_ANSWER_DEPTH`` levels of
+nesting) and validated against the shared answer schemas. Anything else is a ``MalformedAnswer``
+whose reason names the failing field or rule, never a value from the body.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import best_match
+from modelforge_protocol import schemas
+
+#: Strings (which may hold brackets) are removed before the nesting depth is counted.
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_BRACKETS = re.compile(rb"[\[\]{}]")
+_OPENERS = frozenset(b"[{")
+
+
+class MalformedAnswer(Exception):
+    """The answer is not what the protocol allows; ``reason`` never quotes the body."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _validator(schema: Mapping[str, Any]) -> Draft202012Validator:
+    Draft202012Validator.check_schema(schema)
+    return Draft202012Validator(schema)
+
+
+#: Compiled once, at import.
+ENROLL_ANSWER = _validator(schemas.ENROLL_ANSWER)
+HEARTBEAT_ANSWER = _validator(schemas.HEARTBEAT_ANSWER)
+INVENTORY_ANSWER = _validator(schemas.INVENTORY_ANSWER)
+ERROR_ANSWER = _validator(schemas.ERROR_ANSWER)
+
+
+def _refuse_constant(name: str) -> Any:
+    raise MalformedAnswer(f"JSON constant {name} is not allowed")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise MalformedAnswer("number out of range")
+    return value
+
+
+def _depth(raw: bytes) -> int:
+    deepest = level = 0
+    for bracket in _BRACKETS.findall(_JSON_STRING.sub(b'""', raw)):
+        level += 1 if bracket[0] in _OPENERS else -1
+        deepest = max(deepest, level)
+    return deepest
+
+
+def parse(raw: bytes) -> Any:
+    """Strict JSON: at most ``MAX_ANSWER_BYTES``, ``MAX_ANSWER_DEPTH`` deep, finite numbers."""
+    if len(raw) > schemas.MAX_ANSWER_BYTES:
+        raise MalformedAnswer(f"answer larger than {schemas.MAX_ANSWER_BYTES} bytes")
+    if _depth(raw) > schemas.MAX_ANSWER_DEPTH:
+        raise MalformedAnswer(f"answer nested deeper than {schemas.MAX_ANSWER_DEPTH} levels")
+    try:
+        return json.loads(raw, parse_constant=_refuse_constant, parse_float=_finite_float)
+    except (ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise MalformedAnswer("answer is not JSON") from None
+
+
+def _where(error: Any) -> str:
+    """The failing field's path and rule: names from our schema, never a value from the body."""
+    path = ".".join(str(part) for part in error.absolute_path) or "answer"
+    return f"{path} fails {error.validator}"
+
+
+def validated(validator: Draft202012Validator, raw: bytes) -> dict[str, Any]:
+    """The parsed answer if it matches the schema, else ``MalformedAnswer``."""
+    answer = parse(raw)
+    error = best_match(validator.iter_errors(answer))
+    if error is not None:
+        raise MalformedAnswer(_where(error))
+    return answer  # type: ignore[no-any-return]
+
+
+def clamp(value: float, low: float, high: float) -> float:
+    return min(high, max(low, value))
