@@ -3,13 +3,20 @@
 Written atomically (temp file, fsync, rename, fsync of the directory), files 0600, directory
 0700. The credential and idempotency key are created and persisted *before* the agent enrolls,
 so a lost enroll answer followed by a retry ends with the same node.
+
+Checked as ssh checks its keys: an identity file open to group or others, or that is a symbolic
+link, is refused (exit 4); a state volume that is itself a symbolic link is refused; a real state
+directory looser than 0700 is tightened, with a warning naming its old mode. A malformed node id
+is never persisted.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
+import stat
 import tempfile
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -22,6 +29,10 @@ log = logging.getLogger("modelforge.agent.identity")
 
 IDENTITY_FILE = "identity.json"
 _FORMAT_VERSION = 1
+#: An identity file is a few hundred bytes; anything this large is not one.
+_MAX_IDENTITY_BYTES = 64 * 1024
+#: Permission bits for group and others: none may be set on the identity file or the directory.
+_OPEN_TO_OTHERS = 0o077
 
 
 class StateVolumeError(IdentityRefused):
@@ -54,10 +65,15 @@ class StateVolume:
         self.identity_path = path / IDENTITY_FILE
 
     def prepare(self) -> None:
-        """Create the directory if needed (0700) and prove it is writable, or refuse."""
+        """Create the directory if needed (0700), tighten a looser one, prove it is writable, or refuse."""
+        if self.path.is_symlink():
+            raise StateVolumeError(
+                f"state volume {self.path} is a symbolic link; the agent does not follow it. "
+                "Set MODELFORGE_AGENT_STATE_VOLUME to the real directory it points at"
+            )
         try:
             self.path.mkdir(parents=True, exist_ok=True, mode=0o700)
-            os.chmod(self.path, 0o700)
+            self._tighten()
             with tempfile.NamedTemporaryFile(dir=self.path, prefix=".write-check-") as probe:
                 probe.write(b"ok")
                 probe.flush()
@@ -68,14 +84,58 @@ class StateVolume:
                 "fix MODELFORGE_AGENT_STATE_VOLUME before the agent can enroll"
             ) from None
 
-    def load(self) -> Identity | None:
+    def _tighten(self) -> None:
+        """chmod 0700 through a descriptor opened without following links: never a link's target."""
+        descriptor = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
-            raw = self.identity_path.read_bytes()
+            mode = stat.S_IMODE(os.fstat(descriptor).st_mode)
+            if mode & _OPEN_TO_OTHERS:
+                os.fchmod(descriptor, 0o700)
+                log.warning(
+                    f"state volume {self.path} had mode {mode:04o}, open to group or others; changed it to 0700",
+                    extra={"event": "state_volume_mode_fixed", "path": str(self.path), "old_mode": f"{mode:04o}"},
+                )
+        finally:
+            os.close(descriptor)
+
+    def _read_identity_file(self) -> bytes | None:
+        """The file's bytes, refusing a symbolic link, a non-file, or a file open to others."""
+        try:
+            descriptor = os.open(self.identity_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except FileNotFoundError:
             return None
         except OSError as error:
+            if error.errno == errno.ELOOP:
+                raise IdentityRefused(
+                    f"identity file {self.identity_path} is a symbolic link; the agent does not follow it. "
+                    "Replace the link with the file itself (mode 0600)"
+                ) from None
             raise StateVolumeError(f"cannot read identity file {self.identity_path} ({error.strerror or error})") from None
         try:
+            info = os.fstat(descriptor)
+            if not stat.S_ISREG(info.st_mode):
+                raise IdentityRefused(f"identity file {self.identity_path} is not a regular file")
+            self._check_mode(stat.S_IMODE(info.st_mode))
+            return os.read(descriptor, _MAX_IDENTITY_BYTES + 1)
+        finally:
+            os.close(descriptor)
+
+    def _check_mode(self, mode: int) -> None:
+        if mode & _OPEN_TO_OTHERS:
+            raise IdentityRefused(
+                f"identity file {self.identity_path} has mode {mode:04o}: it is readable or writable by group or "
+                f"others, so its credential may have been exposed. The agent refuses to use it. Run "
+                f"`chmod 600 {self.identity_path}`; if anyone else could have read it, revoke this node's credential "
+                "and enroll the node again"
+            )
+
+    def load(self) -> Identity | None:
+        raw = self._read_identity_file()
+        if raw is None:
+            return None
+        try:
+            if len(raw) > _MAX_IDENTITY_BYTES:
+                raise ValueError("too large")
             data = json.loads(raw)
             if data.pop("format_version") != _FORMAT_VERSION:
                 raise ValueError("unknown format version")
@@ -101,6 +161,10 @@ class StateVolume:
             raise ValueError("url")
 
     def save(self, identity: Identity) -> None:
+        try:
+            self._check(identity)
+        except ValueError as invalid:  # a bug upstream: never persist what ``load`` would refuse
+            raise ValueError(f"refusing to persist an identity with a malformed {invalid}") from None
         payload = json.dumps({"format_version": _FORMAT_VERSION, **asdict(identity)}, indent=2).encode()
         descriptor, temp_name = tempfile.mkstemp(dir=self.path, prefix=".identity-", suffix=".tmp")
         try:

@@ -35,17 +35,21 @@ def test_identity_missing_file_means_no_identity(tmp_path: Path) -> None:
 def test_identity_corrupt_file_is_an_error_naming_the_file(tmp_path: Path, content: bytes) -> None:
     volume = StateVolume(tmp_path)
     volume.identity_path.write_bytes(content)
+    volume.identity_path.chmod(0o600)  # private, so the refusal is about the content
     with pytest.raises(IdentityRefused) as error:
         volume.load()
     assert str(volume.identity_path) in error.value.message and error.value.code == IDENTITY_REFUSED
+    assert "corrupt" in error.value.message
 
 
 def test_identity_with_a_malformed_credential_is_corrupt(tmp_path: Path) -> None:
     volume = StateVolume(tmp_path)
     data = {"format_version": 1, "control_plane_url": URL, "credential": "x", "idempotency_key": "y", "node_id": None}
     volume.identity_path.write_text(json.dumps(data))
-    with pytest.raises(IdentityRefused):
+    volume.identity_path.chmod(0o600)
+    with pytest.raises(IdentityRefused) as error:
         volume.load()
+    assert "corrupt" in error.value.message
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root can write anywhere; covered by the read-only file test below")
