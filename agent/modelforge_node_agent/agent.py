@@ -2,18 +2,23 @@
 
 Time is injected: ``clock`` (monotonic seconds) and ``stop`` (an Event whose ``wait`` is the only
 sleep), so tests never wait on real time. Fatal errors raise AgentExit; transient ones back off
-1, 2, 4, 8, 16 s with jitter, reset after a success.
+1, 2, 4, 8, 16 s with jitter, reset after a success, and never sooner than a 429's Retry-After.
+A rate-limited inventory does not hold up heartbeats: it is sent again once Retry-After passed.
+The interval the control plane asks for is clamped to 1..3600 s.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
+from modelforge_protocol.schemas import MAX_ANSWER_INTERVAL_SECONDS, MIN_ANSWER_INTERVAL_SECONDS
 from modelforge_protocol.versions import AGENT_PROTOCOL_VERSION
 
 from . import AGENT_VERSION
+from .answers import clamp
 from .backoff import CAP, Backoff
 from .config import AgentConfig
 from .control_plane import ENROLL, HEARTBEAT, INVENTORY, ControlPlaneClient, Refused, TransientFailure
@@ -35,6 +40,20 @@ class GpuSource(Protocol):
 
 class Stopped(Exception):
     """The stop signal arrived while waiting."""
+
+
+class _Deferred(Exception):
+    """A 429 on a call that can wait: try it again after ``seconds``, carry on meanwhile."""
+
+    def __init__(self, failure: TransientFailure, seconds: float) -> None:
+        super().__init__(str(failure))
+        self.failure, self.seconds = failure, seconds
+
+
+def _interval(answer: dict[str, Any]) -> float:
+    """The control plane's heartbeat interval (a JSON number, by the answer schema), clamped."""
+    asked = answer.get("heartbeat_interval_seconds", DEFAULT_INTERVAL_SECONDS)
+    return clamp(float(asked), MIN_ANSWER_INTERVAL_SECONDS, MAX_ANSWER_INTERVAL_SECONDS)
 
 
 _TOKEN_MESSAGES = {
@@ -64,6 +83,7 @@ class Agent:
         self._stop = stop
         self._clock = clock
         self._backoff = Backoff(jitter)
+        self._inventory_not_before = float("-inf")
         self.heartbeats_sent = 0
 
     # --- the life cycle ------------------------------------------------------------------
@@ -119,12 +139,12 @@ class Agent:
                     "and set MODELFORGE_AGENT_ENROLLMENT_TOKEN"
                 ) from None
             raise self._fatal(refusal) from None
-        enrolled = self._state.enrolled_as(identity, str(answer["node_id"]))
+        enrolled = self._state.enrolled_as(identity, answer["node_id"])  # the answer schema checked its format
         log.info(
             "enrolled",
             extra={"event": "enrolled", "node_id": enrolled.node_id, "replayed": bool(answer.get("replayed"))},
         )
-        return enrolled, float(answer.get("heartbeat_interval_seconds", DEFAULT_INTERVAL_SECONDS))
+        return enrolled, _interval(answer)
 
     def _publish(self, identity: Identity, interval: float | None) -> None:
         sent_inventory: dict[str, Any] | None = None
@@ -134,15 +154,31 @@ class Agent:
         while True:
             inventory = host_inventory(self._gpus.devices())
             refresh_due = self._clock() - inventory_sent_at >= self._config.inventory_refresh_seconds
-            if inventory != sent_inventory or refresh_due:
-                self._call(INVENTORY, {"protocol_version": AGENT_PROTOCOL_VERSION, "inventory": inventory}, identity)
+            allowed = self._clock() >= self._inventory_not_before
+            if (inventory != sent_inventory or refresh_due) and allowed and self._send_inventory(inventory, identity):
                 sent_inventory, inventory_sent_at = inventory, self._clock()
-                log.info("inventory published", extra={"event": "inventory_published", "node_id": identity.node_id})
             answer = self._call(HEARTBEAT, self._heartbeat_body(), identity)
             self.heartbeats_sent += 1
-            interval = float(answer.get("heartbeat_interval_seconds", DEFAULT_INTERVAL_SECONDS))
+            interval = _interval(answer)
             log.debug("heartbeat", extra={"event": "heartbeat_sent", "node_id": identity.node_id, "status": answer.get("status")})
             self._wait(self._config.heartbeat_interval_override or interval)
+
+    def _send_inventory(self, inventory: dict[str, Any], identity: Identity) -> bool:
+        """Publish the inventory; False when it was rate-limited (heartbeats go on meanwhile)."""
+        body = {"protocol_version": AGENT_PROTOCOL_VERSION, "inventory": inventory}
+        try:
+            self._call(INVENTORY, body, identity, defer_rate_limit=True)
+        except _Deferred as deferred:
+            self._inventory_not_before = self._clock() + deferred.seconds
+            failure = deferred.failure
+            log.warning(
+                f"{failure.label} on {failure.method} {failure.path} (retry after {deferred.seconds:g}s); "
+                "heartbeats continue meanwhile",
+                extra={"event": "inventory_deferred", "node_id": identity.node_id, "retry_after_seconds": deferred.seconds},
+            )
+            return False
+        log.info("inventory published", extra={"event": "inventory_published", "node_id": identity.node_id})
+        return True
 
     def _heartbeat_body(self) -> dict[str, Any]:
         return {
@@ -154,35 +190,44 @@ class Agent:
 
     # --- calls, retries and fatal answers ------------------------------------------------
 
-    def _call(self, path: str, body: dict[str, Any], identity: Identity) -> dict[str, Any]:
+    def _call(self, path: str, body: dict[str, Any], identity: Identity, *, defer_rate_limit: bool = False) -> dict[str, Any]:
         try:
-            return self._with_retries(lambda: self._client.post(path, body, identity))
+            return self._with_retries(lambda: self._client.post(path, body, identity), defer_rate_limit)
         except Refused as refusal:
             raise self._fatal(refusal) from None
 
-    def _with_retries(self, call: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    def _with_retries(self, call: Callable[[], dict[str, Any]], defer_rate_limit: bool = False) -> dict[str, Any]:
         while True:
             try:
                 answer = call()
             except TransientFailure as failure:
+                if defer_rate_limit and failure.status == 429:
+                    raise _Deferred(failure, failure.retry_after or CAP) from None
                 step = self._backoff.next_delay()
-                detail = f": {failure.detail}" if failure.detail else ""
-                log.warning(
-                    f"{failure.label} on {failure.method} {failure.path} (backoff {step:g}s…{CAP:g}s){detail}",
-                    extra={
-                        "event": "publish_failed",
-                        "error": failure.label,
-                        "method": failure.method,
-                        "path": failure.path,
-                        "backoff_seconds": step,
-                    },
-                )
-                self._wait(self._backoff.jittered(step))
+                self._log_failure(failure, step)
+                self._wait(max(self._backoff.jittered(step), failure.retry_after or 0.0))
                 continue
             if self._backoff.failures:
                 log.info("control plane reachable again", extra={"event": "publish_recovered"})
             self._backoff.reset()
             return answer
+
+    @staticmethod
+    def _log_failure(failure: TransientFailure, step: float) -> None:
+        detail = f": {failure.detail}" if failure.detail else ""
+        if failure.retry_after is not None:
+            detail += f" (Retry-After {failure.retry_after:g}s)"
+        log.warning(
+            f"{failure.label} on {failure.method} {failure.path} (backoff {step:g}s…{CAP:g}s){detail}",
+            extra={
+                "event": "publish_failed",
+                "error": failure.label,
+                "method": failure.method,
+                "path": failure.path,
+                "backoff_seconds": step,
+                "retry_after_seconds": failure.retry_after,
+            },
+        )
 
     def _fatal(self, refusal: Refused) -> AgentExit:
         if refusal.code == "protocol_incompatible":

@@ -1,30 +1,62 @@
-"""Calls to the control plane, and how their failures are classified.
+"""Calls to the control plane, and how their answers are classified.
 
-Transient failures (no connection, TLS, timeouts, 429, 5xx) are retried with backoff by the
-caller. Refusals (other 4xx) carry only the status and the error code of the answer: a response
-body can echo what the agent sent, so it is never logged.
+Every call runs under one whole-request deadline (``MODELFORGE_AGENT_REQUEST_TIMEOUT_SECONDS``),
+never follows a redirect, reads at most ``MAX_ANSWER_BYTES`` and validates the answer against the
+shared answer schemas before the agent sees it:
+
+- 3xx: ``RedirectRefused`` (exit 2); the redirect is not followed, its Location never shown.
+- no connection, TLS, timeouts, the deadline, 429, 5xx, and malformed answers (label
+  ``InvalidAnswer (HTTP n)``): ``TransientFailure``, retried with backoff by the caller; a 429
+  carries its Retry-After.
+- other 4xx: ``Refused``, carrying only the status and the error code of the answer.
+
+A response body can echo what the agent sent, so it is never logged or put in a message.
 """
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import requests
+import urllib3
 from modelforge_protocol.credentials import NODE_ID_HEADER
+from modelforge_protocol.schemas import MAX_ANSWER_BYTES, MAX_RETRY_AFTER_SECONDS, MIN_RETRY_AFTER_SECONDS
 
+from . import answers
+from .answers import MalformedAnswer
+from .deadline import Deadline
+from .exit_codes import RedirectRefused
 from .identity import Identity
 
 ENROLL = "/api/v1/agent/enroll"
 HEARTBEAT = "/api/v1/agent/heartbeat"
 INVENTORY = "/api/v1/agent/inventory"
 
+_ANSWERS = {ENROLL: answers.ENROLL_ANSWER, HEARTBEAT: answers.HEARTBEAT_ANSWER, INVENTORY: answers.INVENTORY_ANSWER}
+#: What a request or the reading of its answer can raise when the network or the server fails.
+_NETWORK_ERRORS = (requests.RequestException, urllib3.exceptions.HTTPError, OSError)
+DEADLINE_EXCEEDED = "DeadlineExceeded"
+
 
 class TransientFailure(Exception):
-    """Worth retrying: ``label`` names the error class or HTTP status (never a body)."""
+    """Worth retrying: ``label`` names the error class or HTTP status (never a body).
 
-    def __init__(self, label: str, method: str, path: str, detail: str = "") -> None:
+    ``retry_after`` is the 429's Retry-After in seconds, clamped to 1..3600, when it gave one."""
+
+    def __init__(
+        self,
+        label: str,
+        method: str,
+        path: str,
+        detail: str = "",
+        *,
+        status: int | None = None,
+        retry_after: float | None = None,
+    ) -> None:
         super().__init__(f"{label} on {method} {path}")
         self.label, self.method, self.path, self.detail = label, method, path, detail
+        self.status, self.retry_after = status, retry_after
 
 
 class Refused(Exception):
@@ -36,7 +68,7 @@ class Refused(Exception):
         self.verdict, self.next_step = verdict, next_step
 
 
-def _label(error: requests.RequestException) -> tuple[str, str]:
+def _label(error: BaseException) -> tuple[str, str]:
     if isinstance(error, requests.exceptions.SSLError):
         reason = str(error)
         hint = "certificate verify failed" if "CERTIFICATE_VERIFY_FAILED" in reason else "TLS handshake failed"
@@ -47,9 +79,34 @@ def _label(error: requests.RequestException) -> tuple[str, str]:
         return "ConnectTimeout", ""
     if isinstance(error, requests.exceptions.ConnectionError):
         return "ConnectError", ""
-    if isinstance(error, requests.exceptions.Timeout):
+    if isinstance(error, (requests.exceptions.Timeout, urllib3.exceptions.TimeoutError, TimeoutError)):
         return "ReadTimeout", ""
     return type(error).__name__, ""
+
+
+def retry_after_seconds(value: str | None) -> float | None:
+    """Retry-After as delay-seconds, clamped to 1..3600; None when absent or not a plain number."""
+    text = (value or "").strip()
+    if not text or len(text) > 10 or not (text.isascii() and text.isdigit()):
+        return None
+    return answers.clamp(int(text), MIN_RETRY_AFTER_SECONDS, MAX_RETRY_AFTER_SECONDS)
+
+
+def _invalid(status: int, path: str, malformed: MalformedAnswer) -> TransientFailure:
+    return TransientFailure(f"InvalidAnswer (HTTP {status})", "POST", path, malformed.reason, status=status)
+
+
+def _read_capped(response: requests.Response) -> bytes:
+    """The whole body, or MalformedAnswer as soon as it is known to exceed the cap."""
+    if response.headers.get("Content-Encoding", "identity").strip().lower() not in ("", "identity"):
+        raise MalformedAnswer("answer is compressed; the agent asks for and reads only uncompressed answers")
+    length = response.headers.get("Content-Length", "").strip()
+    if length.isascii() and length.isdigit() and int(length) > MAX_ANSWER_BYTES:
+        raise MalformedAnswer(f"answer larger than {MAX_ANSWER_BYTES} bytes")
+    body = response.raw.read(MAX_ANSWER_BYTES + 1, decode_content=False)
+    if len(body) > MAX_ANSWER_BYTES:
+        raise MalformedAnswer(f"answer larger than {MAX_ANSWER_BYTES} bytes")
+    return bytes(body)
 
 
 class ControlPlaneClient:
@@ -59,29 +116,49 @@ class ControlPlaneClient:
         self._timeout = timeout_seconds
 
     def post(self, path: str, body: dict[str, Any], identity: Identity | None = None) -> dict[str, Any]:
+        """The validated answer, or RedirectRefused, TransientFailure or Refused."""
+        with Deadline(self._timeout) as deadline:
+            try:
+                status, raw = self._exchange(path, body, self._headers(identity))
+            except _NETWORK_ERRORS as error:
+                label, detail = (DEADLINE_EXCEEDED, "") if deadline.expired else _label(error)
+                raise TransientFailure(label, "POST", path, detail) from None
+        if deadline.expired:  # the body may have looked complete when its socket was shut down
+            raise TransientFailure(DEADLINE_EXCEEDED, "POST", path)
+        return self._classify(path, status, raw)
+
+    @staticmethod
+    def _headers(identity: Identity | None) -> dict[str, str]:
         headers = {"Content-Type": "application/json"}
         if identity is not None and identity.node_id is not None:
             headers["Authorization"] = f"Bearer {identity.credential}"
             headers[NODE_ID_HEADER] = identity.node_id
+        return headers
+
+    def _exchange(self, path: str, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, bytes]:
+        response = self._session.post(
+            self._base_url + path, json=body, headers=headers, timeout=self._timeout, stream=True, allow_redirects=False
+        )
+        with contextlib.closing(response):  # a body not read to its end closes the connection
+            status = response.status_code
+            if 300 <= status < 400:
+                raise RedirectRefused(status, "POST", path)
+            if status == 429 or status >= 500:
+                retry_after = retry_after_seconds(response.headers.get("Retry-After")) if status == 429 else None
+                raise TransientFailure(f"HTTP {status}", "POST", path, status=status, retry_after=retry_after)
+            try:
+                return status, _read_capped(response)
+            except MalformedAnswer as malformed:
+                raise _invalid(status, path, malformed) from None
+
+    @staticmethod
+    def _classify(path: str, status: int, raw: bytes) -> dict[str, Any]:
         try:
-            response = self._session.post(self._base_url + path, json=body, headers=headers, timeout=self._timeout)
-        except requests.RequestException as error:
-            label, detail = _label(error)
-            raise TransientFailure(label, "POST", path, detail) from None
-        if response.status_code == 429 or response.status_code >= 500:
-            raise TransientFailure(f"HTTP {response.status_code}", "POST", path)
-        try:
-            answer = response.json()
-        except ValueError:
-            raise TransientFailure(f"HTTP {response.status_code} (not JSON)", "POST", path) from None
-        if response.status_code >= 400:
-            error = answer.get("error", {}) if isinstance(answer, dict) else {}
-            raise Refused(
-                response.status_code,
-                str(error.get("code", "unknown")),
-                "POST",
-                path,
-                error.get("verdict"),
-                error.get("next_step"),
-            )
-        return answer if isinstance(answer, dict) else {}
+            if 200 <= status < 300:
+                return answers.validated(_ANSWERS[path], raw)
+            if not 400 <= status < 500:
+                raise MalformedAnswer("unexpected HTTP status")
+            error = answers.validated(answers.ERROR_ANSWER, raw)["error"]
+        except MalformedAnswer as malformed:
+            raise _invalid(status, path, malformed) from None
+        raise Refused(status, error["code"], "POST", path, error.get("verdict"), error.get("next_step"))

@@ -44,3 +44,17 @@ class PreflightExit(AgentExit):
     def __init__(self, code_name: str, cause: str) -> None:
         self.code_name = code_name
         super().__init__(PREFLIGHT_FAILED, f"{code_name}: {cause}")
+
+
+class RedirectRefused(AgentExit):
+    """The control plane answered 3xx. Never followed: it could carry the credential elsewhere.
+    Neither the Location header nor the body is ever shown."""
+
+    def __init__(self, status: int, method: str, path: str) -> None:
+        self.status = status
+        super().__init__(
+            CONFIGURATION_INVALID,
+            f"HTTP {status} redirect on {method} {path}: the agent never follows redirects (they could carry "
+            "its credential to another origin); set MODELFORGE_AGENT_CONTROL_PLANE_URL to the address that "
+            "serves the API itself",
+        )

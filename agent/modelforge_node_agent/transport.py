@@ -1,7 +1,13 @@
 """The agent's HTTPS session: verification always on, an optional private CA added to the
 system trust store, and an optional address override that connects to
 MODELFORGE_AGENT_CONTROL_PLANE_HOST_ADDRESS while verifying the certificate against the URL's
-host name (SNI and hostname check both use the URL's name)."""
+host name (SNI and hostname check both use the URL's name).
+
+Redirects are never followed (the session finds no redirect target in any answer, and every
+call also passes ``allow_redirects=False``): a redirect could carry the credential, the enrollment token and the Host override to
+another origin, or downgrade https to http. Answers are asked for uncompressed, so the size cap
+on answers is a cap on what is read. Every connection enlists under the running request's
+whole-request deadline (``deadline.POOL_CLASSES``)."""
 
 from __future__ import annotations
 
@@ -13,10 +19,11 @@ import requests
 from requests.adapters import HTTPAdapter
 
 from .config import AgentConfig
+from .deadline import POOL_CLASSES
 
 
 class _AgentAdapter(HTTPAdapter):
-    def __init__(self, ssl_context: ssl.SSLContext | None, server_hostname: str | None) -> None:
+    def __init__(self, ssl_context: ssl.SSLContext | None = None, server_hostname: str | None = None) -> None:
         self._ssl_context = ssl_context
         self._server_hostname = server_hostname
         super().__init__(max_retries=0)
@@ -28,6 +35,22 @@ class _AgentAdapter(HTTPAdapter):
             kwargs["server_hostname"] = self._server_hostname
             kwargs["assert_hostname"] = self._server_hostname
         super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = POOL_CLASSES
+
+    def proxy_manager_for(self, proxy: str, **proxy_kwargs: Any) -> Any:
+        manager = super().proxy_manager_for(proxy, **proxy_kwargs)
+        if not proxy.lower().startswith("socks"):  # SOCKS pools have their own connection classes
+            manager.pool_classes_by_scheme = POOL_CLASSES
+        return manager
+
+
+class _NoRedirectSession(requests.Session):
+    """A session that sees no redirect in any answer, so it can never follow one, whatever a
+    caller passes. (``max_redirects = 0`` would not do: with ``allow_redirects=False``, requests
+    still looks for the next hop, reads the 3xx body and raises TooManyRedirects.)"""
+
+    def get_redirect_target(self, resp: requests.Response) -> None:
+        return None
 
 
 def _ssl_context(config: AgentConfig) -> ssl.SSLContext | None:
@@ -51,14 +74,15 @@ def base_url(config: AgentConfig) -> str:
 
 
 def build_session(config: AgentConfig) -> requests.Session:
-    session = requests.Session()
+    session = _NoRedirectSession()
     session.verify = config.tls_verify
     override = config.control_plane_host_address is not None
     adapter = _AgentAdapter(_ssl_context(config), config.url_host if override else None)
     session.mount("https://", adapter)
-    session.mount("http://", HTTPAdapter(max_retries=0))
+    session.mount("http://", _AgentAdapter())
     if override:
         parts = urlsplit(config.control_plane_url)
         session.headers["Host"] = parts.netloc
     session.headers["User-Agent"] = "modelforge-node-agent"
+    session.headers["Accept-Encoding"] = "identity"
     return session
