@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
-from typing import Any
+from typing import Any, Self
 
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
@@ -50,7 +50,7 @@ class Deadline:
         with self._lock:
             return self._expired
 
-    def __enter__(self) -> Deadline:
+    def __enter__(self) -> Self:
         _local.deadline = self
         self._timer.start()
         return self

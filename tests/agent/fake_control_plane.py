@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import socket
+import ssl
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -69,6 +70,7 @@ class FakeServer:
     replies: dict[str, Reply | list[Reply]] = field(default_factory=dict)
     seen: list[Seen] = field(default_factory=list)
     stopping: threading.Event = field(default_factory=threading.Event)
+    tls: ssl.SSLContext | None = None
 
     def __post_init__(self) -> None:
         fake = self
@@ -76,7 +78,7 @@ class FakeServer:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", "0"))
                 body = json.loads(self.rfile.read(length) or b"{}")
                 fake.seen.append(Seen(self.path, body, dict(self.headers), self.client_address[1]))
@@ -87,6 +89,8 @@ class FakeServer:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
+        if self.tls is not None:
+            self._server.socket = self.tls.wrap_socket(self._server.socket, server_side=True)
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self._thread.start()
 
@@ -100,7 +104,8 @@ class FakeServer:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        scheme = "https" if self.tls is not None else "http"
+        return f"{scheme}://127.0.0.1:{self._server.server_address[1]}"
 
     def paths(self) -> list[str]:
         return [request.path for request in self.seen]

@@ -13,6 +13,7 @@ from tests.agent.fake_control_plane import (
     ONLINE,
     FakeClock,
     RecordingStop,
+    Reply,
     enrolled_before,
     fake_server,
     json_reply,
@@ -20,7 +21,7 @@ from tests.agent.fake_control_plane import (
 )
 
 
-def _rate_limited(seconds: str, code: str = "inventory_rate_limited") -> object:
+def _rate_limited(seconds: str, code: str = "inventory_rate_limited") -> Reply:
     body = {"error": {"code": code, "message": "slow down", "retry_after_seconds": int(seconds) if seconds.isdigit() else 0}}
     return json_reply(429, body, {"Retry-After": seconds})
 

@@ -6,6 +6,7 @@ identity, or a log line quoting the body. Real sockets on 127.0.0.1; injected st
 from __future__ import annotations
 
 import logging
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -13,6 +14,7 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
+import trustme
 from modelforge_node_agent.control_plane import ENROLL, HEARTBEAT
 from modelforge_node_agent.exit_codes import IDENTITY_REFUSED, PROTOCOL_INCOMPATIBLE, AgentExit
 
@@ -292,6 +294,34 @@ def test_agent_trickling_answer_ends_at_the_request_deadline_with_a_log_line(
     assert elapsed < 2.5, f"one heartbeat took {elapsed:.1f} s with a 1 s request deadline"
     assert _warnings(caplog) == ["DeadlineExceeded on POST /api/v1/agent/heartbeat (backoff 1s…16s)"]
     assert _eventually(lambda: not _deadline_timers()), "a deadline timer thread outlived its request"
+
+
+def test_agent_trickling_answer_over_tls_ends_at_the_request_deadline(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Over TLS the socket object is wrapped (and detached): the deadline must still reach it."""
+    ca = trustme.CA()
+    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(server_context)
+    ca_file = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(str(ca_file))
+    server = FakeServer(tls=server_context)
+    server.replies[HEARTBEAT] = _trickle(server.stopping, "body")
+    try:
+        agent, _ = real_agent(
+            tmp_path,
+            server.url,
+            RecordingStop(limit=1),
+            MODELFORGE_AGENT_REQUEST_TIMEOUT_SECONDS="1",
+            MODELFORGE_AGENT_CA_CERT_PATH=str(ca_file),
+        )
+        with caplog.at_level(logging.WARNING, logger="modelforge"):
+            started = time.monotonic()
+            agent.run()
+            elapsed = time.monotonic() - started
+    finally:
+        server.close()
+    assert [request.path for request in server.seen] == [ENROLL, HEARTBEAT]  # enrolled over TLS first
+    assert elapsed < 2.5, f"one heartbeat took {elapsed:.1f} s with a 1 s request deadline"
+    assert _warnings(caplog) == ["DeadlineExceeded on POST /api/v1/agent/heartbeat (backoff 1s…16s)"]
 
 
 def test_agent_requests_leave_no_deadline_threads_behind(tmp_path: Path) -> None:
