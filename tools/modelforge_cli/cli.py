@@ -7,11 +7,15 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING
 
 from .provision import resource_names
 from .replay import TABLE_ENV
+
+if TYPE_CHECKING:
+    from .local_stack import LocalOptions
 
 EXIT_OK, EXIT_ERROR, EXIT_CONFIG = 0, 1, 2
 
@@ -20,6 +24,13 @@ def _positive_float(raw: str) -> float:
     value = float(raw)
     if value <= 0:
         raise argparse.ArgumentTypeError("must be greater than 0")
+    return value
+
+
+def _positive_int(raw: str) -> int:
+    value = int(raw)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
     return value
 
 
@@ -44,6 +55,19 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--tls-key", type=Path, help="private key for --tls-cert (PEM)")
     up.add_argument("--data-dir", type=Path, help="keep emulator state here across restarts (default: in memory)")
     up.add_argument("--emulator-port", type=int, default=0, help="AWS emulator port (default: a free one)")
+    up.add_argument(
+        "--connection-timeout",
+        type=_positive_float,
+        default=30.0,
+        metavar="SECONDS",
+        help="close API connections idle, slow or unfinished for this long (default 30)",
+    )
+    up.add_argument(
+        "--max-connections",
+        type=_positive_int,
+        default=256,
+        help="API connections served at once; more are answered 503 server_busy (default 256)",
+    )
     up.add_argument(
         "--with-cpu-agent",
         type=Path,
@@ -129,11 +153,13 @@ def run_local_up(args: argparse.Namespace) -> int:
         data_dir=args.data_dir,
         sweep_interval_seconds=_sweep_interval_from_env(),
         aws_endpoint_url=args.aws_endpoint_url,
+        connection_timeout_seconds=args.connection_timeout,
+        max_connections=args.max_connections,
     )
     return serve(options, cpu_agent_state=args.with_cpu_agent)
 
 
-def serve(options: "LocalOptions", cpu_agent_state: Path | None = None) -> int:  # noqa: F821
+def serve(options: LocalOptions, cpu_agent_state: Path | None = None) -> int:
     """Start the local stack, print the ready line, and serve until SIGINT or SIGTERM."""
     from .http_server import load_app
     from .local_stack import LocalStack

@@ -2,18 +2,37 @@
 
 chalice local's server has a listen queue of 5 (60 concurrent clients get resets) and
 answers keep-alive clients slowly (Nagle + delayed ACK). This server reuses chalice's
-API Gateway emulation (``LocalGateway``) with a deep listen queue, TCP_NODELAY, a bounded
-request body, and optional TLS with the handshake done on the connection's own thread.
+API Gateway emulation (``LocalGateway``) with a deep listen queue and TCP_NODELAY, and it
+is hardened against hostile clients:
+
+- every connection has a deadline (TLS handshake, idle keep-alive wait, request line,
+  headers and body all count; the app's own work does not). The serve loop shuts down
+  connections past their deadline, so a client that trickles bytes is cut off as surely as
+  an idle one, without a timer thread per request;
+- at most ``max_connections`` connections are served at once; beyond that a connection is
+  answered 503 ``server_busy`` (plain HTTP) or closed (TLS) by the accept loop itself,
+  and no handler thread starts;
+- the request body is framed by one valid Content-Length of at most
+  ``modelforge_protocol.schemas.MAX_BODY_BYTES``, checked before the body is read;
+  Transfer-Encoding is refused (no chunked bodies, so no request smuggling);
+- HEAD answers carry headers only, and every refusal uses the API's JSON error shape;
+- a connection error is one JSON log line (``connection_error``), never a traceback.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import logging
+import re
 import socket
 import ssl
 import sys
 import threading
+import time
+import traceback
+from dataclasses import dataclass
+from http import HTTPStatus
 from http.server import HTTPServer
 from pathlib import Path
 from socketserver import ThreadingMixIn
@@ -21,11 +40,23 @@ from types import ModuleType
 from typing import Any
 
 from chalice.config import Config
-from chalice.local import ChaliceRequestHandler, CustomLocalChalice, LocalChalice
+from chalice.local import ChaliceRequestHandler, CustomLocalChalice, LocalChalice, LocalGatewayException
+from modelforge_protocol.schemas import MAX_BODY_BYTES
 
 FUNCTIONS_DIR = Path(__file__).resolve().parents[2] / "functions"
-#: API Gateway's own payload limit; the app refuses anything over its much smaller limit.
-MAX_REQUEST_BYTES = 10 * 1024 * 1024
+#: The largest body the server reads: what the API accepts, no more.
+MAX_REQUEST_BYTES = MAX_BODY_BYTES
+#: Idle, slow or unfinished connections are closed after this long (longer than the agents'
+#: 15 s heartbeat interval, so a keep-alive agent keeps its connection).
+DEFAULT_CONNECTION_TIMEOUT_SECONDS = 30.0
+DEFAULT_MAX_CONNECTIONS = 256
+#: After a refusal the server discards at most this much of what the client still sends, for
+#: at most this long, so that the client can read the answer before the socket closes.
+LINGER_BYTES = 1024 * 1024
+LINGER_SECONDS = 2.0
+_CONTENT_LENGTH = re.compile(r"[0-9]{1,9}")
+
+log = logging.getLogger("modelforge.local.http")
 
 
 def load_app(functions_dir: Path = FUNCTIONS_DIR) -> ModuleType:
@@ -48,28 +79,137 @@ def load_app(functions_dir: Path = FUNCTIONS_DIR) -> ModuleType:
     return module
 
 
+def error_body(code: str, message: str) -> bytes:
+    return json.dumps({"error": {"code": code, "message": message}}).encode()
+
+
+@dataclass
+class _Connection:
+    """One accepted connection: the socket to shut down and when (None: the app is working)."""
+
+    sock: socket.socket
+    client: str
+    deadline: float | None
+    phase: str
+    reaped: bool = False
+
+
+class _Refusal(Exception):
+    def __init__(self, status: HTTPStatus, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+
 class _Handler(ChaliceRequestHandler):
+    server: ApiServer
+
     def setup(self) -> None:
         super().setup()
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
+    def handle_expect_100(self) -> bool:
+        """No "100 Continue" for a request that will be refused: refuse it before its body."""
+        try:
+            self._content_length()
+        except _Refusal:
+            return True
+        return bool(super().handle_expect_100())
+
     def _generic_handle(self) -> None:
-        length = self.headers.get("content-length", "0")
-        if not length.isdigit() or int(length) > MAX_REQUEST_BYTES:
-            body = json.dumps(
-                {"error": {"code": "payload_too_large", "message": "request body is too large"}}
-            ).encode()
-            self.send_response(413)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.send_header("Connection", "close")
-            self.end_headers()
-            self.wfile.write(body)
-            self.close_connection = True
+        """chalice's handler, with the body framed and bounded and the deadline paused for the app."""
+        try:
+            length = self._content_length()
+        except _Refusal as refusal:
+            self._refuse(refusal.status, refusal.code, refusal.message)
             return
-        super()._generic_handle()
+        body = self.rfile.read(length) if length else None
+        if (body is not None and len(body) < length) or not self.server.pause_deadline():
+            self.close_connection = True  # the client went away or ran out of time: nothing to answer
+            return
+        try:
+            response = self.local_gateway.handle_request(
+                method=self.command, path=self.path, headers=dict(self.headers), body=body
+            )
+        except LocalGatewayException as error:
+            self.server.arm_deadline("responding")
+            self._send_error_response(error)
+            return
+        self.server.arm_deadline("responding")
+        headers = {**response["headers"], **response["multiValueHeaders"]}
+        response = self._handle_binary(response)
+        self._send_http_response(response["statusCode"], headers, response["body"])
+        self.wfile.flush()
+        self.server.arm_deadline("idle")  # until the next request on this connection is read
 
     do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = do_PATCH = do_OPTIONS = _generic_handle
+
+    def _content_length(self) -> int:
+        """The body's length, from exactly one valid Content-Length, or the refusal to send."""
+        if self.headers.get_all("Transfer-Encoding"):
+            codings = ",".join(self.headers.get_all("Transfer-Encoding") or []).lower()
+            if "chunked" in codings:
+                raise _Refusal(HTTPStatus.LENGTH_REQUIRED, "length_required", "send the body with a Content-Length")
+            raise _Refusal(HTTPStatus.NOT_IMPLEMENTED, "not_implemented", "Transfer-Encoding is not supported")
+        values = {value.strip(" \t") for value in self.headers.get_all("Content-Length") or []}
+        if not values:
+            return 0
+        if len(values) > 1 or not _CONTENT_LENGTH.fullmatch(next(iter(values))):
+            raise _Refusal(
+                HTTPStatus.BAD_REQUEST, "invalid_content_length", "Content-Length must be one decimal number"
+            )
+        length = int(next(iter(values)))
+        if length > MAX_REQUEST_BYTES:
+            raise _Refusal(
+                HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                "payload_too_large",
+                f"request body exceeds {MAX_REQUEST_BYTES} bytes",
+            )
+        return length
+
+    def _refuse(self, status: HTTPStatus, code: str, message: str) -> None:
+        """Answer in the API's error shape, unread body and all, then close the connection."""
+        body = error_body(code, message)
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Connection", "close")
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+        self.close_connection = True
+        self._linger()
+
+    def _linger(self) -> None:
+        """Discard (never parse) a bounded amount of what the client still sends, so the close
+        does not reset the connection before the client has read the refusal."""
+        try:
+            self.wfile.flush()
+            if not isinstance(self.connection, ssl.SSLSocket):
+                self.connection.shutdown(socket.SHUT_WR)
+            drained, until = 0, time.monotonic() + LINGER_SECONDS
+            while drained < LINGER_BYTES and (left := until - time.monotonic()) > 0:
+                self.connection.settimeout(left)
+                chunk = self.connection.recv(64 * 1024)
+                if not chunk:
+                    return
+                drained += len(chunk)
+        except OSError:
+            return
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """http.server's own refusals (bad request line, headers too long...), in the API's shape."""
+        status = HTTPStatus(code)
+        self._refuse(status, status.phrase.lower().replace(" ", "_").replace("-", "_"), message or status.phrase)
+
+    def _send_http_response_with_body(self, code: int, headers: dict[str, Any], body: str | bytes) -> None:
+        if self.command != "HEAD":
+            super()._send_http_response_with_body(code, headers, body)
+            return
+        encoded = body.encode() if isinstance(body, str) else body
+        self.send_response(code)
+        self.send_header("Content-Length", str(len(encoded)))
+        self.send_header("Content-Type", headers.pop("Content-Type", "application/json"))
+        self._send_headers(headers)  # headers only: a HEAD answer has no body
 
     def log_message(self, format: str, *args: Any) -> None:
         """Access lines come from the app's structured log, not from http.server."""
@@ -80,25 +220,180 @@ class ApiServer(ThreadingMixIn, HTTPServer):
     request_queue_size = 128
     allow_reuse_address = True
 
-    def __init__(self, host: str, port: int, app: Any, tls: ssl.SSLContext | None = None) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        app: Any,
+        tls: ssl.SSLContext | None = None,
+        *,
+        connection_timeout_seconds: float = DEFAULT_CONNECTION_TIMEOUT_SECONDS,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    ) -> None:
+        if connection_timeout_seconds <= 0 or max_connections < 1:
+            raise ValueError("connection_timeout_seconds must be > 0 and max_connections >= 1")
         self.tls = tls
-        handler = lambda *args: _Handler(*args, app_object=app, config=Config(chalice_stage="dev"))  # noqa: E731
+        self.connection_timeout_seconds = connection_timeout_seconds
+        self.max_connections = max_connections
+        self._connections: dict[socket.socket, _Connection] = {}
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        self._busy_refusals = 0
+        self._busy_logged_at = 0.0
+
+        def handler(request: Any, client_address: Any, server: ApiServer) -> _Handler:
+            return _Handler(request, client_address, server, app_object=app, config=Config(chalice_stage="dev"))
+
         super().__init__((host, port), handler)
+
+    # --- connection cap ---------------------------------------------------------------
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """Runs on the accept loop: count the connection in, or refuse it without a thread."""
+        phase = "handshake" if self.tls else "request"
+        record = _Connection(request, str(client_address[0]), time.monotonic() + self.connection_timeout_seconds, phase)
+        with self._lock:
+            admitted = len(self._connections) < self.max_connections
+            if admitted:
+                self._connections[request] = record
+        if not admitted:
+            self._refuse_busy(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._forget(request)
+            raise
+
+    def _refuse_busy(self, request: socket.socket) -> None:
+        """Answer 503 without blocking the accept loop (TLS: just close), and log at most once a second."""
+        try:
+            request.setblocking(False)
+            if self.tls is None:
+                body = error_body("server_busy", "too many connections; retry later")
+                head = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                head += f"Content-Length: {len(body)}\r\nRetry-After: 1\r\nConnection: close\r\n\r\n"
+                request.send(head.encode() + body)  # fits in an empty send buffer
+            for _ in range(16):  # what already arrived, so that closing does not reset the answer
+                if not request.recv(64 * 1024):
+                    break
+        except OSError:
+            pass
+        self.shutdown_request(request)
+        self._busy_refusals += 1
+        now = time.monotonic()
+        if now - self._busy_logged_at >= 1.0:
+            log.warning(
+                "connection refused: server busy",
+                extra={"event": "server_busy", "refused": self._busy_refusals, "max_connections": self.max_connections},
+            )
+            self._busy_refusals, self._busy_logged_at = 0, now
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        with self._lock:
+            self._local.connection = self._connections.get(request)
+        try:
+            self.finish_request(request, client_address)
+        except Exception:  # noqa: BLE001 - as socketserver does; handle_error logs it as one line
+            self.handle_error(request, client_address)
+        finally:
+            self._forget(request)
+            self.shutdown_request(request)
+
+    def _forget(self, request: socket.socket) -> None:
+        with self._lock:
+            self._connections.pop(request, None)
+
+    # --- deadlines ----------------------------------------------------------------------
+
+    def arm_deadline(self, phase: str) -> None:
+        """The calling connection's next step (writing, waiting, reading) must end in time."""
+        record: _Connection | None = getattr(self._local, "connection", None)
+        if record is not None:
+            with self._lock:
+                record.deadline, record.phase = time.monotonic() + self.connection_timeout_seconds, phase
+
+    def pause_deadline(self) -> bool:
+        """The request is read: no deadline while the app works. False if it was already cut off."""
+        record: _Connection | None = getattr(self._local, "connection", None)
+        if record is None:
+            return True
+        with self._lock:
+            record.deadline, record.phase = None, "app"
+            return not record.reaped
+
+    def service_actions(self) -> None:
+        """Runs on the serve loop about twice a second: shut down connections past their deadline."""
+        now = time.monotonic()
+        with self._lock:
+            late = [
+                c for c in self._connections.values() if not c.reaped and c.deadline is not None and now >= c.deadline
+            ]
+            for record in late:
+                record.reaped = True
+                try:  # the socket's own shutdown, not SSLSocket's: it wakes the blocked thread, TLS or not
+                    socket.socket.shutdown(record.sock, socket.SHUT_RDWR)
+                except OSError:
+                    pass
+        for record in late:
+            log.info(
+                "connection timed out",
+                extra={"event": "connection_timeout", "client": record.client, "phase": record.phase},
+            )
+
+    def server_close(self) -> None:
+        super().server_close()
+        with self._lock:
+            for record in self._connections.values():
+                record.reaped = True
+                try:
+                    socket.socket.shutdown(record.sock, socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    # --- TLS and errors -----------------------------------------------------------------
 
     def finish_request(self, request: Any, client_address: Any) -> None:
         if self.tls is None:
             super().finish_request(request, client_address)
             return
-        request.settimeout(30)
+        record: _Connection | None = getattr(self._local, "connection", None)
+        with self._lock:  # the reaper must see the socket that now owns the file descriptor
+            secure = self.tls.wrap_socket(request, server_side=True, do_handshake_on_connect=False)
+            if record is not None:
+                record.sock = secure
         try:
-            secure = self.tls.wrap_socket(request, server_side=True)
-        except (ssl.SSLError, OSError):
-            return  # the client's TLS error is the client's to report
-        secure.settimeout(None)
-        try:
+            try:
+                secure.do_handshake()  # under the connection's deadline
+            except (ssl.SSLError, OSError) as error:
+                self._log_connection_error(client_address, error, "handshake")
+                return
+            self.arm_deadline("request")
             super().finish_request(secure, client_address)
         finally:
+            self._forget(request)
             secure.close()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """One JSON line per failed connection: no traceback, no headers, no body."""
+        self._log_connection_error(client_address, sys.exc_info()[1], "request")
+
+    @staticmethod
+    def _log_connection_error(client_address: Any, error: BaseException | None, phase: str) -> None:
+        fields: dict[str, Any] = {
+            "event": "connection_error",
+            "client": str(client_address[0]) if client_address else None,
+            "phase": phase,
+            "error": type(error).__name__,
+        }
+        if isinstance(error, OSError):
+            fields["errno"] = error.errno
+            log.info("connection error", extra=fields)
+            return
+        if error is not None and error.__traceback__ is not None:  # a bug: say where, not what it held
+            frame = traceback.extract_tb(error.__traceback__)[-1]
+            fields["at"] = f"{Path(frame.filename).name}:{frame.lineno}"
+        log.error("connection failed", extra=fields)
 
 
 def tls_context(cert_file: Path, key_file: Path) -> ssl.SSLContext:

@@ -13,11 +13,18 @@ import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Self
 
 from . import provision
 from .emulator import Emulator
-from .http_server import ApiServer, ServerThread, load_app, tls_context
+from .http_server import (
+    DEFAULT_CONNECTION_TIMEOUT_SECONDS,
+    DEFAULT_MAX_CONNECTIONS,
+    ApiServer,
+    ServerThread,
+    load_app,
+    tls_context,
+)
 from .scheduler import Scheduler
 from .stream_poller import StreamPoller
 
@@ -39,6 +46,10 @@ class LocalOptions:
     #: use this AWS endpoint (e.g. LocalStack) instead of starting the embedded emulator
     aws_endpoint_url: str | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
+    #: idle, slow or unfinished API connections are closed after this long
+    connection_timeout_seconds: float = DEFAULT_CONNECTION_TIMEOUT_SECONDS
+    #: API connections served at once; more are answered 503 server_busy
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
 
 
 class LocalStack:
@@ -63,7 +74,8 @@ class LocalStack:
     def api_url(self) -> str:
         scheme = "https" if self.options.tls_cert else "http"
         assert self._server is not None
-        host, port = self._server.server.server_address[:2]
+        address: Any = self._server.server.server_address
+        host, port = address[:2]
         return f"{scheme}://{host}:{port}"
 
     @property
@@ -118,7 +130,15 @@ class LocalStack:
         self._poller.start()
         self._scheduler = Scheduler(self.app_module.liveness_sweep, self.options.sweep_interval_seconds)
         self._scheduler.start()
-        self._server = ServerThread(ApiServer(self.options.host, self.options.port, app, tls))
+        server = ApiServer(
+            self.options.host,
+            self.options.port,
+            app,
+            tls,
+            connection_timeout_seconds=self.options.connection_timeout_seconds,
+            max_connections=self.options.max_connections,
+        )
+        self._server = ServerThread(server)
         self._server.start()
 
     def drain_state_log(self) -> int:
@@ -138,9 +158,9 @@ class LocalStack:
         if self.emulator is not None:
             self.emulator.stop()
 
-    def __enter__(self) -> "LocalStack":
+    def __enter__(self) -> Self:
         self.start()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
