@@ -708,7 +708,7 @@ def test_post_endpoint_body_of_exactly_64_kib_is_judged_on_content_not_refused_4
 def test_post_endpoint_declared_length_over_server_limit_is_refused_413_payload_too_large(
     stack: Any, world: World, targets: Targets, endpoint: str, declared: str
 ) -> None:
-    """A Content-Length over the server's 10 MiB cap is refused before the body is read."""
+    """A Content-Length over the server's 64 KiB cap is refused before the body is read."""
     call = call_for(endpoint, targets, world.admin_token)
     url = urlsplit(stack.api_url)
     head = [f"{call.method} {call.path} HTTP/1.1", f"Host: {url.netloc}", "Content-Type: application/json"]

@@ -118,3 +118,13 @@ def test_template_throttles_the_stage_and_the_agent_routes_that_write(packaged: 
         assert path == "/*" or method in routes[path], f"{method} {path} is not a route of the app"
         for parameter in (rate, burst):
             assert template["Parameters"][parameter]["MinValue"] == 1
+
+
+def test_gateway_refusals_use_the_error_shape_and_never_echo_the_request(packaged: Path) -> None:
+    template = json.loads((packaged / "sam.json").read_text())
+    responses = template["Resources"]["RestAPI"]["Properties"]["GatewayResponses"]
+    for kind in ("MISSING_AUTHENTICATION_TOKEN", "THROTTLED", "DEFAULT_4XX", "DEFAULT_5XX"):
+        body = json.loads(responses[kind]["ResponseTemplates"]["application/json"])
+        assert set(body["error"]) == {"code", "message"}
+        assert "$" not in json.dumps(body)  # no $context or $input: nothing of the request comes back
+    assert responses["MISSING_AUTHENTICATION_TOKEN"]["StatusCode"] == 404

@@ -40,7 +40,13 @@ from types import ModuleType
 from typing import Any
 
 from chalice.config import Config
-from chalice.local import ChaliceRequestHandler, CustomLocalChalice, LocalChalice, LocalGatewayException
+from chalice.local import (
+    ChaliceRequestHandler,
+    CustomLocalChalice,
+    ForbiddenError,
+    LocalChalice,
+    LocalGatewayException,
+)
 from modelforge_protocol.schemas import MAX_BODY_BYTES
 
 FUNCTIONS_DIR = Path(__file__).resolve().parents[2] / "functions"
@@ -77,6 +83,10 @@ def load_app(functions_dir: Path = FUNCTIONS_DIR) -> ModuleType:
         CustomLocalChalice.__bases__ = (LocalChalice, app.__class__)
         app.__class__ = CustomLocalChalice
     return module
+
+
+#: The answer for a method and path the API does not have (the deployed gateway answers the same).
+GATEWAY_ROUTE_NOT_FOUND = "no such route: check the method and the path (and MODELFORGE_AGENT_CONTROL_PLANE_URL)"
 
 
 def error_body(code: str, message: str) -> bytes:
@@ -132,7 +142,7 @@ class _Handler(ChaliceRequestHandler):
             )
         except LocalGatewayException as error:
             self.server.arm_deadline("responding")
-            self._send_error_response(error)
+            self._send_gateway_refusal(error)
             return
         self.server.arm_deadline("responding")
         headers = {**response["headers"], **response["multiValueHeaders"]}
@@ -142,6 +152,17 @@ class _Handler(ChaliceRequestHandler):
         self.server.arm_deadline("idle")  # until the next request on this connection is read
 
     do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = do_PATCH = do_OPTIONS = _generic_handle
+
+    def _send_gateway_refusal(self, error: LocalGatewayException) -> None:
+        """The gateway's own refusals in the API's error shape, as the deployed stack's gateway
+        responses give them (infra.py). chalice's body would echo an Authorization header, and
+        with it a node credential: it is never sent."""
+        if isinstance(error, ForbiddenError):  # API Gateway's answer for a route that does not exist
+            status, code, message = HTTPStatus.NOT_FOUND, "route_not_found", GATEWAY_ROUTE_NOT_FOUND
+        else:
+            status, code, message = HTTPStatus(error.CODE), "request_refused", "the API gateway refused the request"
+        body = error_body(code, message)
+        self._send_http_response(status, {"Content-Type": "application/json"}, body)
 
     def _content_length(self) -> int:
         """The body's length, from exactly one valid Content-Length, or the refusal to send."""

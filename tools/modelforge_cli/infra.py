@@ -87,6 +87,27 @@ def _method_settings() -> list[dict[str, Any]]:
     ]
 
 
+def _gateway_responses() -> dict[str, Any]:
+    """API Gateway's own refusals in the API's error shape, so agents and clients parse them like
+    any other refusal. No template echoes the request (API Gateway's default message for an unknown
+    route quotes the Authorization header, which would be a node credential)."""
+    from .http_server import GATEWAY_ROUTE_NOT_FOUND
+
+    def answer(code: str, message: str) -> dict[str, str]:
+        return {"application/json": json.dumps({"error": {"code": code, "message": message}})}
+
+    return {
+        "MISSING_AUTHENTICATION_TOKEN": {"StatusCode": 404, "ResponseTemplates": answer("route_not_found", GATEWAY_ROUTE_NOT_FOUND)},
+        "THROTTLED": {
+            "StatusCode": 429,
+            "ResponseParameters": {"Headers": {"Retry-After": "'1'"}},
+            "ResponseTemplates": answer("throttled", "too many requests; retry after the Retry-After seconds"),
+        },
+        "DEFAULT_4XX": {"ResponseTemplates": answer("request_refused", "the API gateway refused the request")},
+        "DEFAULT_5XX": {"ResponseTemplates": answer("gateway_error", "the API gateway could not reach the API; retry")},
+    }
+
+
 PARAMETER_ENV = {
     "AdminTokenSha256": "MODELFORGE_ADMIN_TOKEN_SHA256",
     "HeartbeatIntervalSeconds": "MODELFORGE_HEARTBEAT_INTERVAL_SECONDS",
@@ -142,7 +163,7 @@ def merge_template() -> dict[str, Any]:
         "Resource": {"Fn::Sub": "${StateLogBucket.Arn}/events/*"},
     }
     resources["StateLogRole"] = {"Properties": {"Policies": _policy("modelforge-state-log", [stream, put_events])}}
-    resources["RestAPI"] = {"Properties": {"MethodSettings": _method_settings()}}
+    resources["RestAPI"] = {"Properties": {"MethodSettings": _method_settings(), "GatewayResponses": _gateway_responses()}}
     resources["StateLog"]["Properties"]["Events"] = {
         "StateLogDynamodbEventSource": {"Properties": {"Stream": {"Fn::GetAtt": ["OutboxTable", "StreamArn"]}}}
     }
