@@ -95,38 +95,31 @@ def _release(connection: Any) -> None:
         guard.close()
 
 
-class _GuardedHTTPConnection(HTTPConnection):
+class _Guarded:
+    """Mixed into urllib3's connection classes: enlist every request under the thread's deadline."""
+
     _guard: socket.socket | None = None
 
     def _new_conn(self) -> socket.socket:
-        return _guarded(self, super()._new_conn())
+        return _guarded(self, super()._new_conn())  # type: ignore[misc]
 
     def request(self, *args: Any, **kwargs: Any) -> None:
         enlist(self)  # a kept-alive connection is reused without a new socket
-        super().request(*args, **kwargs)
+        super().request(*args, **kwargs)  # type: ignore[misc]
 
     def close(self) -> None:
         try:
-            super().close()
+            super().close()  # type: ignore[misc]
         finally:
             _release(self)
 
 
-class _GuardedHTTPSConnection(HTTPSConnection):
-    _guard: socket.socket | None = None
+class _GuardedHTTPConnection(_Guarded, HTTPConnection):
+    pass
 
-    def _new_conn(self) -> socket.socket:
-        return _guarded(self, super()._new_conn())
 
-    def request(self, *args: Any, **kwargs: Any) -> None:
-        enlist(self)
-        super().request(*args, **kwargs)
-
-    def close(self) -> None:
-        try:
-            super().close()
-        finally:
-            _release(self)
+class _GuardedHTTPSConnection(_Guarded, HTTPSConnection):
+    pass
 
 
 class _GuardedHTTPPool(HTTPConnectionPool):
