@@ -15,31 +15,10 @@ from modelforge_node_agent.exit_codes import IDENTITY_REFUSED, PROTOCOL_INCOMPAT
 from modelforge_node_agent.gpu import GpuInfo, GpuTelemetry
 from modelforge_node_agent.identity import StateVolume
 
+from tests.agent.fake_control_plane import FakeClock, RecordingStop
+
 TOKEN = "mfe.enr_" + "0" * 32 + "." + "A" * 43
 NODE_ID = "node_" + "b" * 32
-
-
-class FakeStop:
-    """Stands in for threading.Event: records each requested sleep, stops after ``limit`` waits."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.waits: list[float] = []
-
-    def wait(self, seconds: float) -> bool:
-        self.waits.append(seconds)
-        return len(self.waits) >= self.limit
-
-    def is_set(self) -> bool:
-        return len(self.waits) >= self.limit
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class FakeControlPlane:
@@ -76,7 +55,7 @@ ENROLLED = {"node_id": NODE_ID, "heartbeat_interval_seconds": 15, "replayed": Fa
 ONLINE = {"node_id": NODE_ID, "status": "online", "heartbeat_interval_seconds": 15, "work_waiting": False}
 
 
-def _agent(tmp_path: Path, client: FakeControlPlane, stop: FakeStop, **env: str) -> tuple[Agent, StateVolume]:
+def _agent(tmp_path: Path, client: FakeControlPlane, stop: RecordingStop, **env: str) -> tuple[Agent, StateVolume]:
     config = load_config(
         {
             "MODELFORGE_AGENT_CONTROL_PLANE_URL": "http://127.0.0.1:8000",
@@ -97,7 +76,7 @@ def test_agent_persists_its_credential_before_it_enrolls(tmp_path: Path) -> None
     seen_on_disk = []
     state_file = tmp_path / "state" / "identity.json"
     client = FakeControlPlane({ENROLL: [ENROLLED], HEARTBEAT: [ONLINE]}, on_call=lambda path: seen_on_disk.append((path, state_file.exists())))
-    agent, state = _agent(tmp_path, client, FakeStop(limit=1))
+    agent, state = _agent(tmp_path, client, RecordingStop(limit=1))
     agent.run()
     assert seen_on_disk[0] == (ENROLL, True)
     identity = state.load()
@@ -108,7 +87,7 @@ def test_agent_persists_its_credential_before_it_enrolls(tmp_path: Path) -> None
 def test_agent_retrying_a_lost_enroll_answer_sends_the_same_credential_and_key(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     lost = TransientFailure("ReadTimeout", "POST", ENROLL)
     client = FakeControlPlane({ENROLL: [lost, {**ENROLLED, "replayed": True}], HEARTBEAT: [ONLINE]})
-    agent, _ = _agent(tmp_path, client, FakeStop(limit=2))
+    agent, _ = _agent(tmp_path, client, RecordingStop(limit=2))
     with caplog.at_level(logging.WARNING, logger="modelforge.agent"):
         agent.run()
     first, second = (call[1] for call in client.calls if call[0] == ENROLL)
@@ -117,10 +96,10 @@ def test_agent_retrying_a_lost_enroll_answer_sends_the_same_credential_and_key(t
 
 
 def test_agent_with_an_identity_never_enrolls_and_says_the_token_can_go(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    agent, _ = _agent(tmp_path, FakeControlPlane({ENROLL: [ENROLLED], HEARTBEAT: [ONLINE]}), FakeStop(limit=1))
+    agent, _ = _agent(tmp_path, FakeControlPlane({ENROLL: [ENROLLED], HEARTBEAT: [ONLINE]}), RecordingStop(limit=1))
     agent.run()
     client = FakeControlPlane({HEARTBEAT: [ONLINE]})
-    restarted, _ = _agent(tmp_path, client, FakeStop(limit=1))
+    restarted, _ = _agent(tmp_path, client, RecordingStop(limit=1))
     with caplog.at_level(logging.INFO, logger="modelforge.agent"):
         restarted.run()
     assert client.paths() == [INVENTORY, HEARTBEAT]
@@ -130,7 +109,7 @@ def test_agent_with_an_identity_never_enrolls_and_says_the_token_can_go(tmp_path
 def test_agent_backs_off_one_two_four_then_resets_after_success(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     down = TransientFailure("ConnectError", "POST", HEARTBEAT)
     client = FakeControlPlane({ENROLL: [ENROLLED], HEARTBEAT: [down, down, down, ONLINE, down, ONLINE]})
-    stop = FakeStop(limit=7)
+    stop = RecordingStop(limit=7)
     agent, _ = _agent(tmp_path, client, stop, MODELFORGE_AGENT_HEARTBEAT_INTERVAL_SECONDS="5")
     with caplog.at_level(logging.WARNING, logger="modelforge.agent"):
         agent.run()
@@ -146,7 +125,7 @@ def test_agent_backs_off_one_two_four_then_resets_after_success(tmp_path: Path, 
 
 def test_agent_heartbeats_carry_telemetry_for_every_gpu_at_the_interval_it_was_given(tmp_path: Path) -> None:
     client = FakeControlPlane({ENROLL: [ENROLLED], HEARTBEAT: [{**ONLINE, "heartbeat_interval_seconds": 30}]})
-    stop = FakeStop(limit=3)
+    stop = RecordingStop(limit=3)
     agent, _ = _agent(tmp_path, client, stop)
     agent.run()
     beats = [call[1] for call in client.calls if call[0] == HEARTBEAT]
@@ -164,7 +143,7 @@ def test_agent_heartbeats_carry_telemetry_for_every_gpu_at_the_interval_it_was_g
 def test_agent_stops_with_the_documented_code_on_a_fatal_heartbeat_answer(
     tmp_path: Path, refusal: Refused, exit_code: int, words: str
 ) -> None:
-    agent, _ = _agent(tmp_path, FakeControlPlane({ENROLL: [ENROLLED], HEARTBEAT: [refusal]}), FakeStop(limit=5))
+    agent, _ = _agent(tmp_path, FakeControlPlane({ENROLL: [ENROLLED], HEARTBEAT: [refusal]}), RecordingStop(limit=5))
     with pytest.raises(AgentExit) as stopped:
         agent.run()
     assert stopped.value.code == exit_code and words in stopped.value.message
@@ -173,7 +152,7 @@ def test_agent_stops_with_the_documented_code_on_a_fatal_heartbeat_answer(
 @pytest.mark.parametrize("code", ["enrollment_token_unknown", "enrollment_token_expired", "enrollment_token_revoked", "enrollment_token_consumed"])
 def test_agent_refused_token_exits_4_and_asks_for_a_new_one(tmp_path: Path, code: str) -> None:
     refusal = Refused(409, code, "POST", ENROLL, None, None)
-    agent, _ = _agent(tmp_path, FakeControlPlane({ENROLL: [refusal]}), FakeStop(limit=5))
+    agent, _ = _agent(tmp_path, FakeControlPlane({ENROLL: [refusal]}), RecordingStop(limit=5))
     with pytest.raises(AgentExit) as stopped:
         agent.run()
     assert stopped.value.code == IDENTITY_REFUSED and "new token" in stopped.value.message
@@ -181,16 +160,16 @@ def test_agent_refused_token_exits_4_and_asks_for_a_new_one(tmp_path: Path, code
 
 
 def test_agent_without_identity_or_token_is_a_configuration_error(tmp_path: Path) -> None:
-    agent, _ = _agent(tmp_path, FakeControlPlane({}), FakeStop(limit=1), MODELFORGE_AGENT_ENROLLMENT_TOKEN="")
+    agent, _ = _agent(tmp_path, FakeControlPlane({}), RecordingStop(limit=1), MODELFORGE_AGENT_ENROLLMENT_TOKEN="")
     with pytest.raises(AgentExit) as stopped:
         agent.run()
     assert stopped.value.code == 2 and "MODELFORGE_AGENT_ENROLLMENT_TOKEN" in stopped.value.message
 
 
 def test_agent_identity_for_another_control_plane_is_refused(tmp_path: Path) -> None:
-    agent, _ = _agent(tmp_path, FakeControlPlane({ENROLL: [ENROLLED], HEARTBEAT: [ONLINE]}), FakeStop(limit=1))
+    agent, _ = _agent(tmp_path, FakeControlPlane({ENROLL: [ENROLLED], HEARTBEAT: [ONLINE]}), RecordingStop(limit=1))
     agent.run()
-    moved, _ = _agent(tmp_path, FakeControlPlane({}), FakeStop(limit=1), MODELFORGE_AGENT_CONTROL_PLANE_URL="https://other.internal")
+    moved, _ = _agent(tmp_path, FakeControlPlane({}), RecordingStop(limit=1), MODELFORGE_AGENT_CONTROL_PLANE_URL="https://other.internal")
     with pytest.raises(AgentExit) as stopped:
         moved.run()
     assert stopped.value.code == IDENTITY_REFUSED
@@ -199,7 +178,7 @@ def test_agent_identity_for_another_control_plane_is_refused(tmp_path: Path) -> 
 def test_agent_resends_inventory_when_the_refresh_interval_passes(tmp_path: Path) -> None:
     client = FakeControlPlane({ENROLL: [ENROLLED], HEARTBEAT: [ONLINE]})
     clock = FakeClock()
-    stop = FakeStop(limit=3)
+    stop = RecordingStop(limit=3)
     agent, _ = _agent(tmp_path, client, stop, MODELFORGE_AGENT_INVENTORY_REFRESH_SECONDS="100")
     agent._clock = clock  # type: ignore[attr-defined]
 

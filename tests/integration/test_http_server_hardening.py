@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 import requests
-import trustme
 from modelforge_protocol.schemas import MAX_BODY_BYTES
 
 from tests.conftest import ADMIN_TOKEN
 from tests.support import raw_http
+from tests.support.pki import write_server_pki
 from tests.support.raw_http import closed_within, exchange, read_until_closed, split_answers
 
 TIMEOUT = 1.0
@@ -59,14 +59,7 @@ def small_server(stack: Any) -> Iterator[_Server]:
 def tls_server(stack: Any, tmp_path: Path) -> Iterator[tuple[_Server, Path]]:
     from modelforge_cli.http_server import tls_context
 
-    ca = trustme.CA()
-    cert = ca.issue_cert("127.0.0.1")
-    cert_file, key_file, ca_file = tmp_path / "cert.pem", tmp_path / "key.pem", tmp_path / "ca.pem"
-    cert.cert_chain_pems[0].write_to_path(str(cert_file))
-    for blob in cert.cert_chain_pems[1:]:
-        blob.write_to_path(str(cert_file), append=True)
-    cert.private_key_pem.write_to_path(str(key_file))
-    ca.cert_pem.write_to_path(str(ca_file))
+    cert_file, key_file, ca_file = write_server_pki(tmp_path, "127.0.0.1")
     tls = tls_context(cert_file, key_file)
     server = _Server(stack.app_module.app, tls=tls, connection_timeout_seconds=TIMEOUT, max_connections=4)
     yield server, ca_file

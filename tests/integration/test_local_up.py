@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 import requests
-import trustme
 
 from tests.conftest import ADMIN_TOKEN
+from tests.support.pki import write_server_pki
 from tests.support.api import AgentIdentity, ControlPlane
 from tests.support.processes import free_port, local_up_command, start_local_up
 
@@ -98,14 +98,7 @@ def test_local_up_generates_and_prints_an_admin_token_once_when_none_is_set(
 
 
 def test_local_up_serves_https_with_a_private_ca_and_refuses_clients_without_it(tmp_path: Path) -> None:
-    ca = trustme.CA()
-    cert = ca.issue_cert("127.0.0.1", "localhost")
-    cert_file, key_file, ca_file = tmp_path / "cert.pem", tmp_path / "key.pem", tmp_path / "ca.pem"
-    cert.cert_chain_pems[0].write_to_path(str(cert_file))
-    for blob in cert.cert_chain_pems[1:]:
-        blob.write_to_path(str(cert_file), append=True)
-    cert.private_key_pem.write_to_path(str(key_file))
-    ca.cert_pem.write_to_path(str(ca_file))
+    cert_file, key_file, ca_file = write_server_pki(tmp_path, "127.0.0.1", "localhost")
     running = start_local_up(
         tmp_path / "log", "--tls-cert", str(cert_file), "--tls-key", str(key_file), env={"MODELFORGE_ADMIN_TOKEN": ADMIN_TOKEN}
     )
