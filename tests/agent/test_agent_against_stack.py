@@ -13,7 +13,7 @@ from modelforge_node_agent.identity import StateVolume
 from modelforge_node_agent.main import NoGpus
 from modelforge_node_agent.transport import base_url, build_session
 
-from tests.agent.test_agent_loop import FakeClock, FakeStop
+from tests.agent.fake_control_plane import FakeClock, RecordingStop
 from tests.support.api import ControlPlane
 
 
@@ -30,7 +30,7 @@ def _agent(cp: ControlPlane, token: str, state_dir: Path, client: Any = None) ->
     state = StateVolume(config.state_volume)
     state.prepare()
     client = client or ControlPlaneClient(build_session(config), base_url(config), 10)
-    return Agent(config, client, state, NoGpus(), stop=FakeStop(limit=1), clock=FakeClock(), jitter=lambda: 0.0)  # type: ignore[arg-type]
+    return Agent(config, client, state, NoGpus(), stop=RecordingStop(limit=1), clock=FakeClock(), jitter=lambda: 0.0)  # type: ignore[arg-type]
 
 
 def _nodes_of(cp: ControlPlane, enrollment_id: str) -> list[dict]:
@@ -70,7 +70,7 @@ def test_a_lost_enroll_answer_followed_by_a_retry_ends_with_one_node(cp: Control
     )
     client = LosesFirstEnrollAnswer(build_session(config), base_url(config), 10)
     agent = _agent(cp, minted["token"], tmp_path / "state", client)
-    agent._stop = FakeStop(limit=2)  # type: ignore[attr-defined]  # one backoff wait, then one heartbeat wait
+    agent._stop = RecordingStop(limit=2)  # type: ignore[attr-defined]  # one backoff wait, then one heartbeat wait
     agent.run()
     assert client.lost
     nodes = _nodes_of(cp, minted["enrollment_id"])
