@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-import boto3
 
 from modelforge_protocol import jsonlog
 from .known_callers import KnownCallers
@@ -19,9 +19,15 @@ from .transactions import reset_connection
 @dataclass(frozen=True)
 class Runtime:
     settings: Settings
-    s3: Any
     #: node credentials this instance has verified (a cost saving: see known_callers.py)
     known_callers: KnownCallers = field(default_factory=KnownCallers)
+
+    @functools.cached_property
+    def s3(self) -> Any:
+        """The S3 client, made when first needed (only the state-log function writes to S3)."""
+        import boto3
+
+        return boto3.client("s3")
 
 
 _runtime: Runtime | None = None
@@ -35,7 +41,7 @@ def get() -> Runtime:
             jsonlog.configure(os.environ.get("MODELFORGE_LOG_LEVEL", "INFO").upper())
             settings = load_settings()
             bind_tables(settings)
-            _runtime = Runtime(settings=settings, s3=boto3.client("s3"))
+            _runtime = Runtime(settings=settings)
         return _runtime
 
 

@@ -5,13 +5,15 @@ from __future__ import annotations
 import json
 import re
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import ValidationError
 from modelforge_protocol import schemas
 
 from .errors import ApiError, invalid_request
+
+if TYPE_CHECKING:
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import ValidationError
 
 _ASCII_DIGITS = re.compile(r"[0-9]{1,9}")
 
@@ -62,6 +64,9 @@ def _require_unicode(parsed: dict[str, Any]) -> None:
 
 @lru_cache(maxsize=None)
 def _validator(schema_name: str) -> Draft202012Validator:
+    # imported on the first request that validates a body, not at cold start
+    from jsonschema import Draft202012Validator
+
     return Draft202012Validator(getattr(schemas, schema_name))
 
 
