@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from chalicelib.models import MODELS_BY_LOGICAL_NAME
-from modelforge_cli.provision import load_resources
+from modelforge_cli.provision import RESOURCE_ENV, load_resources
 
 TABLE_OF_MODEL = {
     "enrollments": "EnrollmentsTable",
@@ -90,7 +90,8 @@ def test_template_wires_every_function_to_the_tables_and_the_stream(packaged: Pa
         assert resources[table]["Type"] == "AWS::DynamoDB::Table"
     for function in ("APIHandler", "LivenessSweep", "StateLog"):
         variables = resources[function]["Properties"]["Environment"]["Variables"]
-        assert variables["MODELFORGE_NODES_TABLE"] == {"Ref": "NodesTable"}
+        for logical_id, variable in RESOURCE_ENV.items():  # every table and the bucket, by reference
+            assert variables[variable] == {"Ref": logical_id}, (function, variable)
         assert variables["MODELFORGE_ADMIN_TOKEN_SHA256"] == {"Ref": "AdminTokenSha256"}
     stream = resources["StateLog"]["Properties"]["Events"]["StateLogDynamodbEventSource"]["Properties"]["Stream"]
     assert stream == {"Fn::GetAtt": ["OutboxTable", "StreamArn"]}

@@ -68,7 +68,6 @@ def test_readiness_of_an_unknown_node_is_404(cp: ControlPlane) -> None:
 
 
 def test_readiness_nvidia_node_without_gpus_or_with_unhealthy_agent_is_not_ready(cp: ControlPlane) -> None:
-    identity = cp.enrolled_node(display_name="gpu-less nvidia")
     gpu_node = AgentIdentity()
     assert cp.enroll(cp.mint()["token"], gpu_node, accelerator_mode="nvidia", inventory=gpu_inventory(2)).status_code == 201
     assert cp.heartbeat(gpu_node, gpus=1, health={"status": "degraded", "detail": "fan"}).status_code == 200
@@ -76,7 +75,14 @@ def test_readiness_nvidia_node_without_gpus_or_with_unhealthy_agent_is_not_ready
     assert not checks["agent_health"]["ok"] and "degraded" in checks["agent_health"]["detail"]
     assert not checks["telemetry_age"]["ok"] and "1 of 2" in checks["telemetry_age"]["detail"]
     assert checks["inventory_age"]["ok"]
-    assert identity.node_id
+    # an nvidia node that reports no GPU at all is not ready either
+    gpu_less = AgentIdentity()
+    empty = {**gpu_inventory(0), "capabilities": []}
+    assert cp.enroll(cp.mint()["token"], gpu_less, accelerator_mode="nvidia", inventory=empty).status_code == 201
+    assert cp.heartbeat(gpu_less, gpus=0).status_code == 200
+    answer = _readiness(cp, gpu_less.node_id)
+    assert answer["ready"] is False
+    assert not _checks(answer)["telemetry_age"]["ok"] and "0 of 0" in _checks(answer)["telemetry_age"]["detail"]
 
 
 def test_readiness_stale_inventory_names_the_inventory_call_in_its_next_step(cp: ControlPlane) -> None:

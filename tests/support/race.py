@@ -24,6 +24,11 @@ class RoundResult:
     def exactly_one_winner(self) -> bool:
         return self.created == 1 and self.nodes == 1 and self.active_credentials == 1
 
+    @property
+    def double_winner(self) -> bool:
+        """Two callers both passed the single-use condition (not merely: nobody won)."""
+        return self.created >= 2 or self.nodes >= 2
+
 
 def enrollment_round(cp: ControlPlane, attempts: int = 60) -> RoundResult:
     minted = cp.mint(display_name="race")
