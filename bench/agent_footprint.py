@@ -174,9 +174,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def _admin_client(base_url: str, token: str) -> Any:
     import requests
 
-    if str(REPO_ROOT) not in sys.path:
-        sys.path.insert(0, str(REPO_ROOT))  # tests.support.api: the shared HTTP client
-    from tests.support.api import ControlPlane
+    from modelforge_cli.api_client import ControlPlane
 
     session = requests.Session()
     session.trust_env = False  # no proxies, no netrc: 127.0.0.1 only

@@ -34,7 +34,6 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -42,12 +41,11 @@ if str(Path(__file__).resolve().parent) not in sys.path:
     sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/_support, also when loaded by a test
 
 import _support
+from modelforge_cli.item_size import WRITE_UNIT_BYTES, item_size, item_size_breakdown, write_units
 from _support import LOOPBACK, BenchFailure
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 HEARTBEAT_PATH = "/api/v1/agent/heartbeat"
 REGION = "us-east-1"
-WRITE_UNIT_BYTES = 1024
 
 #: Bounds on the options, so a run stays bounded in count and time.
 MAX_NODES = 200
@@ -57,77 +55,6 @@ MAX_COST_HEARTBEATS = 2000
 #: Per-thread cap in the timed phases, in case a loop runs far faster than expected.
 MAX_CALLS_PER_THREAD = 100_000
 REQUEST_TIMEOUT_SECONDS = 10
-
-
-# --- DynamoDB item size ------------------------------------------------------------------
-
-
-def number_size(text: str) -> int:
-    """Bytes DynamoDB counts for a Number value given as its string form (e.g. ``"1712.5"``).
-
-    Approximately 1 byte per two significant digits (rounded up) plus 1 byte, with leading and
-    trailing zeros trimmed, as DynamoDB documents it. ``"0"`` counts 1 byte.
-    """
-    try:
-        digits = Decimal(text.strip()).as_tuple().digits
-    except InvalidOperation:
-        raise ValueError(f"not a DynamoDB number: {text!r}") from None
-    significant = "".join(map(str, digits)).strip("0")
-    return math.ceil(len(significant) / 2) + 1
-
-
-def attribute_value_size(value: Mapping[str, Any]) -> int:
-    """Bytes DynamoDB counts for one attribute value in wire format (without its name).
-
-    ``value`` is a typed value as boto3's low-level client returns it, e.g. ``{"S": "x"}``,
-    ``{"N": "12.5"}``, ``{"M": {...}}``. Rules (DynamoDB developer guide, "Item sizes and
-    formats"): S is its UTF-8 bytes; N is ``number_size``; B its raw bytes; BOOL and NULL 1
-    byte; L and M 3 bytes of overhead plus 1 byte per element plus the elements (for M, each
-    element is its key's UTF-8 bytes plus its value); SS/NS/BS the sum of their members.
-    """
-    if len(value) != 1:
-        raise ValueError(f"an attribute value has exactly one type key, got {sorted(value)}")
-    (kind, content), = value.items()
-    if kind == "S":
-        return len(content.encode("utf-8"))
-    if kind == "N":
-        return number_size(content)
-    if kind == "B":
-        return len(content)
-    if kind in ("BOOL", "NULL"):
-        return 1
-    if kind == "SS":
-        return sum(len(member.encode("utf-8")) for member in content)
-    if kind == "NS":
-        return sum(number_size(member) for member in content)
-    if kind == "BS":
-        return sum(len(member) for member in content)
-    if kind == "L":
-        return 3 + sum(1 + attribute_value_size(element) for element in content)
-    if kind == "M":
-        return 3 + sum(1 + len(key.encode("utf-8")) + attribute_value_size(element) for key, element in content.items())
-    raise ValueError(f"unknown DynamoDB attribute type {kind!r}")
-
-
-def item_size(item: Mapping[str, Mapping[str, Any]]) -> int:
-    """Size in bytes that DynamoDB bills for ``item``, a raw item as ``get_item`` returns it.
-
-    The sum, over the attributes, of the attribute name's UTF-8 bytes plus the value's size
-    (``attribute_value_size``). Example: ``{"id": {"S": "abc"}, "n": {"N": "123"}}`` is
-    (2 + 3) + (1 + 3) = 9 bytes. This is the figure write units are computed from; it does
-    not include the 100 bytes per item that storage billing adds.
-    """
-    return sum(item_size_breakdown(item).values())
-
-
-def item_size_breakdown(item: Mapping[str, Mapping[str, Any]]) -> dict[str, int]:
-    """Bytes per attribute (name + value) of a raw item; they add up to ``item_size``."""
-    return {name: len(name.encode("utf-8")) + attribute_value_size(value) for name, value in item.items()}
-
-
-def write_units(size_bytes: int) -> int:
-    """Standard write capacity units for one write of an item this size (1 per started KB)."""
-    return max(1, math.ceil(size_bytes / WRITE_UNIT_BYTES))
 
 
 # --- small helpers -------------------------------------------------------------------------
@@ -269,8 +196,6 @@ def _prepare_environment() -> None:
     os.environ.setdefault("MODELFORGE_NODE_OFFLINE_AFTER_SECONDS", "300")
     os.environ["MODELFORGE_LOG_LEVEL"] = "INFO"  # the access log carries the server-side latency
     _support.add_loopback_to_no_proxy()
-    if str(REPO_ROOT) not in sys.path:
-        sys.path.insert(0, str(REPO_ROOT))  # tests.support.api: the shared HTTP client
 
 
 def _quiet_app_log() -> AccessLogCapture:
@@ -285,7 +210,7 @@ def _quiet_app_log() -> AccessLogCapture:
 
 def _new_client(base_url: str) -> Any:
     import requests
-    from tests.support.api import ControlPlane
+    from modelforge_cli.api_client import ControlPlane
 
     session = requests.Session()
     session.trust_env = False  # no proxies, no netrc: 127.0.0.1 only
@@ -311,7 +236,7 @@ def enroll_nodes(base_url: str, count: int, gpus: int) -> list[Node]:
 
     Each node keeps its own client (its own requests.Session) for the timed phase.
     """
-    from tests.support.api import AgentIdentity, cpu_inventory, gpu_inventory
+    from modelforge_cli.api_client import AgentIdentity, cpu_inventory, gpu_inventory
 
     def one(index: int) -> Node:
         client = _new_client(base_url)
