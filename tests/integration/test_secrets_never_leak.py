@@ -1,15 +1,22 @@
-"""No admin token, enrollment token, node credential or idempotency key in any log line,
-answer body, stored item or state-log object, over a full run of a real process."""
+"""No admin token, enrollment token, node credential or idempotency key in any log line (at
+DEBUG level), answer body or header, stored item of any table, state-log object, data-dir file or
+CLI output, over a full run of a real `local up` process with a real CPU agent."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
+
+from modelforge_cli import provision
 
 from tests.conftest import ADMIN_TOKEN
 from tests.support.api import AgentIdentity, ControlPlane
 from tests.support.processes import start_local_up
-from tests.support.snapshots import bucket_objects, scan_table
+from tests.support.snapshots import TABLE_VARS, bucket_objects, scan_table
 
 
 def _secret_parts(secret: str) -> list[str]:
@@ -17,8 +24,18 @@ def _secret_parts(secret: str) -> list[str]:
     return [secret, secret.rsplit(".", 1)[-1]]
 
 
+def _files_under(folder: Path) -> list[str]:
+    return [path.read_text(errors="replace") for path in sorted(folder.rglob("*")) if path.is_file()]
+
+
 def test_a_full_run_never_reveals_a_secret(tmp_path: Path) -> None:
-    running = start_local_up(tmp_path / "local-up.log", env={"MODELFORGE_ADMIN_TOKEN": ADMIN_TOKEN})
+    data_dir, agent_state = tmp_path / "data", tmp_path / "agent-state"
+    debug = {"MODELFORGE_LOG_LEVEL": "DEBUG", "MODELFORGE_AGENT_LOG_LEVEL": "DEBUG"}
+    running = start_local_up(
+        tmp_path / "local-up.log",
+        "--data-dir", str(data_dir), "--with-cpu-agent", str(agent_state),
+        env={"MODELFORGE_ADMIN_TOKEN": ADMIN_TOKEN, "MODELFORGE_AGENT_HEARTBEAT_INTERVAL_SECONDS": "0.2", **debug},
+    )  # fmt: skip
     bodies: list[str] = []
     secrets: list[str] = [ADMIN_TOKEN]
     try:
@@ -26,6 +43,7 @@ def test_a_full_run_never_reveals_a_secret(tmp_path: Path) -> None:
 
         def record(response):  # type: ignore[no-untyped-def]
             bodies.append(response.text)
+            bodies.append(json.dumps(dict(response.headers)))
             return response
 
         minted = [cp.mint(display_name=f"secret-test-{index}") for index in range(3)]
@@ -52,22 +70,35 @@ def test_a_full_run_never_reveals_a_secret(tmp_path: Path) -> None:
         record(cp.heartbeat(agent))  # revoked
         record(cp.request("GET", "/api/v1/admin/nodes", headers={"X-ModelForge-Admin-Token": agent.credential}))
 
+        # the CPU agent's own secrets, read from its identity file once it has enrolled and heartbeats
+        identity_file = agent_state / "identity.json"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and '"node_id": "node_' not in (
+            identity_file.read_text() if identity_file.exists() else ""
+        ):
+            time.sleep(0.1)
+        own = json.loads(identity_file.read_text())
+        secrets += [own["credential"], own["idempotency_key"]]
+        cli = subprocess.run(
+            [sys.executable, "-m", "modelforge_cli.cli", "nodes", "readiness", own["node_id"], "--api-url", running.api_url],
+            env={**os.environ, "MODELFORGE_ADMIN_TOKEN": ADMIN_TOKEN}, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        bodies += [cli.stdout, cli.stderr]
+
         stored = []
-        names = {
-            "MODELFORGE_ENROLLMENTS_TABLE": "modelforge-enrollments",
-            "MODELFORGE_NODES_TABLE": "modelforge-nodes",
-            "MODELFORGE_INVENTORIES_TABLE": "modelforge-inventories",
-            "MODELFORGE_OUTBOX_TABLE": "modelforge-outbox",
-        }
-        for table in names.values():
-            stored.append(json.dumps(scan_table(running.emulator_url, table)))
-        log_objects = bucket_objects(running.emulator_url, "modelforge-state-log")
+        names = provision.resource_names("modelforge")
+        for variable in TABLE_VARS:  # every table, gpu_claims and control included
+            stored.append(json.dumps(scan_table(running.emulator_url, names[variable])))
+        log_objects = bucket_objects(running.emulator_url, names["MODELFORGE_STATE_LOG_BUCKET"])
         assert log_objects, "the state log should hold events by now"
         stored += [body.decode() for body in log_objects.values()]
     finally:
         running.stop()
+    stored += _files_under(data_dir)  # what the emulator recorded to keep state across restarts
+    assert stored[-1], "the data dir should hold the emulator's recording"
     output = running.output()
-    assert "http_request" in output  # the log was captured
+    assert "http_request" in output and '"level": "debug"' in output  # the DEBUG log was captured
+    assert "heartbeat_sent" in output  # including the agent's own DEBUG lines
     for secret in secrets:
         for part in _secret_parts(secret):
             assert part not in output, "a secret appears in the process output"
