@@ -21,5 +21,21 @@ if [ ! -x "$VENV/bin/python" ]; then
     fi
   fi
 fi
-"$VENV/bin/python" -m pip install --quiet --upgrade pip >/dev/null
-"$VENV/bin/python" -m pip install --quiet -e "$ROOT[${MODELFORGE_EXTRAS:-test}]"
+# A pip that installs pyproject projects editable, and the build backend the pyproject.toml files
+# name, so the three builds below run here rather than in three throwaway environments (seconds
+# instead of ten). Not --upgrade: the newest pip can be one that chalice (which runs pip to build
+# the Lambda bundle) does not accept, and the install below would only downgrade it again.
+"$VENV/bin/python" -m pip install --quiet "pip>=23.1" "setuptools>=68" wheel >/dev/null
+# Before the split into three distributions, modelforge-compute itself shipped the agent's
+# console script; reinstalling it would delete the script the new modelforge-node-agent installs.
+for record in "$VENV"/lib/python3*/site-packages/modelforge_compute-*.dist-info/RECORD; do
+  if [ -f "$record" ] && grep -q '/modelforge-node-agent,' "$record"; then
+    "$VENV/bin/python" -m pip uninstall --quiet --yes modelforge-compute >/dev/null
+  fi
+done
+# Three distributions, one per layer, all editable from this checkout in one call: the shared
+# protocol, the node agent (what a GPU host installs) and the tooling with the test extra.
+"$VENV/bin/python" -m pip install --quiet --no-build-isolation \
+  -e "$ROOT/protocol" \
+  -e "$ROOT/agent" \
+  -e "$ROOT[${MODELFORGE_EXTRAS:-test}]"

@@ -3,4 +3,6 @@
 Middle layer: imports only ``modelforge_protocol``, never the control plane.
 """
 
-AGENT_VERSION = "1.3.0"
+from modelforge_protocol.versions import AGENT_VERSION
+
+__all__ = ["AGENT_VERSION"]

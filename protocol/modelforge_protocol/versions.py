@@ -11,6 +11,14 @@ AGENT_PROTOCOL_VERSION = 1
 #: The runtime worker protocol version.
 WORKER_PROTOCOL_VERSION = 1
 
+# The release numbers, written once. The pyproject.toml files read them (setuptools
+# ``version = {attr = ...}``), and the code imports them; keep them literal strings.
+
+#: The version of every distribution built from this repository (modelforge-protocol,
+#: modelforge-node-agent, modelforge-compute) in PEP 440: a release candidate until it is cut.
+RELEASE = "1.3.0rc1"
+#: The node agent release this candidate becomes: what the agent reports and ``--version`` prints.
+AGENT_VERSION = "1.3.0"
 #: Control plane release the accepted ranges below belong to (documented in docs/COMPATIBILITY.md).
 CONTROL_PLANE_RELEASE = "1.3.0"
 

@@ -1,0 +1,135 @@
+"""Packaging follows the layers: a node installs only what a node runs.
+
+The agent's and the protocol's wheels are built from a copy of this checkout and installed into
+a fresh virtual environment (their dependencies come from the package index); there the agent
+must run and the control plane's and the tooling's packages must be absent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+import zipfile
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+from modelforge_protocol.versions import AGENT_VERSION, RELEASE
+
+REPO = Path(__file__).resolve().parents[2]
+#: What a node must never carry: control-plane, AWS and tooling code.
+NOT_ON_A_NODE = ("chalice", "chalicelib", "moto", "boto3", "botocore", "pynamodb", "werkzeug", "modelforge_cli")
+#: What the agent needs, by import name.
+ON_A_NODE = ("modelforge_node_agent", "modelforge_protocol", "requests", "pynvml", "jsonschema")
+
+_PROBE = """
+import importlib, importlib.util, json, sys
+found = {name: importlib.util.find_spec(name) is not None for name in sys.argv[1:]}
+for name in sys.argv[1:]:
+    if found[name]:
+        importlib.import_module(name)  # present must also mean importable
+import importlib.metadata as md
+print(json.dumps({"found": found, "dists": sorted(d.metadata["Name"].lower() for d in md.distributions())}))
+"""
+
+
+def _run(args: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("PYTHON", "VIRTUAL_ENV"))}
+    return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def wheels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Build the two wheels from a copy (the agent's version is read from ../protocol, so the
+    copy keeps the layout), without touching the checkout."""
+    tree = tmp_path_factory.mktemp("tree")
+    junk = shutil.ignore_patterns("__pycache__", "*.pyc", "build", "*.egg-info", "dist")
+    for project in ("protocol", "agent"):
+        shutil.copytree(REPO / project, tree / project, ignore=junk)
+    out = tree / "wheels"
+    done = _run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "--wheel-dir", str(out),
+         str(tree / "protocol"), str(tree / "agent")],
+        cwd=tree,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    built = {path.name.split("-")[0]: path for path in out.glob("*.whl")}
+    assert set(built) == {"modelforge_protocol", "modelforge_node_agent"}, sorted(built)
+    return built
+
+
+@pytest.fixture(scope="module")
+def node_env(wheels: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh environment holding the two wheels and what they pull in, nothing else."""
+    venv = tmp_path_factory.mktemp("node") / "venv"
+    done = _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], cwd=venv.parent)
+    assert done.returncode == 0, done.stdout + done.stderr
+    python = venv / "bin" / "python"
+    # this environment's pip installs into the fresh one (pip's cache serves repeat runs)
+    done = _run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet", *map(str, wheels.values())],
+        cwd=venv.parent,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return python
+
+
+def test_each_wheel_holds_its_own_package_only(wheels: dict[str, Path]) -> None:
+    for package, wheel in wheels.items():
+        names = zipfile.ZipFile(wheel).namelist()
+        code = [name for name in names if ".dist-info/" not in name]
+        assert code and all(name.startswith(package + "/") for name in code), (wheel.name, code)
+        assert wheel.name.startswith(f"{package}-{RELEASE}-")
+
+
+def test_the_agent_wheel_declares_exactly_what_the_agent_runs(wheels: dict[str, Path]) -> None:
+    wheel = zipfile.ZipFile(wheels["modelforge_node_agent"])
+    metadata = wheel.read(f"modelforge_node_agent-{RELEASE}.dist-info/METADATA").decode()
+    requires = {Requirement(line.split(":", 1)[1]).name for line in metadata.splitlines() if line.startswith("Requires-Dist:")}
+    assert requires == {"modelforge-protocol", "requests", "nvidia-ml-py", "jsonschema"}
+    entry_points = wheel.read(f"modelforge_node_agent-{RELEASE}.dist-info/entry_points.txt").decode()
+    assert "modelforge-node-agent = modelforge_node_agent.main:main" in entry_points
+
+
+def test_a_node_gets_the_agent_and_none_of_the_control_plane_or_tooling(node_env: Path) -> None:
+    done = _run([str(node_env), "-I", "-c", _PROBE, *ON_A_NODE, *NOT_ON_A_NODE], cwd=node_env.parent)
+    assert done.returncode == 0, done.stdout + done.stderr
+    seen = json.loads(done.stdout)
+    assert [name for name in ON_A_NODE if not seen["found"][name]] == []
+    assert [name for name in NOT_ON_A_NODE if seen["found"][name]] == []
+    dists = set(seen["dists"])
+    assert {"modelforge-protocol", "modelforge-node-agent", "requests", "nvidia-ml-py", "jsonschema"} <= dists
+    assert not dists & {"chalice", "moto", "boto3", "botocore", "pynamodb", "modelforge-compute", "werkzeug", "flask"}
+
+
+def test_the_installed_agent_runs(node_env: Path) -> None:
+    expected = f"modelforge-node-agent {AGENT_VERSION}"
+    done = _run([str(node_env), "-I", "-m", "modelforge_node_agent.main", "--version"], cwd=node_env.parent)
+    assert (done.returncode, done.stdout.strip()) == (0, expected), done.stderr
+    done = _run([str(node_env.parent / "modelforge-node-agent"), "--version"], cwd=node_env.parent)
+    assert (done.returncode, done.stdout.strip()) == (0, expected), done.stderr
+
+
+def test_every_distribution_reads_its_version_from_the_one_place() -> None:
+    for pyproject in (REPO / "pyproject.toml", REPO / "protocol" / "pyproject.toml", REPO / "agent" / "pyproject.toml"):
+        project = tomllib.loads(pyproject.read_text())
+        assert "version" not in project["project"] and "version" in project["project"]["dynamic"], pyproject
+        assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "modelforge_protocol.versions.RELEASE"}
+    from importlib.metadata import version
+
+    for distribution in ("modelforge-protocol", "modelforge-node-agent", "modelforge-compute"):
+        assert version(distribution) == RELEASE, f"{distribution}: reinstall with ./scripts/test"
+
+
+def test_the_tooling_runs_the_functions_on_what_the_lambda_bundle_installs() -> None:
+    """functions/requirements.txt is what Chalice puts in the Lambda bundle; the local stack runs
+    the same functions, so the tooling's dependencies name the same distributions."""
+    dependencies = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    tooling = {Requirement(requirement).name.lower() for requirement in dependencies}
+    lines = (REPO / "functions" / "requirements.txt").read_text().splitlines()
+    functions = {Requirement(line).name.lower() for line in lines if line.strip() and not line.lstrip().startswith("#")}
+    assert functions <= tooling, functions - tooling
