@@ -1,7 +1,8 @@
 """The agent's life after the preflight: enroll once, then publish inventory and heartbeats.
 
 Time is injected: ``clock`` (monotonic seconds) and ``stop`` (an Event whose ``wait`` is the only
-sleep), so tests never wait on real time. Fatal errors raise AgentExit; transient ones back off
+sleep), so tests never wait on real time. Fatal errors propagate (``Fatal``, ``Refused``,
+``PreflightFailed`` from telemetry; ``exit_codes.exit_for`` maps them); transient ones back off
 1, 2, 4, 8, 16 s with jitter, reset after a success, and never sooner than a 429's Retry-After.
 A rate-limited inventory does not hold up heartbeats: it is sent again once Retry-After passed.
 The interval the control plane asks for is clamped to 1..3600 s.
@@ -12,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 from modelforge_protocol.schemas import MAX_ANSWER_INTERVAL_SECONDS, MIN_ANSWER_INTERVAL_SECONDS
 from modelforge_protocol.versions import AGENT_PROTOCOL_VERSION
@@ -20,22 +21,16 @@ from modelforge_protocol.versions import AGENT_PROTOCOL_VERSION
 from . import AGENT_VERSION
 from .answers import clamp
 from .backoff import CAP, Backoff
-from .config import AgentConfig
-from .control_plane import ENROLL, HEARTBEAT, INVENTORY, ControlPlaneClient, Refused, TransientFailure
-from .exit_codes import UNEXPECTED, AgentExit, ConfigurationInvalid, IdentityRefused, ProtocolIncompatible
-from .gpu import GpuInfo, GpuTelemetry
+from .config import NO_IDENTITY_NO_TOKEN, AgentConfig
+from .control_plane import ENROLL, HEARTBEAT, INVENTORY, ControlPlaneClient, TransientFailure
+from .failures import ConfigurationInvalid, IdentityRefused
+from .gpu_source import GpuSource
 from .identity import Identity, StateVolume, new_identity
 from .inventory import host_inventory
 
 log = logging.getLogger("modelforge.agent")
 
 DEFAULT_INTERVAL_SECONDS = 15.0
-
-
-class GpuSource(Protocol):
-    def devices(self) -> list[GpuInfo]: ...
-
-    def telemetry(self) -> list[GpuTelemetry]: ...
 
 
 class Stopped(Exception):
@@ -54,14 +49,6 @@ def _interval(answer: dict[str, Any]) -> float:
     """The control plane's heartbeat interval (a JSON number, by the answer schema), clamped."""
     asked = answer.get("heartbeat_interval_seconds", DEFAULT_INTERVAL_SECONDS)
     return clamp(float(asked), MIN_ANSWER_INTERVAL_SECONDS, MAX_ANSWER_INTERVAL_SECONDS)
-
-
-_TOKEN_MESSAGES = {
-    "enrollment_token_unknown": "the enrollment token is not known to this control plane",
-    "enrollment_token_expired": "the enrollment token has expired",
-    "enrollment_token_revoked": "the enrollment token was revoked",
-    "enrollment_token_consumed": "the enrollment token was already used by another node",
-}
 
 
 class Agent:
@@ -89,7 +76,7 @@ class Agent:
     # --- the life cycle ------------------------------------------------------------------
 
     def run(self) -> None:
-        """Enroll if needed, then publish until stopped. Raises AgentExit on a fatal error."""
+        """Enroll if needed, then publish until stopped; a fatal error propagates (see ``exit_codes``)."""
         try:
             identity, interval = self._ensure_enrolled()
             self._publish(identity, interval)
@@ -111,9 +98,7 @@ class Agent:
                 )
             return identity, None
         if not self._config.enrollment_token:
-            raise ConfigurationInvalid(
-                ["MODELFORGE_AGENT_ENROLLMENT_TOKEN is required: this node has no identity yet (ask an admin for a token)"]
-            )
+            raise ConfigurationInvalid([NO_IDENTITY_NO_TOKEN])  # load_config checked; the file went since
         if identity is None:
             identity = new_identity(self._config.control_plane_url)
             self._state.save(identity)  # persisted before enrolling: a retry is the same enrollment
@@ -130,15 +115,7 @@ class Agent:
             "accelerator_mode": self._config.accelerator_mode,
             "inventory": host_inventory(self._gpus.devices()),
         }
-        try:
-            answer = self._with_retries(lambda: self._client.post(ENROLL, body))
-        except Refused as refusal:
-            if refusal.code in _TOKEN_MESSAGES:
-                raise IdentityRefused(
-                    f"enrollment refused: {_TOKEN_MESSAGES[refusal.code]}; ask an admin for a new token "
-                    "and set MODELFORGE_AGENT_ENROLLMENT_TOKEN"
-                ) from None
-            raise self._fatal(refusal) from None
+        answer = self._with_retries(lambda: self._client.post(ENROLL, body))  # a refusal is fatal
         enrolled = self._state.enrolled_as(identity, answer["node_id"])  # the answer schema checked its format
         log.info(
             "enrolled",
@@ -188,13 +165,10 @@ class Agent:
             "telemetry": {"gpus": [reading.to_wire() for reading in self._gpus.telemetry()]},
         }
 
-    # --- calls, retries and fatal answers ------------------------------------------------
+    # --- calls and retries (a refusal propagates) -----------------------------------------
 
     def _call(self, path: str, body: dict[str, Any], identity: Identity, *, defer_rate_limit: bool = False) -> dict[str, Any]:
-        try:
-            return self._with_retries(lambda: self._client.post(path, body, identity), defer_rate_limit)
-        except Refused as refusal:
-            raise self._fatal(refusal) from None
+        return self._with_retries(lambda: self._client.post(path, body, identity), defer_rate_limit)
 
     def _with_retries(self, call: Callable[[], dict[str, Any]], defer_rate_limit: bool = False) -> dict[str, Any]:
         while True:
@@ -228,17 +202,6 @@ class Agent:
                 "retry_after_seconds": failure.retry_after,
             },
         )
-
-    def _fatal(self, refusal: Refused) -> AgentExit:
-        if refusal.code == "protocol_incompatible":
-            return ProtocolIncompatible(refusal.verdict or "UNKNOWN", refusal.next_step or "see docs/COMPATIBILITY.md")
-        if refusal.status in (401, 403):
-            return IdentityRefused(
-                f"the control plane refused this node's credential (HTTP {refusal.status} {refusal.code} on "
-                f"{refusal.method} {refusal.path}). If the credential was revoked on purpose, this node must be "
-                "enrolled again: move the identity file out of the state volume and start with a new token"
-            )
-        return AgentExit(UNEXPECTED, f"HTTP {refusal.status} {refusal.code} on {refusal.method} {refusal.path}")
 
     def _wait(self, seconds: float) -> None:
         if self._stop.wait(seconds):

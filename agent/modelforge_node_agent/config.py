@@ -1,6 +1,8 @@
 """Agent configuration: read once from the environment and validated whole before anything runs.
 
-Every problem is named by variable, never by value (the enrollment token is a secret).
+Every problem is named by variable, never by value (the enrollment token is a secret). "No
+enrollment token and no identity in the state volume" is one of them: it is found by looking for
+the identity file, which creates nothing (the state volume is prepared after validation).
 """
 
 from __future__ import annotations
@@ -16,13 +18,17 @@ from urllib.parse import urlsplit
 from modelforge_protocol.credentials import ENROLLMENT_TOKEN_RE
 from modelforge_protocol.schemas import ACCELERATOR_MODES
 
-from .exit_codes import ConfigurationInvalid
+from .failures import ConfigurationInvalid
+from .identity import StateVolume
 
 PLACEHOLDER_HOST = "modelforge.example.internal"
 INSECURE_SWITCH = "MODELFORGE_AGENT_INSECURE_SKIP_TLS_VERIFY_FOR_DEVELOPMENT"
 _HOSTNAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
 _LOG_LEVELS = {"DEBUG", "INFO", "WARNING", "ERROR"}
+NO_IDENTITY_NO_TOKEN = (
+    "MODELFORGE_AGENT_ENROLLMENT_TOKEN is required: this node has no identity yet (ask an admin for a token)"
+)
 
 
 @dataclass(frozen=True)
@@ -143,6 +149,8 @@ def load_config(env: Mapping[str, str]) -> AgentConfig:
     state_raw = env.get("MODELFORGE_AGENT_STATE_VOLUME", "").strip()
     if not state_raw:
         problems.append("MODELFORGE_AGENT_STATE_VOLUME is required (a durable directory for the node's identity)")
+    elif token is None and not StateVolume(Path(state_raw)).has_identity():
+        problems.append(NO_IDENTITY_NO_TOKEN)
     identity_mode = env.get("MODELFORGE_AGENT_IDENTITY_MODE", "persisted").strip().lower()
     if identity_mode != "persisted":
         problems.append("MODELFORGE_AGENT_IDENTITY_MODE must be persisted")

@@ -26,7 +26,7 @@ from modelforge_protocol.schemas import MAX_ANSWER_BYTES, MAX_RETRY_AFTER_SECOND
 from . import answers
 from .answers import MalformedAnswer
 from .deadline import Deadline
-from .exit_codes import RedirectRefused
+from .failures import RedirectRefused
 from .identity import Identity
 
 ENROLL = "/api/v1/agent/enroll"

@@ -1,10 +1,19 @@
-"""The one place that maps agent failures to exit codes and messages.
+"""The one place that maps every failure that stops the agent to its exit code and message.
 
-0 clean stop, 1 unexpected, 2 configuration invalid, 3 preflight failed,
+0 clean stop, 1 unexpected, 2 configuration invalid (or a redirect), 3 preflight failed,
 4 identity or credential refused, 5 protocol incompatible.
 """
 
 from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from .control_plane import Refused
+from .failures import ConfigurationInvalid, IdentityRefused, RedirectRefused
+from .preflight import PreflightFailed
+
+log = logging.getLogger("modelforge.agent")
 
 OK = 0
 UNEXPECTED = 1
@@ -14,47 +23,62 @@ IDENTITY_REFUSED = 4
 PROTOCOL_INCOMPATIBLE = 5
 
 
-class AgentExit(Exception):
-    """Stop the agent with this exit code; ``message`` says what to do (never a secret)."""
+@dataclass(frozen=True)
+class Exit:
+    """How the agent stops: ``crashed`` marks an error nobody foresaw (logged with its traceback)."""
 
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
-class ConfigurationInvalid(AgentExit):
-    def __init__(self, problems: list[str]) -> None:
-        self.problems = problems
-        super().__init__(CONFIGURATION_INVALID, "invalid agent configuration: " + "; ".join(problems))
+    code: int
+    message: str
+    crashed: bool = False
 
 
-class IdentityRefused(AgentExit):
-    def __init__(self, message: str) -> None:
-        super().__init__(IDENTITY_REFUSED, message)
+_TOKEN_REFUSALS = {
+    "enrollment_token_unknown": "the enrollment token is not known to this control plane",
+    "enrollment_token_expired": "the enrollment token has expired",
+    "enrollment_token_revoked": "the enrollment token was revoked",
+    "enrollment_token_consumed": "the enrollment token was already used by another node",
+}
 
 
-class ProtocolIncompatible(AgentExit):
-    def __init__(self, verdict: str, next_step: str) -> None:
-        self.verdict = verdict
-        super().__init__(PROTOCOL_INCOMPATIBLE, f"control plane refused this agent's protocol: {verdict}. {next_step}")
+def exit_for(error: BaseException) -> Exit:
+    """The exit code and message for ``error``; anything not foreseen here is exit 1."""
+    if isinstance(error, (ConfigurationInvalid, RedirectRefused)):
+        return Exit(CONFIGURATION_INVALID, error.message)
+    if isinstance(error, PreflightFailed):
+        return Exit(PREFLIGHT_FAILED, f"{error.code}: {error.cause}")
+    if isinstance(error, IdentityRefused):
+        return Exit(IDENTITY_REFUSED, error.message)
+    if isinstance(error, Refused):
+        return _refusal(error)
+    return Exit(UNEXPECTED, f"unexpected error ({type(error).__name__})", crashed=True)
 
 
-class PreflightExit(AgentExit):
-    def __init__(self, code_name: str, cause: str) -> None:
-        self.code_name = code_name
-        super().__init__(PREFLIGHT_FAILED, f"{code_name}: {cause}")
-
-
-class RedirectRefused(AgentExit):
-    """The control plane answered 3xx. Never followed: it could carry the credential elsewhere.
-    Neither the Location header nor the body is ever shown."""
-
-    def __init__(self, status: int, method: str, path: str) -> None:
-        self.status = status
-        super().__init__(
-            CONFIGURATION_INVALID,
-            f"HTTP {status} redirect on {method} {path}: the agent never follows redirects (they could carry "
-            "its credential to another origin); set MODELFORGE_AGENT_CONTROL_PLANE_URL to the address that "
-            "serves the API itself",
+def _refusal(refusal: Refused) -> Exit:
+    """A 4xx answer from the control plane: which of them the operator can fix, and how."""
+    if refusal.code == "protocol_incompatible":
+        verdict, next_step = refusal.verdict or "UNKNOWN", refusal.next_step or "see docs/COMPATIBILITY.md"
+        return Exit(PROTOCOL_INCOMPATIBLE, f"control plane refused this agent's protocol: {verdict}. {next_step}")
+    if refusal.code in _TOKEN_REFUSALS:
+        return Exit(
+            IDENTITY_REFUSED,
+            f"enrollment refused: {_TOKEN_REFUSALS[refusal.code]}; ask an admin for a new token "
+            "and set MODELFORGE_AGENT_ENROLLMENT_TOKEN",
         )
+    if refusal.status in (401, 403):
+        return Exit(
+            IDENTITY_REFUSED,
+            f"the control plane refused this node's credential (HTTP {refusal.status} {refusal.code} on "
+            f"{refusal.method} {refusal.path}). If the credential was revoked on purpose, this node must be "
+            "enrolled again: move the identity file out of the state volume and start with a new token",
+        )
+    return Exit(UNEXPECTED, f"HTTP {refusal.status} {refusal.code} on {refusal.method} {refusal.path}")
+
+
+def report(error: BaseException) -> int:
+    """Log why the agent stops (one ``agent_exit`` line, or ``agent_crashed`` with the traceback)."""
+    stop = exit_for(error)
+    if stop.crashed:
+        log.error("unexpected error", exc_info=error, extra={"event": "agent_crashed"})
+    else:
+        log.error(stop.message, extra={"event": "agent_exit", "exit_code": stop.code})
+    return stop.code

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from modelforge_protocol import credentials
 
-from .exit_codes import IdentityRefused
+from .failures import IdentityRefused
 
 log = logging.getLogger("modelforge.agent.identity")
 
@@ -63,6 +63,16 @@ class StateVolume:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.identity_path = path / IDENTITY_FILE
+
+    def has_identity(self) -> bool:
+        """Whether an identity file is there; creates nothing and follows no link (``load`` checks it)."""
+        try:
+            os.lstat(self.identity_path)
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+        except OSError:  # e.g. an unreadable volume: ``prepare`` and ``load`` say what is wrong
+            return True
+        return True
 
     def prepare(self) -> None:
         """Create the directory if needed (0700), tighten a looser one, prove it is writable, or refuse."""

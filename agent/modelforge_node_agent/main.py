@@ -1,7 +1,9 @@
 """Entry point: ``python3 -m modelforge_node_agent.main [--preflight [--json]]``.
 
-Order on every start: configuration (exit 2), state volume (exit 4), NVIDIA preflight (exit 3),
-then enrollment and publishing. SIGTERM/SIGINT stop cleanly with exit 0 within 2 seconds.
+Order on every start: the whole configuration, including "no identity and no enrollment token"
+(exit 2, before anything is created or probed), state volume (exit 4), NVIDIA preflight (exit 3),
+then enrollment and publishing. SIGTERM/SIGINT stop cleanly with exit 0 within 2 seconds. Exit
+codes and messages come from ``exit_codes.exit_for``.
 """
 
 from __future__ import annotations
@@ -23,10 +25,11 @@ from . import AGENT_VERSION, exit_codes
 from .agent import Agent
 from .config import INSECURE_SWITCH, AgentConfig, load_config, load_preflight_config
 from .control_plane import ControlPlaneClient
-from .exit_codes import AgentExit, PreflightExit
-from .gpu import GpuInfo, GpuProbe, GpuTelemetry, PynvmlProbe
+from .failures import ConfigurationInvalid
+from .gpu import GpuProbe, PynvmlProbe
+from .gpu_source import open_gpus
 from .identity import StateVolume, root_filesystem_warning
-from .preflight import PreflightFailed, close_probe, open_probe, read_telemetry, run_preflight
+from .preflight import PreflightFailed, run_preflight
 from .transport import base_url, build_session
 
 log = logging.getLogger("modelforge.agent")
@@ -36,53 +39,7 @@ STOP_GRACE_SECONDS = 1.5
 SIGNAL_CHECK_SECONDS = 0.25
 
 
-class NvidiaGpus:
-    """GPUs found by the preflight; telemetry read from the same NVML session, time-bounded."""
-
-    def __init__(self, probe: GpuProbe, gpus: list[GpuInfo], timeout_seconds: float) -> None:
-        self._probe, self._gpus, self._timeout = probe, gpus, timeout_seconds
-
-    def devices(self) -> list[GpuInfo]:
-        return list(self._gpus)
-
-    def telemetry(self) -> list[GpuTelemetry]:
-        try:
-            return read_telemetry(self._probe, self._gpus, self._timeout)
-        except PreflightFailed as failure:
-            raise PreflightExit(failure.code, failure.cause) from None
-
-    def close(self) -> None:
-        close_probe(self._probe, self._timeout)
-
-
-class NoGpus:
-    """A CPU node: no NVML, no GPUs, no GPU telemetry (none invented)."""
-
-    def devices(self) -> list[GpuInfo]:
-        return []
-
-    def telemetry(self) -> list[GpuTelemetry]:
-        return []
-
-    def close(self) -> None:
-        """Nothing to release."""
-
-
-def open_gpus(config: AgentConfig, probe_factory: Callable[[], GpuProbe]) -> NvidiaGpus | NoGpus:
-    try:
-        probe, result = open_probe(config.accelerator_mode, probe_factory, timeout_seconds=config.preflight_timeout_seconds)
-    except PreflightFailed as failure:
-        raise PreflightExit(failure.code, failure.cause) from None
-    log.info(
-        "preflight passed",
-        extra={"event": "preflight_passed", "mode": config.accelerator_mode, "nvml": result.nvml_used, "gpus": len(result.gpus)},
-    )
-    if probe is None:
-        return NoGpus()
-    return NvidiaGpus(probe, list(result.gpus), config.preflight_timeout_seconds)
-
-
-def _warn_about_environment(config: AgentConfig, state: StateVolume) -> None:
+def _warn_about_environment(config: AgentConfig) -> None:
     if not config.tls_verify:
         log.warning(
             f"TLS VERIFICATION IS OFF ({INSECURE_SWITCH}): this agent trusts any server. Development only; "
@@ -100,17 +57,17 @@ def run_agent(
     probe_factory: Callable[[], GpuProbe] = PynvmlProbe,
     stop: threading.Event | None = None,
 ) -> int:
-    """Run until stopped (0) or a fatal error (its exit code)."""
+    """Run a validated configuration until stopped (0) or a fatal error (its exit code)."""
     stop = stop or threading.Event()
     state = StateVolume(config.state_volume)
     try:
         state.prepare()
-        _warn_about_environment(config, state)
-        gpus = open_gpus(config, probe_factory)
+        _warn_about_environment(config)
+        gpus = open_gpus(config.accelerator_mode, probe_factory, config.preflight_timeout_seconds)
         client = ControlPlaneClient(build_session(config), base_url(config), config.request_timeout_seconds)
         agent = Agent(config, client, state, gpus, stop=stop, clock=time.monotonic, jitter=random.random)
-    except AgentExit as fatal:
-        return _report(fatal)
+    except Exception as fatal:
+        return exit_codes.report(fatal)
     outcome: list[int] = []
     done = threading.Event()
 
@@ -118,11 +75,8 @@ def run_agent(
         try:
             agent.run()
             outcome.append(exit_codes.OK)
-        except AgentExit as fatal:
-            outcome.append(_report(fatal))
-        except Exception:
-            log.exception("unexpected error", extra={"event": "agent_crashed"})
-            outcome.append(exit_codes.UNEXPECTED)
+        except Exception as fatal:
+            outcome.append(exit_codes.report(fatal))
         finally:
             done.set()
             stop.set()  # wakes the main thread, which sleeps on ``stop`` alone
@@ -143,26 +97,35 @@ def run_agent(
             gpus.close()
 
 
-def _report(fatal: AgentExit) -> int:
-    log.error(fatal.message, extra={"event": "agent_exit", "exit_code": fatal.code})
-    return fatal.code
+def start(
+    env: Mapping[str, str],
+    *,
+    probe_factory: Callable[[], GpuProbe] = PynvmlProbe,
+    stop: threading.Event | None = None,
+) -> int:
+    """Validate the whole configuration, then run the agent; nothing is touched before it is valid."""
+    try:
+        config = load_config(env)
+    except ConfigurationInvalid as invalid:
+        return exit_codes.report(invalid)
+    jsonlog.configure(config.log_level)
+    return run_agent(config, probe_factory=probe_factory, stop=stop)
 
 
 def run_preflight_only(env: Mapping[str, str], as_json: bool, probe_factory: Callable[[], GpuProbe] = PynvmlProbe) -> int:
     """The bounded diagnostic: never enrolls, never touches the network or the state volume."""
     try:
         mode, timeout = load_preflight_config(env)
-    except AgentExit as invalid:
-        print(invalid.message, file=sys.stderr)
-        return invalid.code
-    try:
         result = run_preflight(mode, probe_factory, timeout_seconds=timeout)
+    except ConfigurationInvalid as invalid:
+        print(invalid.message, file=sys.stderr)
+        return exit_codes.exit_for(invalid).code
     except PreflightFailed as failure:
         if as_json:
             print(json.dumps({"ok": False, "code": failure.code, "cause": failure.cause}))
         else:
             print(f"{failure.code}: {failure.cause}", file=sys.stderr)
-        return exit_codes.PREFLIGHT_FAILED
+        return exit_codes.exit_for(failure).code
     print(json.dumps({"ok": True, **result.to_wire()}, indent=2) if as_json else result.as_text())
     return exit_codes.OK
 
@@ -177,15 +140,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     jsonlog.configure(env.get("MODELFORGE_AGENT_LOG_LEVEL", "INFO").upper())
     if args.preflight:
         return run_preflight_only(env, args.json)
-    try:
-        config = load_config(env)
-    except AgentExit as invalid:
-        return _report(invalid)
-    jsonlog.configure(config.log_level)
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    return run_agent(config, stop=stop)
+    return start(env, stop=stop)
 
 
 if __name__ == "__main__":

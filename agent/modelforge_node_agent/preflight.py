@@ -6,35 +6,38 @@ The startup contract (seed NODE_AGENT.md, "NVIDIA startup contract"; DESIGN.md d
 like ``cpu`` otherwise. A failure is a ``PreflightFailed`` with one of three stable codes (the
 caller exits 3); nothing here sends an empty inventory or invents a reading.
 
-Every NVML call runs in a daemon thread and is waited for at most ``timeout_seconds``: a wedged
-driver can block inside the library forever, and it must never hang the agent. A thread left
-behind shuts its probe down itself if NVML ever answers.
+This is the startup check only. Every batch of NVML calls is time-bounded (``bounded_call.py``);
+the GPUs it finds become the agent's GPU source (``gpu_source.py``), which reads telemetry for
+each heartbeat through the same probe.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 from modelforge_protocol.schemas import ACCELERATOR_MODES
 
+from .bounded_call import (
+    DEFAULT_TIMEOUT_SECONDS,
+    BoundedCall,
+    NoAnswer,
+    check_timeout,
+    close_probe,
+    no_answer_cause,
+    shutdown_quietly,
+)
 from .gpu import GpuError, GpuInfo, GpuProbe, GpuTelemetry, PynvmlProbe
 
 NVML_UNAVAILABLE = "NVIDIA_NVML_UNAVAILABLE"
 DEVICE_NOT_FOUND = "NVIDIA_DEVICE_NOT_FOUND"
 TELEMETRY_UNAVAILABLE = "NVIDIA_TELEMETRY_UNAVAILABLE"
 PREFLIGHT_CODES = (NVML_UNAVAILABLE, DEVICE_NOT_FOUND, TELEMETRY_UNAVAILABLE)
-
-DEFAULT_TIMEOUT_SECONDS = 10.0
 #: NVIDIA_VISIBLE_DEVICES values that mean "no GPUs" to the NVIDIA Container Toolkit.
 _NO_VISIBLE_DEVICES = frozenset({"", "void", "none"})
-
-T = TypeVar("T")
 
 
 class PreflightFailed(Exception):
@@ -123,75 +126,6 @@ def requires_nvml(mode: str, environ: Mapping[str, str], dev_dir: Path) -> bool:
     return mode == "nvidia" or (mode == "auto" and nvidia_observed(environ, dev_dir))
 
 
-# --- running NVML calls with a time bound --------------------------------------------------------
-
-
-class _NoAnswer(Exception):
-    """The worker thread did not finish in time."""
-
-
-class _Worker(Generic[T]):
-    """One call run in a daemon thread, handed back only if the caller is still waiting.
-
-    If the caller has given up when the call finishes, ``discard`` gets the value instead (for
-    example to shut down a probe nobody will use), so a late answer never leaks an open NVML.
-    """
-
-    def __init__(self, work: Callable[[], T], discard: Callable[[T], None] | None = None) -> None:
-        self._work = work
-        self._discard = discard
-        self._lock = threading.Lock()
-        self._finished = False
-        self._abandoned = False
-        self._value: T | None = None
-        self._error: BaseException | None = None
-        self.done = threading.Event()
-
-    def start(self, name: str) -> _Worker[T]:
-        threading.Thread(target=self._run, name=name, daemon=True).start()
-        return self
-
-    def _run(self) -> None:
-        value: T | None = None
-        error: BaseException | None = None
-        try:
-            value = self._work()
-        except BaseException as caught:  # noqa: BLE001 - handed to the caller, who re-raises it
-            error = caught
-        with self._lock:
-            self._finished, self._value, self._error = True, value, error
-            late = self._abandoned
-        self.done.set()
-        if late and error is None and self._discard is not None:
-            self._discard(value)  # type: ignore[arg-type]
-
-    def result(self, timeout_seconds: float) -> T:
-        """The value, the call's own exception, or ``_NoAnswer`` after ``timeout_seconds``."""
-        self.done.wait(timeout_seconds)
-        with self._lock:
-            if not self._finished:
-                self._abandoned = True
-                raise _NoAnswer()
-        if self._error is not None:
-            raise self._error
-        return self._value  # type: ignore[return-value]
-
-
-def _check_timeout(timeout_seconds: float) -> None:
-    if not timeout_seconds > 0:
-        raise ValueError("timeout_seconds must be positive")
-
-
-def _no_answer_cause(timeout_seconds: float, doing: str) -> str:
-    return f"NVML did not answer within {timeout_seconds:g} s while {doing} (is the NVIDIA driver wedged?)"
-
-
-def _shutdown_quietly(probe: GpuProbe) -> None:
-    """Best effort: a failing shutdown must not hide the result or error that preceded it."""
-    with contextlib.suppress(Exception):
-        probe.shutdown()
-
-
 # --- opening a probe -----------------------------------------------------------------------------
 
 
@@ -202,7 +136,7 @@ class _Progress:
     doing: str = "initialising NVML"
 
 
-def _read_all(probe: GpuProbe, gpus: list[GpuInfo], progress: _Progress | None = None) -> list[GpuTelemetry]:
+def read_all_telemetry(probe: GpuProbe, gpus: list[GpuInfo], progress: _Progress | None = None) -> list[GpuTelemetry]:
     """Telemetry for every GPU, in inventory order; any failure is TELEMETRY_UNAVAILABLE."""
     readings = []
     for gpu in gpus:
@@ -241,7 +175,7 @@ def _inventory(probe: GpuProbe, progress: _Progress) -> list[GpuInfo]:
 def _open(
     probe_factory: Callable[[], GpuProbe], progress: _Progress
 ) -> tuple[GpuProbe, list[GpuInfo], list[GpuTelemetry]]:
-    """Runs in the worker thread: init, inventory, telemetry; shuts the probe down on any failure."""
+    """Runs on the bounded call's thread: init, inventory, telemetry; shuts the probe down on any failure."""
     try:
         probe = probe_factory()
         probe.init()
@@ -249,9 +183,9 @@ def _open(
         raise PreflightFailed(NVML_UNAVAILABLE, _cause(error, "initialising NVML")) from error
     try:
         gpus = _inventory(probe, progress)
-        return probe, gpus, _read_all(probe, gpus, progress)
+        return probe, gpus, read_all_telemetry(probe, gpus, progress)
     except BaseException:
-        _shutdown_quietly(probe)
+        shutdown_quietly(probe)
         raise
 
 
@@ -266,30 +200,19 @@ def open_probe(
     """Run the preflight and keep the probe initialised for the agent's heartbeats.
 
     Returns ``(None, result)`` when the node does not need NVML (the factory is never called).
-    Otherwise the caller owns the returned probe and must ``close_probe`` it.
+    Otherwise the caller owns the returned probe and must ``bounded_call.close_probe`` it.
     """
-    _check_timeout(timeout_seconds)
+    check_timeout(timeout_seconds)
     if not requires_nvml(mode, environ, dev_dir):
         return None, PreflightResult(mode=mode, nvml_used=False)
     progress = _Progress()
-    worker = _Worker(lambda: _open(probe_factory, progress), discard=lambda opened: _shutdown_quietly(opened[0]))
+    call = BoundedCall(lambda: _open(probe_factory, progress), discard=lambda opened: shutdown_quietly(opened[0]))
     try:
-        probe, gpus, readings = worker.start("nvml-preflight").result(timeout_seconds)
-    except _NoAnswer:
+        probe, gpus, readings = call.start("nvml-preflight").result(timeout_seconds)
+    except NoAnswer:
         code = TELEMETRY_UNAVAILABLE if progress.doing.startswith("reading telemetry") else NVML_UNAVAILABLE
-        raise PreflightFailed(code, _no_answer_cause(timeout_seconds, progress.doing)) from None
+        raise PreflightFailed(code, no_answer_cause(timeout_seconds, progress.doing)) from None
     return probe, PreflightResult(mode=mode, nvml_used=True, gpus=gpus, telemetry=readings)
-
-
-def close_probe(probe: GpuProbe | None, timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS) -> None:
-    """Shut NVML down, best effort and bounded: an agent that is stopping must not hang here."""
-    if probe is None:
-        return
-    _check_timeout(timeout_seconds)
-    try:
-        _Worker(lambda: _shutdown_quietly(probe)).start("nvml-shutdown").result(timeout_seconds)
-    except _NoAnswer:
-        pass
 
 
 def run_preflight(
@@ -304,32 +227,3 @@ def run_preflight(
     probe, result = open_probe(mode, probe_factory, timeout_seconds=timeout_seconds, environ=environ, dev_dir=dev_dir)
     close_probe(probe, timeout_seconds)
     return result
-
-
-# --- telemetry for each heartbeat ----------------------------------------------------------------
-
-#: The latest telemetry call for each probe, by ``id``: a stuck call's thread keeps its probe alive,
-#: so its id cannot be reused while the call is running. A wedged call is not joined by another.
-_in_flight: dict[int, threading.Event] = {}
-_in_flight_lock = threading.Lock()
-
-
-def read_telemetry(probe: GpuProbe, gpus: list[GpuInfo], timeout_seconds: float) -> list[GpuTelemetry]:
-    """Fresh readings of every GPU for one heartbeat, or ``PreflightFailed(TELEMETRY_UNAVAILABLE)``.
-
-    While an earlier call on the same probe is still stuck in NVML, this fails at once instead of
-    starting another thread that would block behind it.
-    """
-    _check_timeout(timeout_seconds)
-    if not gpus:
-        return []
-    worker = _Worker(lambda: _read_all(probe, gpus))
-    with _in_flight_lock:
-        earlier = _in_flight.get(id(probe))
-        if earlier is not None and not earlier.is_set():
-            raise PreflightFailed(TELEMETRY_UNAVAILABLE, "an earlier NVML telemetry call has still not returned")
-        _in_flight[id(probe)] = worker.done
-    try:
-        return worker.start("nvml-telemetry").result(timeout_seconds)
-    except _NoAnswer:
-        raise PreflightFailed(TELEMETRY_UNAVAILABLE, _no_answer_cause(timeout_seconds, "reading telemetry")) from None

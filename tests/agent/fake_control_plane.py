@@ -19,7 +19,7 @@ from modelforge_node_agent.agent import Agent
 from modelforge_node_agent.config import load_config
 from modelforge_node_agent.control_plane import ENROLL, HEARTBEAT, INVENTORY, ControlPlaneClient
 from modelforge_node_agent.identity import StateVolume, new_identity
-from modelforge_node_agent.main import NoGpus
+from modelforge_node_agent.gpu_source import NoGpus
 from modelforge_node_agent.transport import base_url, build_session
 
 TOKEN = "mfe.enr_" + "0" * 32 + "." + "A" * 43

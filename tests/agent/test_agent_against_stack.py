@@ -10,7 +10,7 @@ from modelforge_node_agent.agent import Agent
 from modelforge_node_agent.config import load_config
 from modelforge_node_agent.control_plane import ENROLL, ControlPlaneClient, TransientFailure
 from modelforge_node_agent.identity import StateVolume
-from modelforge_node_agent.main import NoGpus
+from modelforge_node_agent.gpu_source import NoGpus
 from modelforge_node_agent.transport import base_url, build_session
 
 from tests.agent.fake_control_plane import FakeClock, RecordingStop
@@ -64,6 +64,7 @@ def test_a_lost_enroll_answer_followed_by_a_retry_ends_with_one_node(cp: Control
     config = load_config(
         {
             "MODELFORGE_AGENT_CONTROL_PLANE_URL": cp.base_url,
+            "MODELFORGE_AGENT_ENROLLMENT_TOKEN": minted["token"],
             "MODELFORGE_AGENT_ACCELERATOR_MODE": "cpu",
             "MODELFORGE_AGENT_STATE_VOLUME": str(tmp_path / "state"),
         }

@@ -11,7 +11,8 @@ import pytest
 from modelforge_node_agent.agent import Agent
 from modelforge_node_agent.config import load_config
 from modelforge_node_agent.control_plane import ENROLL, HEARTBEAT, INVENTORY, Refused, TransientFailure
-from modelforge_node_agent.exit_codes import IDENTITY_REFUSED, PROTOCOL_INCOMPATIBLE, AgentExit
+from modelforge_node_agent.exit_codes import CONFIGURATION_INVALID, IDENTITY_REFUSED, PROTOCOL_INCOMPATIBLE, exit_for
+from modelforge_node_agent.failures import ConfigurationInvalid, IdentityRefused
 from modelforge_node_agent.gpu import GpuInfo, GpuTelemetry
 from modelforge_node_agent.identity import StateVolume
 
@@ -144,35 +145,41 @@ def test_agent_stops_with_the_documented_code_on_a_fatal_heartbeat_answer(
     tmp_path: Path, refusal: Refused, exit_code: int, words: str
 ) -> None:
     agent, _ = _agent(tmp_path, FakeControlPlane({ENROLL: [ENROLLED], HEARTBEAT: [refusal]}), RecordingStop(limit=5))
-    with pytest.raises(AgentExit) as stopped:
+    with pytest.raises(Refused) as stopped:
         agent.run()
-    assert stopped.value.code == exit_code and words in stopped.value.message
+    stops = exit_for(stopped.value)
+    assert stops.code == exit_code and words in stops.message
 
 
 @pytest.mark.parametrize("code", ["enrollment_token_unknown", "enrollment_token_expired", "enrollment_token_revoked", "enrollment_token_consumed"])
 def test_agent_refused_token_exits_4_and_asks_for_a_new_one(tmp_path: Path, code: str) -> None:
     refusal = Refused(409, code, "POST", ENROLL, None, None)
     agent, _ = _agent(tmp_path, FakeControlPlane({ENROLL: [refusal]}), RecordingStop(limit=5))
-    with pytest.raises(AgentExit) as stopped:
+    with pytest.raises(Refused) as stopped:
         agent.run()
-    assert stopped.value.code == IDENTITY_REFUSED and "new token" in stopped.value.message
-    assert TOKEN not in stopped.value.message
+    stops = exit_for(stopped.value)
+    assert stops.code == IDENTITY_REFUSED and "new token" in stops.message
+    assert TOKEN not in stops.message
 
 
-def test_agent_without_identity_or_token_is_a_configuration_error(tmp_path: Path) -> None:
+def test_agent_whose_identity_vanished_after_validation_without_token_is_a_configuration_error(tmp_path: Path) -> None:
+    (tmp_path / "state").mkdir(mode=0o700)
+    (tmp_path / "state" / "identity.json").write_text("{}")  # validation sees an identity ...
     agent, _ = _agent(tmp_path, FakeControlPlane({}), RecordingStop(limit=1), MODELFORGE_AGENT_ENROLLMENT_TOKEN="")
-    with pytest.raises(AgentExit) as stopped:
+    (tmp_path / "state" / "identity.json").unlink()  # ... which is gone when the agent starts
+    with pytest.raises(ConfigurationInvalid) as stopped:
         agent.run()
-    assert stopped.value.code == 2 and "MODELFORGE_AGENT_ENROLLMENT_TOKEN" in stopped.value.message
+    stops = exit_for(stopped.value)
+    assert stops.code == CONFIGURATION_INVALID and "MODELFORGE_AGENT_ENROLLMENT_TOKEN" in stops.message
 
 
 def test_agent_identity_for_another_control_plane_is_refused(tmp_path: Path) -> None:
     agent, _ = _agent(tmp_path, FakeControlPlane({ENROLL: [ENROLLED], HEARTBEAT: [ONLINE]}), RecordingStop(limit=1))
     agent.run()
     moved, _ = _agent(tmp_path, FakeControlPlane({}), RecordingStop(limit=1), MODELFORGE_AGENT_CONTROL_PLANE_URL="https://other.internal")
-    with pytest.raises(AgentExit) as stopped:
+    with pytest.raises(IdentityRefused) as stopped:
         moved.run()
-    assert stopped.value.code == IDENTITY_REFUSED
+    assert exit_for(stopped.value).code == IDENTITY_REFUSED
 
 
 def test_agent_resends_inventory_when_the_refresh_interval_passes(tmp_path: Path) -> None:

@@ -136,6 +136,18 @@ def test_invalid_configuration_exits_2_naming_variables_without_the_token(record
     assert recorder.connections == 0
 
 
+def test_first_start_without_token_exits_2_before_the_preflight_and_creates_no_state_volume(
+    recorder: ConnectionRecorder, tmp_path: Path
+) -> None:
+    env = _env(recorder.url, tmp_path / "volume" / "state", MODELFORGE_AGENT_ACCELERATOR_MODE="nvidia")
+    env["MODELFORGE_AGENT_ENROLLMENT_TOKEN"] = ""
+    done = _run(env=env)
+    assert done.returncode == 2 and "MODELFORGE_AGENT_ENROLLMENT_TOKEN is required" in done.stderr
+    assert "NVIDIA_" not in done.stderr and "preflight_passed" not in done.stderr  # the preflight never ran
+    assert not (tmp_path / "volume").exists()
+    assert recorder.connections == 0
+
+
 def test_unwritable_state_volume_exits_4_before_enrolling(recorder: ConnectionRecorder, tmp_path: Path) -> None:
     blocker = tmp_path / "not-a-directory"
     blocker.write_text("x")

@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 from modelforge_node_agent.config import INSECURE_SWITCH, load_config
-from modelforge_node_agent.exit_codes import CONFIGURATION_INVALID, ConfigurationInvalid
+from modelforge_node_agent.exit_codes import CONFIGURATION_INVALID, exit_for
+from modelforge_node_agent.failures import ConfigurationInvalid
 
 TOKEN = "mfe.enr_" + "0" * 32 + "." + "A" * 43
 
@@ -24,7 +25,7 @@ def _env(tmp_path: Path, **overrides: str) -> dict[str, str]:
 def _problems(env: dict[str, str]) -> str:
     with pytest.raises(ConfigurationInvalid) as error:
         load_config(env)
-    assert error.value.code == CONFIGURATION_INVALID
+    assert exit_for(error.value).code == CONFIGURATION_INVALID
     return str(error.value)
 
 
@@ -87,3 +88,15 @@ def test_config_ca_file_must_hold_a_pem_certificate(tmp_path: Path) -> None:
     not_pem = tmp_path / "ca.txt"
     not_pem.write_text("hello")
     assert "PEM" in _problems(_env(tmp_path, MODELFORGE_AGENT_CA_CERT_PATH=str(not_pem)))
+
+
+def test_config_without_token_and_without_identity_is_refused_and_creates_nothing(tmp_path: Path) -> None:
+    message = _problems(_env(tmp_path, MODELFORGE_AGENT_ENROLLMENT_TOKEN=""))
+    assert "MODELFORGE_AGENT_ENROLLMENT_TOKEN is required: this node has no identity yet" in message
+    assert not (tmp_path / "state").exists()
+
+
+def test_config_without_token_is_valid_once_an_identity_file_exists(tmp_path: Path) -> None:
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "identity.json").write_text("{}")  # its contents are checked when it is loaded
+    assert load_config(_env(tmp_path, MODELFORGE_AGENT_ENROLLMENT_TOKEN="")).enrollment_token is None

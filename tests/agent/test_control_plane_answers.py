@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 import trustme
 from modelforge_node_agent.control_plane import ENROLL, HEARTBEAT
-from modelforge_node_agent.exit_codes import IDENTITY_REFUSED, PROTOCOL_INCOMPATIBLE, AgentExit
+from modelforge_node_agent.control_plane import Refused
+from modelforge_node_agent.exit_codes import IDENTITY_REFUSED, PROTOCOL_INCOMPATIBLE, exit_for
 
 from tests.agent.fake_control_plane import (
     ENROLLED,
@@ -169,9 +170,10 @@ def test_agent_well_formed_error_answer_still_stops_with_its_exit_code(
 ) -> None:
     with fake_server({HEARTBEAT: json_reply(status, {"error": error})}) as plane:
         agent, _ = real_agent(tmp_path, plane.url, RecordingStop(limit=3))
-        with pytest.raises(AgentExit) as stopped:
+        with pytest.raises(Refused) as stopped:
             agent.run()
-    assert stopped.value.code == exit_code and words in stopped.value.message
+    stops = exit_for(stopped.value)
+    assert stops.code == exit_code and words in stops.message
 
 
 def test_agent_answer_with_extra_fields_is_accepted_and_the_connection_kept_alive(tmp_path: Path) -> None:

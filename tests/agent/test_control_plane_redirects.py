@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 from modelforge_node_agent.control_plane import ENROLL, HEARTBEAT, INVENTORY
-from modelforge_node_agent.exit_codes import CONFIGURATION_INVALID, AgentExit
+from modelforge_node_agent.exit_codes import CONFIGURATION_INVALID, exit_for
+from modelforge_node_agent.failures import RedirectRefused
 
 from tests.agent.fake_control_plane import (
     TOKEN,
@@ -48,11 +49,11 @@ def test_agent_redirected_by_the_control_plane_sends_nothing_elsewhere_and_exits
             MODELFORGE_AGENT_INVENTORY_REFRESH_SECONDS="3600",
             MODELFORGE_AGENT_HEARTBEAT_INTERVAL_SECONDS="3600",
         )
-        with caplog.at_level(logging.DEBUG, logger="modelforge"), pytest.raises(AgentExit) as stopped:
+        with caplog.at_level(logging.DEBUG, logger="modelforge"), pytest.raises(RedirectRefused) as stopped:
             agent.run()
         assert plane.paths()[-1] == path  # the agent reached the redirected call ...
     assert elsewhere.connections_waiting() == 0  # ... and nothing reached the other origin
-    assert stopped.value.code == CONFIGURATION_INVALID
+    assert exit_for(stopped.value).code == CONFIGURATION_INVALID
     message = stopped.value.message
     assert message.startswith(f"HTTP {status} redirect on POST {path}: the agent never follows redirects")
     assert "MODELFORGE_AGENT_CONTROL_PLANE_URL" in message

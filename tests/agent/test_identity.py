@@ -6,7 +6,8 @@ import stat
 from pathlib import Path
 
 import pytest
-from modelforge_node_agent.exit_codes import IDENTITY_REFUSED, IdentityRefused
+from modelforge_node_agent.exit_codes import IDENTITY_REFUSED, exit_for
+from modelforge_node_agent.failures import IdentityRefused
 from modelforge_node_agent.identity import StateVolume, StateVolumeError, new_identity, root_filesystem_warning
 
 URL = "https://cp.internal"
@@ -38,7 +39,7 @@ def test_identity_corrupt_file_is_an_error_naming_the_file(tmp_path: Path, conte
     volume.identity_path.chmod(0o600)  # private, so the refusal is about the content
     with pytest.raises(IdentityRefused) as error:
         volume.load()
-    assert str(volume.identity_path) in error.value.message and error.value.code == IDENTITY_REFUSED
+    assert str(volume.identity_path) in error.value.message and exit_for(error.value).code == IDENTITY_REFUSED
     assert "corrupt" in error.value.message
 
 

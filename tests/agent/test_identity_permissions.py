@@ -10,7 +10,8 @@ import stat
 from pathlib import Path
 
 import pytest
-from modelforge_node_agent.exit_codes import IDENTITY_REFUSED, IdentityRefused
+from modelforge_node_agent.exit_codes import IDENTITY_REFUSED, exit_for
+from modelforge_node_agent.failures import IdentityRefused
 from modelforge_node_agent.identity import Identity, StateVolume, new_identity
 
 URL = "https://cp.internal"
@@ -35,7 +36,7 @@ def test_identity_file_open_to_group_or_others_is_refused_with_chmod_advice(tmp_
     with pytest.raises(IdentityRefused) as refused:
         volume.load()
     message = refused.value.message
-    assert refused.value.code == IDENTITY_REFUSED
+    assert exit_for(refused.value).code == IDENTITY_REFUSED
     assert f"identity file {volume.identity_path} has mode {mode:04o}" in message
     assert f"chmod 600 {volume.identity_path}" in message and "may have been exposed" in message
     assert identity.credential not in message and identity.idempotency_key not in message
@@ -56,7 +57,7 @@ def test_identity_file_that_is_a_symlink_is_refused(tmp_path: Path) -> None:
     volume.identity_path.symlink_to(real)
     with pytest.raises(IdentityRefused) as refused:
         volume.load()
-    assert refused.value.code == IDENTITY_REFUSED
+    assert exit_for(refused.value).code == IDENTITY_REFUSED
     assert f"identity file {volume.identity_path} is a symbolic link" in refused.value.message
 
 
@@ -77,7 +78,7 @@ def test_state_volume_that_is_a_symlink_is_refused_and_its_target_untouched(tmp_
     link.symlink_to(target)
     with pytest.raises(IdentityRefused) as refused:
         StateVolume(link).prepare()
-    assert refused.value.code == IDENTITY_REFUSED
+    assert exit_for(refused.value).code == IDENTITY_REFUSED
     assert f"state volume {link} is a symbolic link" in refused.value.message
     assert "MODELFORGE_AGENT_STATE_VOLUME" in refused.value.message
     assert _mode(target) == 0o755  # never chmod a link's target
@@ -124,17 +125,17 @@ def test_agent_start_with_a_loose_identity_file_exits_4_and_connects_nowhere(
 
     listener = SilentListener()
     try:
+        volume = StateVolume(tmp_path / "state")
+        volume.prepare()
+        identity = volume.enrolled_as(new_identity(listener.url), NODE_ID)
+        volume.identity_path.chmod(0o644)
         config = load_config(
             {
                 "MODELFORGE_AGENT_CONTROL_PLANE_URL": listener.url,
                 "MODELFORGE_AGENT_ACCELERATOR_MODE": "cpu",
-                "MODELFORGE_AGENT_STATE_VOLUME": str(tmp_path / "state"),
+                "MODELFORGE_AGENT_STATE_VOLUME": str(volume.path),
             }
         )
-        volume = StateVolume(config.state_volume)
-        volume.prepare()
-        identity = volume.enrolled_as(new_identity(config.control_plane_url), NODE_ID)
-        volume.identity_path.chmod(0o644)
         with caplog.at_level(logging.ERROR, logger="modelforge"):
             assert run_agent(config) == IDENTITY_REFUSED
         assert listener.connections_waiting() == 0

@@ -14,6 +14,7 @@ from typing import Any
 
 import jsonschema
 import pytest
+from modelforge_node_agent.bounded_call import close_probe
 from modelforge_node_agent.gpu import (
     GpuInfo,
     GpuTelemetry,
@@ -22,6 +23,7 @@ from modelforge_node_agent.gpu import (
     TelemetryUnavailable,
     format_cuda_version,
 )
+from modelforge_node_agent.gpu_source import read_telemetry
 from modelforge_node_agent.preflight import (
     DEVICE_NOT_FOUND,
     NVML_UNAVAILABLE,
@@ -29,10 +31,8 @@ from modelforge_node_agent.preflight import (
     TELEMETRY_UNAVAILABLE,
     PreflightFailed,
     PreflightResult,
-    close_probe,
     nvidia_observed,
     open_probe,
-    read_telemetry,
     run_preflight,
 )
 from modelforge_protocol.schemas import GPU_INVENTORY, GPU_TELEMETRY
