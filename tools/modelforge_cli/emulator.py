@@ -21,6 +21,20 @@ POLLER_USER_AGENT = "modelforge-local-stream-poller"
 
 WsgiApp = Callable[[dict, Callable[..., Any]], Iterable[bytes]]
 
+#: The moto internals this module reaches into (moto is pinned exactly in pyproject.toml);
+#: tests/unit/test_emulator_canary.py checks that each still exists and behaves as assumed.
+MOTO_INTERNALS = (
+    "moto.dynamodb.models.DynamoDBBackend.transact_write_items",
+    "moto.dynamodb.models.copy",
+    "moto.dynamodb.models.dynamo_type.DynamoType",
+    "moto.dynamodb.models.table.Table",
+    "moto.dynamodb.models.table.StreamShard",
+    "moto.moto_server.werkzeug_app.DomainDispatcherApplication",
+    "moto.moto_server.werkzeug_app.MotoRequestHandler",
+    "moto.moto_server.werkzeug_app.create_backend_app",
+    "moto.moto_api.recorder",
+)
+
 
 class SerializingMiddleware:
     """Handle one request at a time, and count them by AWS operation."""
@@ -128,6 +142,7 @@ def make_cancelled_transactions_leave_no_trace() -> None:
 
     dynamodb_models.copy = _NoTableCopies()  # type: ignore[assignment]
     transact_write_items._modelforge_patched = True  # type: ignore[attr-defined]
+    transact_write_items.__wrapped__ = original  # type: ignore[attr-defined]  # moto's own, for the canary test
     DynamoDBBackend.transact_write_items = transact_write_items  # type: ignore[method-assign]
 
 
