@@ -1,4 +1,9 @@
-"""Control-plane-wide state items (today: the sweep's mass-outage hold)."""
+"""Fleet-wide state items: the sweep's mass-outage hold and the online-node counter.
+
+Every write is guarded by the item's ``revision`` (one more with each write): a writer that
+read, decided and then writes changes nothing if anyone wrote the item meanwhile (GuardFailed),
+and every write carries its state-log event in the same transaction.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ from pynamodb.exceptions import DoesNotExist
 from pynamodb.transactions import TransactWrite
 
 from .models import ControlModel, OutboxModel
+from .state_log import update_actions, update_change
 from .transactions import run_transaction
 
 MASS_STALE_HOLD = "mass_stale_hold"
@@ -23,9 +29,27 @@ def get(name: str) -> ControlModel | None:
         return None
 
 
+def revision_of(item: ControlModel | None) -> int | None:
+    """The revision a guarded write must find (None: the item, or its revision, is absent)."""
+    return None if item is None or item.revision is None else int(item.revision)
+
+
+def _unchanged_since(read_revision: int | None) -> Any:
+    # nobody wrote the item since we read it: its revision is still the one we saw
+    if read_revision is None:
+        return ControlModel.revision.does_not_exist()
+    return ControlModel.revision == read_revision
+
+
 def put(item: ControlModel, event: OutboxModel) -> None:
+    """Write ``item`` whole with its event, if the stored revision is still ``item.revision - 1``
+    (GuardFailed otherwise: another writer moved first, and nothing is written)."""
+    if item.revision is None or int(item.revision) < 1:
+        raise ValueError("a control item is written with the next revision (the one read, plus one)")
+    read_revision = int(item.revision) - 1
+
     def build(transaction: TransactWrite) -> None:
-        transaction.save(item)
+        transaction.save(item, condition=_unchanged_since(read_revision or None))
         transaction.save(event, condition=OutboxModel.event_id.does_not_exist())
 
     run_transaction(build)
@@ -37,15 +61,41 @@ def online_nodes() -> int | None:
 
 
 def online_nodes_change(delta: int) -> tuple[ControlModel, list[Any]]:
-    """The counter update to add to a transition's transaction."""
-    return ControlModel(ONLINE_NODES), [ControlModel.count.add(delta)]
+    """The counter update to add to a transition's transaction (ADD: no read, no guard needed)."""
+    return ControlModel(ONLINE_NODES), update_actions(ControlModel, {}, add=_counter_adds(delta))
 
 
 def online_nodes_log_change(delta: int) -> dict[str, Any]:
     """The same change as a state-log entry (replay adds it too)."""
-    return {"table": "control", "op": "add", "key": {"name": {"S": ONLINE_NODES}}, "add": {"count": {"N": str(delta)}}}
+    return update_change(ControlModel, ONLINE_NODES, {}, add=_counter_adds(delta))
 
 
-def recount_online_nodes(count: int, now: float) -> None:
-    """Repair the counter from a full count (after a replay, or if it ever drifted)."""
-    ControlModel(ONLINE_NODES, count=count, updated_at=round(now, 3)).save()
+def _counter_adds(delta: int) -> dict[str, int]:
+    return {"count": delta, "revision": 1}
+
+
+def online_nodes_repair_change(read: ControlModel | None, count: int, now: float) -> dict[str, Any]:
+    """The state-log entry of a repair that read ``read`` and then counted ``count`` online nodes."""
+    return update_change(ControlModel, ONLINE_NODES, _repair(read, count, now))
+
+
+def recount_online_nodes(read: ControlModel | None, count: int, now: float, event: OutboxModel) -> None:
+    """Set the counter to ``count`` (a full count of the online index, taken after reading
+    ``read``) with its event, if no transition moved the counter since ``read`` (GuardFailed
+    otherwise: the transition's own ADD stands, and nothing is written)."""
+
+    def build(transaction: TransactWrite) -> None:
+        transaction.update(
+            ControlModel(ONLINE_NODES),
+            actions=update_actions(ControlModel, _repair(read, count, now)),
+            condition=_unchanged_since(revision_of(read)),
+        )
+        transaction.save(event, condition=OutboxModel.event_id.does_not_exist())
+
+    run_transaction(build)
+
+
+def _repair(read: ControlModel | None, count: int, now: float) -> dict[str, Any]:
+    # a count, not a difference: the repair also fixes a counter that drifted outside the log
+    # (missing after an upgrade, or removed by hand), so replay must reach the same number
+    return {"count": count, "revision": (revision_of(read) or 0) + 1, "updated_at": round(now, 3)}

@@ -163,6 +163,11 @@ class ControlModel(Model):
     updated_at = NumberAttribute(null=True)
     #: for counters (the number of online nodes), changed with ADD in the transition's transaction
     count = NumberAttribute(null=True)  # type: ignore[assignment]  # shadows Model.count (unused here)
+    #: one more with every write of the item: a read-decide-write (the sweep's hold, the counter
+    #: repair) is guarded by "the revision is still the one I read", so two overlapping sweeps
+    #: cannot overwrite each other (and a counter that went up and back down meanwhile still counts
+    #: as moved)
+    revision = NumberAttribute(null=True)
 
 
 class OutboxModel(Model):

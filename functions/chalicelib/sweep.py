@@ -9,14 +9,17 @@ Mass-outage guard: when more than ``mass_stale_fraction`` of the online nodes (a
 ``MASS_STALE_MIN_NODES`` of them) would go stale in one sweep, the likely cause is on the
 control-plane side (its network, a missed schedule). The sweep then holds every transition,
 records the hold (node reads show it) and logs ``mass_stale_held`` once; it releases when the
-condition clears.
+condition clears. The hold item and the online-node counter are read, decided on, then written
+only if their revision is still the one read: when two sweeps overlap, the first write wins and
+the other skips (a sweep that lost a release to another sweep's hold holds too).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Callable
 
 from . import control_store, liveness, node_store
 from .errors import GuardFailed
@@ -39,19 +42,21 @@ class SweepReport:
     held: bool
 
 
-def run(settings: Settings, now: float) -> SweepReport:
+def run(settings: Settings, now: float, *, clock: Callable[[], float] = time.time) -> SweepReport:
+    """One sweep at ``now``. ``clock`` stamps the events of the fleet-wide items (hold, counter)
+    with the time of their write, so that replay orders them after every change they read."""
     stale_cutoff = now - settings.stale_after_seconds
     offline_cutoff = now - settings.offline_after_seconds
     to_stale = node_store.late_nodes(liveness.ONLINE, stale_cutoff, liveness.SHARDS)
     to_offline = node_store.late_nodes(liveness.STALE, offline_cutoff, liveness.SHARDS)
     items_read = len(to_stale) + len(to_offline)
 
-    held, online_count = False, None
+    decided, online_count = False, None
     if len(to_stale) >= MASS_STALE_MIN_NODES:
-        online_count, read = _online_nodes(now, at_least=len(to_stale))
+        online_count, read = _online_nodes(settings, now, clock, at_least=len(to_stale))
         items_read += read
-        held = len(to_stale) > settings.mass_stale_fraction * online_count
-    _record_hold(settings, now, held, {"would_go_stale": len(to_stale), "online": online_count})
+        decided = len(to_stale) > settings.mass_stale_fraction * online_count
+    held = _record_hold(settings, now, clock, decided, {"would_go_stale": len(to_stale), "online": online_count})
     if held:
         return SweepReport(items_read, len(to_stale), len(to_offline), 0, 0, True)
 
@@ -68,16 +73,50 @@ def run(settings: Settings, now: float) -> SweepReport:
     return SweepReport(items_read, len(to_stale), len(to_offline), transitioned, skipped, False)
 
 
-def _online_nodes(now: float, at_least: int) -> tuple[int, int]:
+def _online_nodes(settings: Settings, now: float, clock: Callable[[], float], at_least: int) -> tuple[int, int]:
     """(online nodes, items read): one counter item; a full recount only if the counter is
     missing or cannot be right (fewer online nodes than are about to go stale)."""
-    counted = control_store.online_nodes()
+    counter = control_store.get(control_store.ONLINE_NODES)
+    counted = None if counter is None or counter.count is None else int(counter.count)
     if counted is not None and counted >= at_least:
         return counted, 1
     recount = node_store.count_in_state(liveness.ONLINE, liveness.SHARDS)
-    control_store.recount_online_nodes(recount, now)
-    log.warning("online node counter repaired", extra={"event": "online_counter_repaired", "was": counted, "now": recount})
+    _repair_online_counter(settings, now, clock, counter, recount)
     return recount, 1 + recount
+
+
+def repair_online_counter(settings: Settings, now: float, *, clock: Callable[[], float] = time.time) -> int:
+    """Count the online index and set the counter to it (e.g. after nodes were written straight
+    into the table); the count, whether or not the repair was written."""
+    counter = control_store.get(control_store.ONLINE_NODES)
+    recount = node_store.count_in_state(liveness.ONLINE, liveness.SHARDS)
+    _repair_online_counter(settings, now, clock, counter, recount)
+    return recount
+
+
+def _repair_online_counter(
+    settings: Settings, now: float, clock: Callable[[], float], counter: ControlModel | None, recount: int
+) -> bool:
+    """Apply the repair, guarded by the counter's revision as read before the count; False when
+    a transition moved the counter meanwhile (its own ADD keeps it right: skip)."""
+    was = None if counter is None or counter.count is None else int(counter.count)
+    event = outbox_item(
+        event_type="sweep.online_counter_repaired",
+        now=_write_time(now, clock),
+        subject={"control": control_store.ONLINE_NODES},
+        changes=[control_store.online_nodes_repair_change(counter, recount, now)],
+        retention_seconds=settings.outbox_retention_seconds,
+    )
+    try:
+        control_store.recount_online_nodes(counter, recount, now, event)
+    except GuardFailed:
+        log.info(
+            "online node counter moved during the recount; repair skipped",
+            extra={"event": "online_counter_repair_skipped"},
+        )
+        return False
+    log.warning("online node counter repaired", extra={"event": "online_counter_repaired", "was": was, "now": recount})
+    return True
 
 
 def _transition(settings: Settings, now: float, node_id: str, source: str, target: str, cutoff: float) -> bool:
@@ -106,31 +145,50 @@ def _transition(settings: Settings, now: float, node_id: str, source: str, targe
     return True
 
 
-def _record_hold(settings: Settings, now: float, held: bool, detail: dict[str, Any]) -> None:
-    """Write the hold item only when it changes; log the change once."""
+def _record_hold(
+    settings: Settings, now: float, clock: Callable[[], float], held: bool, detail: dict[str, Any]
+) -> bool:
+    """Write the hold item only when it changes, guarded by the revision read; log the change once.
+
+    Whether the hold is in force: ``held``, or another sweep's hold that moved first."""
     current = control_store.get(control_store.MASS_STALE_HOLD)
     if bool(current and current.active) == held:
-        return
+        return held
+    read_revision = control_store.revision_of(current)
     item = ControlModel(
         control_store.MASS_STALE_HOLD,
         active=held,
         since=round(now, 3) if held else None,
         detail=detail,
         updated_at=round(now, 3),
+        revision=(read_revision or 0) + 1,
     )
     event_type = "sweep.mass_stale_held" if held else "sweep.mass_stale_released"
     event = outbox_item(
         event_type=event_type,
-        now=now,
+        now=_write_time(now, clock),
         subject={"control": control_store.MASS_STALE_HOLD},
         changes=[put_change(item)],
         retention_seconds=settings.outbox_retention_seconds,
     )
-    control_store.put(item, event)
+    try:
+        control_store.put(item, event)
+    except GuardFailed:
+        # another sweep wrote the hold since we read it: its write stands, ours is skipped
+        latest = control_store.get(control_store.MASS_STALE_HOLD)
+        log.info("mass stale hold moved by another sweep; skipped", extra={"event": "mass_stale_hold_skipped"})
+        return held or bool(latest and latest.active)
     log.warning(
         "mass stale held: liveness transitions paused" if held else "mass stale released",
         extra={"event": "mass_stale_held" if held else "mass_stale_released", **detail},
     )
+    return held
+
+
+def _write_time(now: float, clock: Callable[[], float]) -> float:
+    """When a read-decide-write of a fleet-wide item is written: replay applies events by time, and
+    this event must come after every change the sweep read (which may be later than ``now``)."""
+    return max(now, clock())
 
 
 def report_dict(report: SweepReport) -> dict[str, Any]:
