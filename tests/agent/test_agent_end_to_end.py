@@ -7,6 +7,7 @@ import json
 import os
 import re
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -17,6 +18,7 @@ from typing import Iterator
 import pytest
 import trustme
 
+from tests.agent.fake_control_plane import TOKEN, FakeServer, fake_server, json_reply
 from tests.conftest import ADMIN_TOKEN
 from tests.support.api import ControlPlane
 from tests.support.processes import RunningProcess, free_port, start_local_up
@@ -55,12 +57,15 @@ def tls_plane(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ru
     running.stop()
 
 
+AGENT_COMMAND = [sys.executable, "-m", "modelforge_node_agent.main"]
+
+
 class AgentProcess:
-    def __init__(self, log_path: Path, env: dict[str, str]) -> None:
+    def __init__(self, log_path: Path, env: dict[str, str], command: list[str] | None = None) -> None:
         self.log_path = log_path
         self._log = open(log_path, "ab")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "modelforge_node_agent.main"],
+            command or AGENT_COMMAND,
             stdout=self._log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -86,10 +91,16 @@ class AgentProcess:
         self._log.close()
         return code
 
-    def terminate(self) -> int:
+    def terminate(self, signum: int = signal.SIGTERM) -> int:
+        """Stop it with ``signum`` and return its exit status; killed (a negative status) after 10 s,
+        so a cleanup never raises over the failure that led to it."""
         if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-        return self.wait_exit(timeout=10)
+            self.process.send_signal(signum)
+        try:
+            return self.wait_exit(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            return self.wait_exit(timeout=10)
 
 
 def agent_env(url: str, token: str, state: Path, **extra: str) -> dict[str, str]:
@@ -130,16 +141,19 @@ def test_cpu_agent_enrolls_over_tls_is_online_and_keeps_its_identity_across_rest
         node = wait_until(lambda: (n := cp.node(node_id))["status"] == "online" and n, what="node online")
         assert node["inventory"]["capabilities"] == ["cpu"] and node["inventory"]["gpus"] == []
         assert node["accelerator_mode"] == "cpu" and node["hostname"] == "gpu_node"
-    finally:
+    finally:  # stopped whatever happened; its exit status is checked after, so a failure above shows
         started = time.monotonic()
-        assert first.terminate() == 0
-        assert time.monotonic() - started < 3, "SIGTERM must stop the agent within 2 s"
+        first_exit = first.terminate()
+        stop_seconds = time.monotonic() - started
+    assert first_exit == 0
+    assert stop_seconds < 3, "SIGTERM must stop the agent within 2 s"
     second = AgentProcess(tmp_path / "agent.log", env)
     try:
         second.wait_for("enrollment token is ignored and can be removed")
         second.wait_for(r'"event": "inventory_published"')
     finally:
-        assert second.terminate() == 0
+        second_exit = second.terminate()
+    assert second_exit == 0
     assert [node["node_id"] for node in nodes_of(cp, minted["enrollment_id"])] == [node_id]
     assert minted["token"] not in first.output() + second.output()
 
@@ -172,7 +186,8 @@ def test_agent_with_the_wrong_ca_reports_a_tls_error_and_never_falls_back(
     try:
         agent.wait_for(r"TLSError on POST /api/v1/agent/enroll \(backoff 2s…16s\): certificate verify failed")
     finally:
-        assert agent.terminate() == 0
+        exit_status = agent.terminate()
+    assert exit_status == 0
     assert nodes_of(cp, minted["enrollment_id"]) == []
     enrollment = cp.admin("GET", f"/api/v1/admin/node-enrollments/{minted['enrollment_id']}").json()
     assert enrollment["status"] == "pending"
@@ -196,7 +211,8 @@ def test_host_address_override_connects_to_the_address_and_verifies_the_url_name
         node_id = agent.wait_for(r'"event": "enrolled".*?"node_id": "(node_\w+)"').group(1)
         wait_until(lambda: cp.node(node_id)["status"] == "online", what="node online")
     finally:
-        assert agent.terminate() == 0
+        exit_status = agent.terminate()
+    assert exit_status == 0
 
 
 def test_agent_backs_off_while_the_control_plane_is_down_and_resumes_when_it_returns(tmp_path: Path) -> None:
@@ -221,3 +237,119 @@ def test_agent_backs_off_while_the_control_plane_is_down_and_resumes_when_it_ret
         plane.stop()
     credential = json.loads((tmp_path / "state" / "identity.json").read_text())["credential"]
     assert credential not in agent.output()
+
+
+# --- the host-address override checks the URL's name, not the address it connects to --------------
+
+
+def _tls_server(ca: trustme.CA, name: str) -> FakeServer:
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert(name).configure_cert(context)
+    return FakeServer(tls=context)
+
+
+def _override_env(server: FakeServer, ca_file: Path, state: Path) -> dict[str, str]:
+    port = server.url.rsplit(":", 1)[1]
+    return agent_env(
+        f"https://{UNRESOLVABLE_NAME}:{port}",
+        TOKEN,
+        state,
+        MODELFORGE_AGENT_CA_CERT_PATH=str(ca_file),
+        MODELFORGE_AGENT_CONTROL_PLANE_HOST_ADDRESS="127.0.0.1",
+    )
+
+
+def _ca_file(ca: trustme.CA, folder: Path) -> Path:
+    path = folder / "ca.pem"
+    ca.cert_pem.write_to_path(str(path))
+    return path
+
+
+def test_host_address_override_with_a_certificate_for_the_url_name_only_enrolls(tmp_path: Path) -> None:
+    ca = trustme.CA()
+    server = _tls_server(ca, UNRESOLVABLE_NAME)  # does not name 127.0.0.1, where the agent connects
+    agent = AgentProcess(tmp_path / "agent.log", _override_env(server, _ca_file(ca, tmp_path), tmp_path / "state"))
+    try:
+        agent.wait_for(r'"event": "enrolled"')
+    finally:
+        exit_status = agent.terminate()
+        server.close()
+    assert exit_status == 0
+    assert server.seen[0].path == "/api/v1/agent/enroll" and server.seen[0].headers["Host"].startswith(UNRESOLVABLE_NAME)
+
+
+def test_host_address_override_with_a_certificate_for_the_address_only_is_a_tls_hostname_error(tmp_path: Path) -> None:
+    ca = trustme.CA()
+    server = _tls_server(ca, "127.0.0.1")  # names the address, not the URL's name: must not be trusted
+    agent = AgentProcess(tmp_path / "agent.log", _override_env(server, _ca_file(ca, tmp_path), tmp_path / "state"))
+    try:
+        agent.wait_for(r"TLSError on POST /api/v1/agent/enroll \(backoff 1s…16s\): certificate does not match the host name")
+    finally:
+        exit_status = agent.terminate()
+        server.close()
+    assert exit_status == 0
+    assert server.seen == [] and not re.search(r'"event": "enrolled"', agent.output())
+
+
+# --- exit statuses as a process sees them ------------------------------------------------------
+
+
+def test_agent_refused_for_its_protocol_exits_5_naming_the_verdict(tmp_path: Path) -> None:
+    refusal = {"code": "protocol_incompatible", "verdict": "TOO_OLD", "next_step": "Upgrade the node agent."}
+    with fake_server({"/api/v1/agent/enroll": json_reply(400, {"error": refusal})}) as plane:
+        agent = AgentProcess(tmp_path / "agent.log", agent_env(plane.url, TOKEN, tmp_path / "state"))
+        try:
+            exit_status = agent.wait_exit(timeout=30)
+        finally:
+            agent.terminate()
+    assert exit_status == 5
+    assert re.search(r'"event": "agent_exit".*"exit_code": 5', agent.output())
+    assert "TOO_OLD. Upgrade the node agent." in agent.output()
+
+
+def test_agent_given_a_refusal_it_does_not_know_exits_1(tmp_path: Path) -> None:
+    with fake_server({"/api/v1/agent/enroll": json_reply(404, {"error": {"code": "route_not_found"}})}) as plane:
+        agent = AgentProcess(tmp_path / "agent.log", agent_env(plane.url, TOKEN, tmp_path / "state"))
+        try:
+            exit_status = agent.wait_exit(timeout=30)
+        finally:
+            agent.terminate()
+    assert exit_status == 1
+    assert "HTTP 404 route_not_found on POST /api/v1/agent/enroll" in agent.output()
+
+
+#: The real entry point, with the inventory builder made to crash: an error nobody foresaw.
+CRASHING_AGENT = (
+    "import sys\n"
+    "import modelforge_node_agent.agent as agent\n"
+    "def crash(*_): raise ZeroDivisionError('inventory crashed')\n"
+    "agent.host_inventory = crash\n"
+    "from modelforge_node_agent.main import main\n"
+    "sys.exit(main())\n"
+)
+
+
+def test_agent_that_crashes_exits_1_and_logs_the_traceback(tmp_path: Path) -> None:
+    with fake_server() as plane:
+        env = agent_env(plane.url, TOKEN, tmp_path / "state")
+        agent = AgentProcess(tmp_path / "agent.log", env, [sys.executable, "-c", CRASHING_AGENT])
+        try:
+            exit_status = agent.wait_exit(timeout=30)
+        finally:
+            agent.terminate()
+    assert exit_status == 1
+    assert '"event": "agent_crashed"' in agent.output() and "ZeroDivisionError: inventory crashed" in agent.output()
+    assert plane.seen == []
+
+
+def test_agent_stops_cleanly_with_exit_0_on_sigint(tmp_path: Path) -> None:
+    with fake_server() as plane:
+        agent = AgentProcess(tmp_path / "agent.log", agent_env(plane.url, TOKEN, tmp_path / "state"))
+        try:
+            wait_until(lambda: plane.paths().count("/api/v1/agent/heartbeat") >= 2, timeout=30, what="two heartbeats")
+        finally:
+            started = time.monotonic()
+            exit_status = agent.terminate(signal.SIGINT)
+            stop_seconds = time.monotonic() - started
+    assert exit_status == 0 and stop_seconds < 3, f"exit {exit_status} after {stop_seconds:.1f} s:\n{agent.output()}"
+    assert '"event": "agent_stopped"' in agent.output() and "Traceback" not in agent.output()

@@ -56,7 +56,9 @@ ENROLLED = {"node_id": NODE_ID, "heartbeat_interval_seconds": 15, "replayed": Fa
 ONLINE = {"node_id": NODE_ID, "status": "online", "heartbeat_interval_seconds": 15, "work_waiting": False}
 
 
-def _agent(tmp_path: Path, client: FakeControlPlane, stop: RecordingStop, **env: str) -> tuple[Agent, StateVolume]:
+def _agent(
+    tmp_path: Path, client: FakeControlPlane, stop: RecordingStop, jitter: float = 1.0, **env: str
+) -> tuple[Agent, StateVolume]:
     config = load_config(
         {
             "MODELFORGE_AGENT_CONTROL_PLANE_URL": "http://127.0.0.1:8000",
@@ -69,7 +71,7 @@ def _agent(tmp_path: Path, client: FakeControlPlane, stop: RecordingStop, **env:
     )
     state = StateVolume(config.state_volume)
     state.prepare()
-    agent = Agent(config, client, state, TwoGpus(), stop=stop, clock=FakeClock(), jitter=lambda: 1.0)  # type: ignore[arg-type]
+    agent = Agent(config, client, state, TwoGpus(), stop=stop, clock=FakeClock(), jitter=lambda: jitter)  # type: ignore[arg-type]
     return agent, state
 
 
@@ -121,7 +123,29 @@ def test_agent_backs_off_one_two_four_then_resets_after_success(tmp_path: Path, 
         "ConnectError on POST /api/v1/agent/heartbeat (backoff 4s…16s)",
         "ConnectError on POST /api/v1/agent/heartbeat (backoff 1s…16s)",
     ]
-    assert stop.waits == [1, 2, 4, 5, 1, 5, 5][: len(stop.waits)]
+    assert stop.waits == [1, 2, 4, 5, 1, 5, 5]
+
+
+@pytest.mark.parametrize(
+    ("jitter", "waits"),
+    [
+        (1.0, [1, 2, 4, 8, 16, 16, 16]),  # no jitter: the nominal steps, then the 16 s cap
+        (0.5, [0.9, 1.8, 3.6, 7.2, 14.4, 14.4, 14.4]),  # jitter 0.5 is 90% of each step (80% + 20% * 0.5)
+        (0.0, [0.8, 1.6, 3.2, 6.4, 12.8, 12.8, 12.8]),  # the lowest jitter is 80% of each step
+    ],
+)
+def test_agent_backoff_waits_are_the_steps_up_to_the_cap_scaled_by_jitter(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, jitter: float, waits: list[float]
+) -> None:
+    down = TransientFailure("ConnectError", "POST", HEARTBEAT)
+    client = FakeControlPlane({ENROLL: [ENROLLED], HEARTBEAT: [down] * 7 + [ONLINE]})
+    stop = RecordingStop(limit=8)
+    agent, _ = _agent(tmp_path, client, stop, jitter, MODELFORGE_AGENT_HEARTBEAT_INTERVAL_SECONDS="5")
+    with caplog.at_level(logging.WARNING, logger="modelforge.agent"):
+        agent.run()
+    assert stop.waits == pytest.approx([*waits, 5])
+    logged = [record.backoff_seconds for record in caplog.records if getattr(record, "event", "") == "publish_failed"]
+    assert logged == [1, 2, 4, 8, 16, 16, 16]  # the log names the nominal step, whatever the jitter
 
 
 def test_agent_heartbeats_carry_telemetry_for_every_gpu_at_the_interval_it_was_given(tmp_path: Path) -> None:
