@@ -4,12 +4,13 @@ everything on a mass outage and says so."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import logging
 import time
 
 import pytest
-from chalicelib import liveness, node_store, nodes, runtime, sweep
+from chalicelib import control_store, liveness, node_store, nodes, runtime, sweep
 from chalicelib.auth import NodeCaller
 from modelforge_protocol.credentials import sha256_hex
 
@@ -26,6 +27,23 @@ def _liveness_events(stack, node_id: str) -> list[dict]:  # type: ignore[no-unty
     bodies = bucket_objects(stack.aws_endpoint_url, stack.names["MODELFORGE_STATE_LOG_BUCKET"]).values()
     events = [json.loads(body) for body in bodies]
     return [e for e in events if e["type"] == "node.liveness_changed" and e["subject"]["node_id"] == node_id]
+
+
+def _outbox_liveness_events(stack, node_id: str) -> list[dict]:  # type: ignore[no-untyped-def]
+    """The node's liveness events in the outbox (written in the transition's own transaction)."""
+    items = scan_table(stack.aws_endpoint_url, stack.names["MODELFORGE_OUTBOX_TABLE"])
+    events = [json.loads(item["payload"]["S"]) for item in items if item["event_type"]["S"] == "node.liveness_changed"]
+    return [e for e in events if e["subject"]["node_id"] == node_id]
+
+
+_clocks = itertools.count(1)
+
+
+def _past_clock() -> float:
+    """A sweep clock older than any heartbeat except the ones a test places before it, so that the
+    test's own nodes are the only late ones (each call is older than the previous one, so an
+    earlier test's nodes are never late on a later test's clock)."""
+    return time.time() - 100_000 * next(_clocks)
 
 
 def _beat_at(identity: AgentIdentity, cp: ControlPlane, when: float) -> None:
@@ -71,33 +89,59 @@ def test_sweep_skips_a_node_whose_heartbeat_arrived_after_it_read(stack, cp: Con
         return [identity.node_id]
 
     monkeypatch.setattr(sweep.node_store, "late_nodes", late_then_heartbeat)
+    counter = control_store.online_nodes()
     report = sweep.run(settings, later)
     assert report.stale_candidates == 1 and report.skipped == 1 and report.transitioned == 0
     assert node_store.get(identity.node_id).liveness == "online"  # type: ignore[union-attr]
+    # the failed guard wrote nothing: no event, and the online counter kept the node
+    assert [e["subject"]["to"] for e in _outbox_liveness_events(stack, identity.node_id)] == ["online"]
+    assert control_store.online_nodes() == counter
 
 
-def test_sweep_reads_only_late_nodes_not_the_whole_fleet(stack, cp: ControlPlane) -> None:
+def test_sweep_leaves_a_stale_node_online_when_its_heartbeat_lands_between_read_and_write(stack, cp: ControlPlane, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """stale -> offline under a concurrent heartbeat: the heartbeat's transition to online stands."""
     settings = _settings(mass_stale_fraction=1.0)
+    clock = _past_clock()
+    identity = cp.enrolled_node()
+    _beat_at(identity, cp, clock - settings.offline_after_seconds - 10)
+    went_stale = sweep.run(settings, clock - settings.offline_after_seconds + settings.stale_after_seconds)
+    assert went_stale.transitioned == 1 and node_store.get(identity.node_id).liveness == "stale"  # type: ignore[union-attr]
+    late_nodes = node_store.late_nodes
+
+    def late_then_heartbeat(state, cutoff, shards):  # type: ignore[no-untyped-def]
+        found = late_nodes(state, cutoff, shards)
+        if state == liveness.STALE:
+            _beat_at(identity, cp, clock - 1)  # arrives after the sweep read the index
+        return found
+
+    monkeypatch.setattr(sweep.node_store, "late_nodes", late_then_heartbeat)
+    counter = control_store.online_nodes()
+    report = sweep.run(settings, clock)
+    monkeypatch.undo()
+    assert report.offline_candidates == 1 and report.skipped == 1 and report.transitioned == 0
+    assert node_store.get(identity.node_id).liveness == "online"  # type: ignore[union-attr]
+    # no stale -> offline event; the counter moved by the heartbeat's +1 only
+    steps = [(e["subject"]["from"], e["subject"]["to"]) for e in _outbox_liveness_events(stack, identity.node_id)]
+    assert sorted(steps) == sorted([("pending", "online"), ("online", "stale"), ("stale", "online")])
+    assert control_store.online_nodes() == counter + 1  # type: ignore[operator]
+
+
+def test_sweep_reads_only_late_nodes_not_the_whole_fleet(stack, cp: ControlPlane) -> None:  # type: ignore[no-untyped-def]
+    settings = _settings(mass_stale_fraction=1.0)
+    clock = _past_clock()
     fleet = [cp.enrolled_node() for _ in range(6)]
-    for identity in fleet:
-        assert cp.heartbeat(identity).status_code == 200
-    sweep.run(settings, time.time())  # settle whatever earlier tests left behind
-    later = time.time() + settings.stale_after_seconds + 1
-    for identity in fleet[2:]:
-        _beat_at(identity, cp, later - 1)  # four fresh nodes, two silent ones
-    nodes_table = scan_table(stack.aws_endpoint_url, stack.names["MODELFORGE_NODES_TABLE"])
-    late = {
-        item["node_id"]["S"]
-        for item in nodes_table
-        if item.get("liveness", {}).get("S") in ("online", "stale") and float(item["last_heartbeat_at"]["N"]) <= later - settings.stale_after_seconds
-    }
-    online_total = sum(1 for item in nodes_table if item.get("liveness", {}).get("S") == "online")
-    report = sweep.run(settings, later)
-    assert {fleet[0].node_id, fleet[1].node_id} <= late
-    assert not {identity.node_id for identity in fleet[2:]} & late
-    assert report.stale_candidates == len([n for n in late if n])  # the index found exactly the late ones
-    assert report.items_read <= report.stale_candidates + report.offline_candidates + (online_total if report.stale_candidates >= 10 else 0)
-    assert report.items_read < len(nodes_table)
+    silent, fresh = fleet[:2], fleet[2:]
+    for identity in silent:
+        _beat_at(identity, cp, clock - settings.stale_after_seconds - 1)
+    for identity in fresh:
+        _beat_at(identity, cp, clock - 1)
+    table_size = len(scan_table(stack.aws_endpoint_url, stack.names["MODELFORGE_NODES_TABLE"]))
+    report = sweep.run(settings, clock)
+    # the index gave the sweep the two silent nodes and nothing else: not the fresh ones, not the
+    # rest of the table (every other node's heartbeat is later than this clock)
+    assert dataclasses.astuple(report) == (2, 2, 0, 2, 0, False)
+    assert table_size > len(fleet)
+    assert [node_store.get(i.node_id).liveness for i in fleet] == ["stale"] * 2 + ["online"] * 4  # type: ignore[union-attr]
 
 
 def test_mass_stale_holds_transitions_says_so_in_reads_and_releases(stack, cp: ControlPlane, caplog: pytest.LogCaptureFixture) -> None:
@@ -123,20 +167,55 @@ def test_mass_stale_holds_transitions_says_so_in_reads_and_releases(stack, cp: C
     assert cp.node(fleet[0].node_id)["liveness_hold"] is None
 
 
-def test_sweep_does_not_hold_when_fewer_than_ten_nodes_go_stale(stack, cp: ControlPlane) -> None:
-    settings = _settings(mass_stale_fraction=0.01)
-    identity = cp.enrolled_node()
-    assert cp.heartbeat(identity).status_code == 200
-    sweep.run(settings, time.time())
-    report = sweep.run(settings, time.time())
-    assert report.stale_candidates < 10 and not report.held
+def _late_fleet(cp: ControlPlane, size: int, clock: float, stale_after: int) -> list[AgentIdentity]:
+    fleet = [cp.enrolled_node() for _ in range(size)]
+    for identity in fleet:
+        _beat_at(identity, cp, clock - stale_after - 1)
+    return fleet
 
 
-def test_the_local_scheduler_event_runs_the_deployed_sweep_handler(stack) -> None:  # type: ignore[no-untyped-def]
+def test_sweep_does_not_hold_when_fewer_than_ten_nodes_go_stale(stack, cp: ControlPlane) -> None:  # type: ignore[no-untyped-def]
+    """Nine late nodes are applied even when any fraction is too many; ten are held."""
+    settings = _settings(mass_stale_fraction=0.0)  # every late node is "too many" to the fraction
+    clock = _past_clock()
+    nine = _late_fleet(cp, sweep.MASS_STALE_MIN_NODES - 1, clock, settings.stale_after_seconds)
+    report = sweep.run(settings, clock)
+    assert (report.stale_candidates, report.transitioned, report.held) == (9, 9, False)
+    assert {node_store.get(i.node_id).liveness for i in nine} == {"stale"}  # type: ignore[union-attr]
+    assert not _hold_active()
+
+    clock = _past_clock()
+    ten = _late_fleet(cp, sweep.MASS_STALE_MIN_NODES, clock, settings.stale_after_seconds)
+    held = sweep.run(settings, clock)
+    assert (held.stale_candidates, held.transitioned, held.held) == (10, 0, True)
+    assert {node_store.get(i.node_id).liveness for i in ten} == {"online"}  # type: ignore[union-attr]
+    released = sweep.run(_settings(mass_stale_fraction=1.0), clock)
+    assert (released.transitioned, released.held) == (10, False) and not _hold_active()
+
+
+def _hold_active() -> bool:
+    hold = control_store.get(control_store.MASS_STALE_HOLD)
+    return bool(hold and hold.active)
+
+
+def test_the_local_scheduler_event_runs_the_deployed_sweep_handler(stack, cp: ControlPlane, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     from modelforge_cli.scheduler import scheduled_event
 
+    settings = runtime.get().settings
+    clock = _past_clock()
+    (identity,) = _late_fleet(cp, 1, clock, settings.stale_after_seconds)
+    monkeypatch.setattr(stack.app_module, "_now", lambda: clock)  # the handler's clock
     report = stack.app_module.liveness_sweep(scheduled_event(), None)
-    assert {"items_read", "transitioned", "skipped", "held"} <= set(report)
+    # the handler ran the sweep (the late node moved) and answered with its whole report
+    assert report == {
+        "items_read": 1,
+        "stale_candidates": 1,
+        "offline_candidates": 0,
+        "transitioned": 1,
+        "skipped": 0,
+        "held": False,
+    }
+    assert node_store.get(identity.node_id).liveness == "stale"  # type: ignore[union-attr]
 
 
 def test_online_now_condition_refuses_work_for_a_node_that_is_not_online(stack, cp: ControlPlane) -> None:

@@ -1,9 +1,10 @@
-"""The sweep reads the late nodes through its index, not the fleet: checked on a few hundred nodes.
+"""The sweep reads the late nodes through its index, not the fleet: checked on a few hundred nodes
+by counting the emulator's requests.
 
 The nodes are written straight into the session stack's nodes table (as bench/sweep.py does at
-larger sizes), with heartbeats far in the future so that, at the sweep's clock, only this test's
-stale nodes among its own are late. Other tests' nodes are all late by then too; the assertions
-hold whatever they are, and this test's nodes are deleted afterwards.
+larger sizes), and the sweep runs on a clock far in the past, so that only this test's stale nodes
+are late at it (every other node of the session heartbeated later). This test's nodes are deleted
+afterwards, and the online-node counter, which they were never counted in, is repaired.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import time
 from types import ModuleType
 
 from chalicelib import liveness, node_store, runtime, sweep
+from modelforge_cli.emulator import operations_delta
 
 from tests.support import bench_scripts
 from tests.support.snapshots import scan_table
@@ -26,10 +28,15 @@ def _load_bench() -> ModuleType:
     return bench_scripts.load("sweep")
 
 
-def test_sweep_reads_late_nodes_only_at_scale(stack, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def _app_operations(stack) -> dict[str, int]:  # type: ignore[no-untyped-def]
+    return {name: count for name, count in stack.aws_operations().items() if not name.startswith("poller:")}
+
+
+def test_sweep_reads_late_nodes_only_at_scale(counted_stack) -> None:  # type: ignore[no-untyped-def]
+    stack = counted_stack
     bench = _load_bench()
     settings = dataclasses.replace(runtime.get().settings, mass_stale_fraction=1.0)  # never hold
-    sweep_at = time.time() + 10_000
+    sweep_at = time.time() - 10_000_000  # older than any other test's clock
     # a prefix of our own; the shard (the last 8 hex digits) cycles evenly through the index partitions
     prefix = secrets.token_hex(4)
     node_ids = [f"node_{prefix}{index:024x}" for index in range(FLEET)]
@@ -47,41 +54,21 @@ def test_sweep_reads_late_nodes_only_at_scale(stack, monkeypatch) -> None:  # ty
     client = bench.dynamodb_client(stack.aws_endpoint_url)
     bench.put_nodes(client, table, items)
     try:
-        returned: dict[str, list[str]] = {liveness.ONLINE: [], liveness.STALE: []}
-        counted: list[int] = []
-        late_nodes, count_in_state = node_store.late_nodes, node_store.count_in_state
-
-        def recording_late_nodes(state: str, cutoff: float, shards: int) -> list[str]:
-            found = late_nodes(state, cutoff, shards)
-            returned[state].extend(found)
-            return found
-
-        def recording_count(state: str, shards: int) -> int:
-            counted.append(count_in_state(state, shards))
-            return counted[-1]
-
-        monkeypatch.setattr(sweep.node_store, "late_nodes", recording_late_nodes)
-        monkeypatch.setattr(sweep.node_store, "count_in_state", recording_count)
+        stack.drain_state_log()  # nothing of earlier tests is shipped inside the count
+        before = _app_operations(stack)
         report = sweep.run(settings, sweep_at)
-        monkeypatch.undo()
+        stack.drain_state_log()  # waits for a background poll in flight, then ships the sweep's events
+        delta = operations_delta(before, _app_operations(stack))
+        shipped = delta.pop("S3:PUT", 0)
+
+        # one keys-only index query per state and shard, the hold item, one transaction per
+        # transition; no Scan, no count, no read of a node item: the fresh nodes cost nothing
+        assert delta == {"Query": 2 * liveness.SHARDS, "GetItem": 1, "TransactWriteItems": STALE}
+        assert shipped == STALE  # one state-log object per transition (the state-log function's writes)
+        assert dataclasses.astuple(report) == (STALE, STALE, 0, STALE, 0, False)
 
         everything = scan_table(stack.aws_endpoint_url, table)
         ours = {item["node_id"]["S"]: item for item in everything if item["node_id"]["S"] in stale_ids | fresh_ids}
-        candidates = returned[liveness.ONLINE] + returned[liveness.STALE]
-
-        assert not report.held
-        # the index gave the sweep exactly our stale nodes among ours, and none of our fresh ones
-        assert set(returned[liveness.ONLINE]) & (stale_ids | fresh_ids) == stale_ids
-        assert not set(candidates) & fresh_ids
-        # what the report says it read is what the index returned, plus the guard's count if it ran
-        assert report.stale_candidates == len(returned[liveness.ONLINE])
-        assert report.offline_candidates == len(returned[liveness.STALE])
-        guard_ran = report.stale_candidates >= sweep.MASS_STALE_MIN_NODES
-        # the guard reads the online counter (one item); a full count only repairs a bad counter
-        assert len(counted) <= (1 if guard_ran else 0)
-        assert report.items_read == len(candidates) + (1 + sum(counted) if guard_ran else 0)
-        # late nodes only: fewer than the table holds (it holds at least our fresh nodes besides)
-        assert len(candidates) < len(everything)
         # exactly our stale nodes moved, into their new index partition; our fresh nodes did not
         assert len(ours) == FLEET
         for node_id in stale_ids:
@@ -91,6 +78,9 @@ def test_sweep_reads_late_nodes_only_at_scale(stack, monkeypatch) -> None:  # ty
             assert ours[node_id]["liveness"]["S"] == liveness.ONLINE
             assert ours[node_id]["liveness_shard"]["S"] == liveness.index_partition(liveness.ONLINE, node_id)
     finally:
-        # heartbeats far in the future would keep our nodes online for every later sweep
+        # our nodes would be late for every later sweep
         bench.delete_nodes(client, table, node_ids)
         client.close()
+        # the transitions took our never-counted nodes off the counter: count the index again
+        sweep.repair_online_counter(settings, time.time())
+    assert node_store.count_in_state(liveness.ONLINE, liveness.SHARDS) == sweep.control_store.online_nodes()
