@@ -8,6 +8,7 @@ import secrets
 import subprocess
 import sys
 import time
+from typing import Any
 
 from chalicelib.models import HEARTBEAT_FIELDS
 from modelforge_cli import provision
@@ -97,12 +98,16 @@ def _comparable(items: list[dict], drop: tuple[str, ...] = ()) -> list[dict]:
     )
 
 
-def test_log_replay_rebuilds_tables_equal_to_the_live_ones(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_log_replay_rebuilds_tables_equal_to_the_live_ones(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """On its own control plane: other tests move clocks, which a real deployment never does."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):  # the emulator takes any (and
+        monkeypatch.setenv(name, "local")  # the session stack may not have set them yet)
     from tests.conftest import ADMIN_TOKEN
     from tests.support.processes import start_local_up
 
-    running = start_local_up(tmp_path / "local-up.log", env={"MODELFORGE_ADMIN_TOKEN": ADMIN_TOKEN})
+    # no scheduled sweep: the test runs the sweeps itself, on clocks it chooses
+    env = {"MODELFORGE_ADMIN_TOKEN": ADMIN_TOKEN, "MODELFORGE_SWEEP_INTERVAL_SECONDS": "3600"}
+    running = start_local_up(tmp_path / "local-up.log", env=env)
     try:
         _replay_and_compare(ControlPlane(running.api_url, ADMIN_TOKEN), running.emulator_url)
     finally:
@@ -119,6 +124,64 @@ def _wait_until_shipped(endpoint: str, names: dict[str, str]) -> None:
     raise AssertionError("the state log did not catch up with the outbox")
 
 
+#: The deployed sweep code, run in its own process against the local stack's tables, at the clocks
+#: and mass-stale fractions given as JSON; "drop_counter" first removes the online-node counter,
+#: as a deployment from before the counter (or a counter removed by hand) has none.
+_SWEEPS = """
+import dataclasses, json, sys
+from chalicelib import control_store, runtime, sweep
+from chalicelib.models import ControlModel
+for step in json.loads(sys.argv[1]):
+    if step.get("drop_counter"):
+        ControlModel(control_store.ONLINE_NODES).delete()
+    settings = dataclasses.replace(runtime.get().settings, mass_stale_fraction=step["fraction"])
+    print(json.dumps(sweep.report_dict(sweep.run(settings, step["now"]))))
+"""
+
+
+def _run_sweeps(endpoint: str, names: dict[str, str], steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    from tests.conftest import ADMIN_TOKEN, repo_root
+
+    env = {
+        **os.environ,
+        **names,
+        "AWS_ENDPOINT_URL": endpoint,
+        "AWS_ACCESS_KEY_ID": "local",
+        "AWS_SECRET_ACCESS_KEY": "local",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_REGION": "us-east-1",
+        "MODELFORGE_ADMIN_TOKEN": ADMIN_TOKEN,
+        "PYTHONPATH": str(repo_root() / "functions"),
+    }
+    command = [sys.executable, "-c", _SWEEPS, json.dumps(steps)]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+
+
+def _sweep_scenario(cp: ControlPlane, endpoint: str, names: dict[str, str]) -> None:
+    """Sweep transitions, a mass-stale hold and its release, and a counter repair: every online
+    node falls silent at once (held), the counter goes missing (repaired, still held), the sweep
+    then applies the transitions (released: online -> stale), and later stale -> offline."""
+    for identity in [cp.enrolled_node() for _ in range(10)]:
+        assert cp.heartbeat(identity).status_code == 200
+    stale, offline = (int(os.environ[f"MODELFORGE_NODE_{name}_AFTER_SECONDS"]) for name in ("STALE", "OFFLINE"))
+    silent = time.time() + stale + 1  # later than every event so far: replay applies these last
+    reports = _run_sweeps(
+        endpoint,
+        names,
+        [
+            {"now": silent, "fraction": 0.5},
+            {"now": silent + 1, "fraction": 0.5, "drop_counter": True},
+            {"now": silent + 2, "fraction": 1.0},
+            {"now": silent - stale + offline, "fraction": 1.0},
+        ],
+    )
+    online = reports[0]["stale_candidates"]
+    assert online >= 10 and [r["held"] for r in reports] == [True, True, False, False]
+    assert [r["transitioned"] for r in reports] == [0, 0, online, online]
+
+
 def _replay_and_compare(cp: ControlPlane, endpoint: str) -> None:
     _scenario(cp)
     shared = gpu_inventory(1)
@@ -126,7 +189,16 @@ def _replay_and_compare(cp: ControlPlane, endpoint: str) -> None:
     for twin in twins:  # duplicate flags and GPU claims are state too
         assert cp.enroll(cp.mint()["token"], twin, accelerator_mode="nvidia", inventory=shared).status_code == 201
     live_names = provision.resource_names("modelforge")
+    _sweep_scenario(cp, endpoint, live_names)
     _wait_until_shipped(endpoint, live_names)
+    logged = [json.loads(body) for body in bucket_objects(endpoint, live_names["MODELFORGE_STATE_LOG_BUCKET"]).values()]
+    assert {"sweep.mass_stale_held", "sweep.mass_stale_released", "sweep.online_counter_repaired"} <= {
+        event["type"] for event in logged
+    }
+    sweep_steps = {
+        (e["subject"]["from"], e["subject"]["to"]) for e in logged if e["subject"].get("cause") == "sweep"
+    }
+    assert sweep_steps == {("online", "stale"), ("stale", "offline")}
     target = provision.resource_names(f"replay-{secrets.token_hex(4)}")
     provision.provision(endpoint, target)
     env = {
@@ -151,7 +223,7 @@ def _replay_and_compare(cp: ControlPlane, endpoint: str) -> None:
         ("MODELFORGE_NODES_TABLE", HEARTBEAT_FIELDS),
         ("MODELFORGE_INVENTORIES_TABLE", ()),
         ("MODELFORGE_GPU_CLAIMS_TABLE", ()),
-        ("MODELFORGE_CONTROL_TABLE", ()),  # the online-node counter
+        ("MODELFORGE_CONTROL_TABLE", ()),  # the online-node counter (repaired once) and the hold
     ):
         live = scan_table(endpoint, live_names[var])
         rebuilt = scan_table(endpoint, target[var])
