@@ -273,10 +273,8 @@ def run_size(count: int, stale_percent: float) -> SizeResult:
         began = time.perf_counter()
         calls = put_nodes(client, table, items)
         # the nodes were written directly, not brought online by heartbeats: set the online-node
-        # counter those heartbeats would have kept, as in a running fleet
-        from chalicelib import control_store
-
-        control_store.recount_online_nodes(count, time.time())
+        # counter those heartbeats would have kept, as in a running fleet (a guarded, logged repair)
+        sweep.repair_online_counter(settings, time.time())
         insert_seconds = time.perf_counter() - began
         _phase(f"insert them ({calls} BatchWriteItem calls, {count / insert_seconds:.0f} items/s)", began)
 
