@@ -20,12 +20,17 @@ from pynamodb.attributes import (
 from pynamodb.indexes import GlobalSecondaryIndex, KeysOnlyProjection
 from pynamodb.models import Model
 
+from . import resources
 from .settings import Settings
+
+
+#: Every model's table until ``bind_tables`` names the real one (a model used unbound fails loudly).
+UNBOUND = "unbound-call-bind-tables-first"
 
 
 class EnrollmentModel(Model):
     class Meta:
-        table_name = "modelforge-enrollments"
+        table_name = UNBOUND
 
     enrollment_id = UnicodeAttribute(hash_key=True)
     token_sha256 = UnicodeAttribute()
@@ -63,7 +68,7 @@ class NodeModel(Model):
     """
 
     class Meta:
-        table_name = "modelforge-nodes"
+        table_name = UNBOUND
 
     node_id = UnicodeAttribute(hash_key=True)
     enrollment_id = UnicodeAttribute()
@@ -124,7 +129,7 @@ TELEMETRY_COLUMNS = (
 
 class InventoryModel(Model):
     class Meta:
-        table_name = "modelforge-inventories"
+        table_name = UNBOUND
 
     node_id = UnicodeAttribute(hash_key=True)
     inventory = JSONAttribute()
@@ -143,7 +148,7 @@ class GpuClaimModel(Model):
     """One item per (GPU UUID, node reporting it): finds nodes that share a physical GPU."""
 
     class Meta:
-        table_name = "modelforge-gpu-claims"
+        table_name = UNBOUND
 
     gpu_uuid = UnicodeAttribute(hash_key=True)
     node_id = UnicodeAttribute(range_key=True)
@@ -154,7 +159,7 @@ class ControlModel(Model):
     """Control-plane-wide state, one item per name (e.g. the sweep's mass-outage hold)."""
 
     class Meta:
-        table_name = "modelforge-control"
+        table_name = UNBOUND
 
     name = UnicodeAttribute(hash_key=True)
     active = BooleanAttribute(null=True)
@@ -174,7 +179,7 @@ class OutboxModel(Model):
     """One state-log event, written in the same transaction as the transition it records."""
 
     class Meta:
-        table_name = "modelforge-outbox"
+        table_name = UNBOUND
 
     event_id = UnicodeAttribute(hash_key=True)
     event_type = UnicodeAttribute()
@@ -184,26 +189,23 @@ class OutboxModel(Model):
     expires_at = TTLAttribute()
 
 
-#: Logical table name (used in the state log) -> model.
+#: The model of each table in the catalogue, by its logical name (used in the state log).
 MODELS_BY_LOGICAL_NAME: dict[str, type[Model]] = {
-    "enrollments": EnrollmentModel,
-    "nodes": NodeModel,
-    "inventories": InventoryModel,
-    "gpu_claims": GpuClaimModel,
-    "control": ControlModel,
-    "outbox": OutboxModel,
+    resources.ENROLLMENTS.name: EnrollmentModel,
+    resources.NODES.name: NodeModel,
+    resources.INVENTORIES.name: InventoryModel,
+    resources.GPU_CLAIMS.name: GpuClaimModel,
+    resources.CONTROL.name: ControlModel,
+    resources.OUTBOX.name: OutboxModel,
 }
 
 
 def bind_tables(settings: Settings) -> None:
-    """Point every model at the tables named in settings, in the function's region."""
+    """Point every model at the table settings name for it (catalogue: resources.py), in the
+    function's region."""
     region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
-    for model in MODELS_BY_LOGICAL_NAME.values():
+    for table in resources.TABLES:
+        model = MODELS_BY_LOGICAL_NAME[table.name]
         model.Meta.region = region
+        model.Meta.table_name = settings.names[table.name]
         model._connection = None  # reconnect with the current names and endpoint
-    EnrollmentModel.Meta.table_name = settings.enrollments_table
-    NodeModel.Meta.table_name = settings.nodes_table
-    InventoryModel.Meta.table_name = settings.inventories_table
-    GpuClaimModel.Meta.table_name = settings.gpu_claims_table
-    ControlModel.Meta.table_name = settings.control_table
-    OutboxModel.Meta.table_name = settings.outbox_table

@@ -14,6 +14,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from . import resources
+
 
 class SettingsError(Exception):
     """The environment does not describe a valid configuration."""
@@ -26,13 +28,8 @@ class SettingsError(Exception):
 @dataclass(frozen=True)
 class Settings:
     admin_token_sha256: str = field(repr=False)
-    enrollments_table: str
-    nodes_table: str
-    inventories_table: str
-    outbox_table: str
-    state_log_bucket: str
-    control_table: str
-    gpu_claims_table: str
+    #: physical name of each resource, by its logical name in the catalogue (resources.py)
+    names: dict[str, str]
     heartbeat_interval_seconds: int
     stale_after_seconds: int
     offline_after_seconds: int
@@ -41,6 +38,10 @@ class Settings:
     readiness_inventory_max_age_seconds: int
     #: inventory replacements one node may make per INVENTORY_RATE_WINDOW_SECONDS
     inventory_rate_limit: int
+
+    @property
+    def state_log_bucket(self) -> str:
+        return self.names[resources.STATE_LOG_BUCKET.name]
 
     @property
     def sweep_bucket_seconds(self) -> int:
@@ -55,15 +56,6 @@ class Settings:
         return max(1, self.stale_after_seconds - self.heartbeat_interval_seconds)
 
 
-DEFAULT_NAMES = {
-    "MODELFORGE_ENROLLMENTS_TABLE": "modelforge-enrollments",
-    "MODELFORGE_NODES_TABLE": "modelforge-nodes",
-    "MODELFORGE_INVENTORIES_TABLE": "modelforge-inventories",
-    "MODELFORGE_OUTBOX_TABLE": "modelforge-outbox",
-    "MODELFORGE_STATE_LOG_BUCKET": "modelforge-state-log",
-    "MODELFORGE_CONTROL_TABLE": "modelforge-control",
-    "MODELFORGE_GPU_CLAIMS_TABLE": "modelforge-gpu-claims",
-}
 
 _INTEGERS = {
     # name: (default, minimum, maximum)
@@ -74,7 +66,7 @@ _INTEGERS = {
 }
 #: The window of MODELFORGE_INVENTORY_RATE_LIMIT (replacements per node per window).
 INVENTORY_RATE_WINDOW_SECONDS = 600
-_NAME_RE = re.compile(r"^[A-Za-z0-9._-]{3,255}$")
+_NAME_RE = re.compile(r"^[A-Za-z0-9._-]{3,255}\Z")
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -190,15 +182,24 @@ def _admin_token_sha256(env: Mapping[str, str], problems: list[str]) -> str:
     return ""
 
 
+def _resource_names(env: Mapping[str, str], problems: list[str]) -> dict[str, str]:
+    """Every table and the bucket must be named: a missing name is a configuration error, never a
+    silent default (the deployed stack sets them all; `modelforge local up` sets its own)."""
+    names = {}
+    for resource in resources.ALL:
+        value = (env.get(resource.env_var) or "").strip()
+        if not value:
+            problems.append(f"{resource.env_var} is required (the physical name of the {resource.name} {resource.kind})")
+        elif not _NAME_RE.fullmatch(value):
+            problems.append(f"{resource.env_var} must be 3-255 characters of letters, digits, '.', '_' or '-'")
+        names[resource.name] = value
+    return names
+
+
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     env = os.environ if env is None else env
     problems: list[str] = []
-    names = {}
-    for var, default in DEFAULT_NAMES.items():
-        value = env.get(var) or default
-        if not _NAME_RE.fullmatch(value):
-            problems.append(f"{var} must be 3-255 characters of letters, digits, '.', '_' or '-'")
-        names[var] = value
+    names = _resource_names(env, problems)
     admin = _admin_token_sha256(env, problems)
     interval = _read_int(env, "MODELFORGE_HEARTBEAT_INTERVAL_SECONDS", problems)
     stale, offline = _liveness_thresholds(env, problems)
@@ -215,13 +216,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         raise SettingsError(problems)
     return Settings(
         admin_token_sha256=admin,
-        enrollments_table=names["MODELFORGE_ENROLLMENTS_TABLE"],
-        nodes_table=names["MODELFORGE_NODES_TABLE"],
-        inventories_table=names["MODELFORGE_INVENTORIES_TABLE"],
-        outbox_table=names["MODELFORGE_OUTBOX_TABLE"],
-        state_log_bucket=names["MODELFORGE_STATE_LOG_BUCKET"],
-        control_table=names["MODELFORGE_CONTROL_TABLE"],
-        gpu_claims_table=names["MODELFORGE_GPU_CLAIMS_TABLE"],
+        names=names,
         heartbeat_interval_seconds=interval,
         stale_after_seconds=stale,
         offline_after_seconds=offline,

@@ -16,9 +16,9 @@ from typing import Any
 from pynamodb.models import Model
 
 from .models import MODELS_BY_LOGICAL_NAME, OutboxModel
+from .resources import STATE_LOG_PREFIX
 
 _LOGICAL_NAME = {model: name for name, model in MODELS_BY_LOGICAL_NAME.items()}
-STATE_LOG_PREFIX = "events/"
 
 
 def put_change(item: Model) -> dict[str, Any]:

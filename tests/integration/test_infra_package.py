@@ -10,17 +10,22 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from chalicelib import resources
 from chalicelib.models import MODELS_BY_LOGICAL_NAME
 from modelforge_cli.provision import RESOURCE_ENV, load_resources
 
-TABLE_OF_MODEL = {
-    "enrollments": "EnrollmentsTable",
-    "nodes": "NodesTable",
-    "inventories": "InventoriesTable",
-    "gpu_claims": "GpuClaimsTable",
-    "control": "ControlTable",
-    "outbox": "OutboxTable",
-}
+TABLE_OF_MODEL = {table.name: table.logical_id for table in resources.TABLES}
+
+
+def test_the_catalogue_the_models_and_the_template_name_the_same_resources() -> None:
+    deployed = load_resources()
+    assert set(MODELS_BY_LOGICAL_NAME) == {table.name for table in resources.TABLES}
+    for resource in resources.ALL:
+        kind = "AWS::DynamoDB::Table" if resource.kind == "table" else "AWS::S3::Bucket"
+        assert deployed[resource.logical_id]["Type"] == kind, resource
+    assert {logical_id for logical_id, item in deployed.items() if item["Type"].startswith(("AWS::DynamoDB", "AWS::S3"))} == {
+        resource.logical_id for resource in resources.ALL
+    }
 
 
 def test_model_keys_match_the_deployed_table_definitions() -> None:
@@ -55,6 +60,7 @@ def test_deployable_liveness_thresholds_always_have_offline_above_stale() -> Non
         for high in offline:
             load_settings(
                 {
+                    **resources.local_names("deployed"),
                     "MODELFORGE_ADMIN_TOKEN_SHA256": "a" * 64,
                     "MODELFORGE_HEARTBEAT_INTERVAL_SECONDS": str(interval_default),
                     "MODELFORGE_NODE_STALE_AFTER_SECONDS": str(low),

@@ -5,15 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import boto3
+from chalicelib import resources
 
-TABLE_VARS = (
-    "MODELFORGE_ENROLLMENTS_TABLE",
-    "MODELFORGE_NODES_TABLE",
-    "MODELFORGE_INVENTORIES_TABLE",
-    "MODELFORGE_GPU_CLAIMS_TABLE",
-    "MODELFORGE_CONTROL_TABLE",
-    "MODELFORGE_OUTBOX_TABLE",
-)
+TABLE_VARS = tuple(table.env_var for table in resources.TABLES)
 
 
 def _client(service: str, endpoint_url: str) -> Any:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 
 import pytest
+from chalicelib import resources
 from chalicelib.settings import load_settings
 from modelforge_cli.cli import main
 
@@ -16,6 +17,7 @@ def test_admin_token_new_prints_a_strong_token_and_its_sha256(capsys: pytest.Cap
     digest = hashlib.sha256(token.encode()).hexdigest()
     assert f"AdminTokenSha256={digest}" in first.err and token not in first.err
     env = {
+        **resources.local_names("unit"),
         "MODELFORGE_ADMIN_TOKEN": token,
         "MODELFORGE_NODE_STALE_AFTER_SECONDS": "60",
         "MODELFORGE_NODE_OFFLINE_AFTER_SECONDS": "300",

@@ -4,10 +4,12 @@ import hashlib
 import secrets
 
 import pytest
+from chalicelib import resources
 from chalicelib.settings import SettingsError, admin_token_weakness, load_settings
 
 TOKEN = secrets.token_urlsafe(32)
 BASE = {
+    **resources.local_names("unit"),
     "MODELFORGE_ADMIN_TOKEN": TOKEN,
     "MODELFORGE_NODE_STALE_AFTER_SECONDS": "60",
     "MODELFORGE_NODE_OFFLINE_AFTER_SECONDS": "300",
@@ -132,3 +134,17 @@ def test_settings_weak_admin_token_is_refused_by_name_never_by_value(weak: str) 
 )
 def test_admin_token_weakness_accepts_random_tokens(strong: str) -> None:
     assert admin_token_weakness(strong) is None
+
+
+@pytest.mark.parametrize("resource", resources.ALL, ids=lambda resource: resource.name)
+def test_settings_missing_resource_name_is_a_configuration_error_not_a_default(resource: resources.Resource) -> None:
+    env = {key: value for key, value in BASE.items() if key != resource.env_var}
+    with pytest.raises(SettingsError) as error:
+        load_settings(env)
+    assert resource.env_var in str(error.value)
+
+
+def test_settings_names_every_catalogued_resource() -> None:
+    settings = load_settings(BASE)
+    assert settings.names == {resource.name: resource.local_name("unit") for resource in resources.ALL}
+    assert settings.state_log_bucket == "unit-state-log"

@@ -84,8 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
     log_commands = log.add_subparsers(dest="log_command", required=True)
     replay = log_commands.add_parser("replay", help="rebuild empty tables from the state log")
     replay.add_argument("--endpoint-url", default=os.environ.get("AWS_ENDPOINT_URL"), help="AWS endpoint (emulator)")
-    replay.add_argument("--bucket", default=os.environ.get("MODELFORGE_STATE_LOG_BUCKET", "modelforge-state-log"))
     defaults = resource_names("modelforge")
+    bucket_var = "MODELFORGE_STATE_LOG_BUCKET"
+    replay.add_argument("--bucket", default=os.environ.get(bucket_var, defaults[bucket_var]))
     for logical, env_var in TABLE_ENV.items():
         replay.add_argument(
             f"--{logical.replace('_', '-')}-table",

@@ -49,7 +49,8 @@ from chalice.local import (
 )
 from modelforge_protocol.schemas import MAX_BODY_BYTES
 
-FUNCTIONS_DIR = Path(__file__).resolve().parents[2] / "functions"
+from .catalogue import FUNCTIONS_DIR
+
 #: The largest body the server reads: what the API accepts, no more.
 MAX_REQUEST_BYTES = MAX_BODY_BYTES
 #: Idle, slow or unfinished connections are closed after this long (longer than the agents'

@@ -16,9 +16,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from .provision import REPO_ROOT, RESOURCE_ENV, load_resources
+from .catalogue import FUNCTIONS_DIR, REPO_ROOT, resources
+from .provision import RESOURCE_ENV, load_resources
 
-FUNCTIONS_DIR = REPO_ROOT / "functions"
 PROTOCOL_PACKAGE = REPO_ROOT / "protocol" / "modelforge_protocol"
 #: Chalice resource names of the three functions and their roles.
 FUNCTIONS = {"APIHandler": "ApiHandlerRole", "LivenessSweep": "LivenessSweepRole", "StateLog": "StateLogRole"}
@@ -115,7 +115,9 @@ PARAMETER_ENV = {
     "OfflineAfterSeconds": "MODELFORGE_NODE_OFFLINE_AFTER_SECONDS",
     "MassStaleFraction": "MODELFORGE_SWEEP_MASS_STALE_FRACTION",
 }
-_TABLES = ("EnrollmentsTable", "NodesTable", "InventoriesTable", "GpuClaimsTable", "ControlTable", "OutboxTable")
+_TABLES = tuple(table.logical_id for table in resources.TABLES)
+#: The state-log objects the state-log function may create, and nothing else in the bucket.
+_STATE_LOG_OBJECTS = f"${{{resources.STATE_LOG_BUCKET.logical_id}.Arn}}/{resources.STATE_LOG_PREFIX}*"
 _ITEM_ACTIONS = [
     "dynamodb:GetItem",
     "dynamodb:PutItem",
@@ -160,7 +162,7 @@ def merge_template() -> dict[str, Any]:
     put_events = {
         "Effect": "Allow",
         "Action": ["s3:PutObject"],
-        "Resource": {"Fn::Sub": "${StateLogBucket.Arn}/events/*"},
+        "Resource": {"Fn::Sub": _STATE_LOG_OBJECTS},
     }
     resources["StateLogRole"] = {"Properties": {"Policies": _policy("modelforge-state-log", [stream, put_events])}}
     resources["RestAPI"] = {"Properties": {"MethodSettings": _method_settings(), "GatewayResponses": _gateway_responses()}}

@@ -12,19 +12,12 @@ from typing import Any
 
 import boto3
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from .catalogue import REPO_ROOT, resources
+
 RESOURCES_FILE = REPO_ROOT / "infra" / "resources.json"
 
 #: CloudFormation logical id -> the environment variable that names it for the functions.
-RESOURCE_ENV = {
-    "EnrollmentsTable": "MODELFORGE_ENROLLMENTS_TABLE",
-    "NodesTable": "MODELFORGE_NODES_TABLE",
-    "InventoriesTable": "MODELFORGE_INVENTORIES_TABLE",
-    "GpuClaimsTable": "MODELFORGE_GPU_CLAIMS_TABLE",
-    "ControlTable": "MODELFORGE_CONTROL_TABLE",
-    "OutboxTable": "MODELFORGE_OUTBOX_TABLE",
-    "StateLogBucket": "MODELFORGE_STATE_LOG_BUCKET",
-}
+RESOURCE_ENV = {resource.logical_id: resource.env_var for resource in resources.ALL}
 _TABLE_PROPERTIES = ("AttributeDefinitions", "KeySchema", "BillingMode", "GlobalSecondaryIndexes", "StreamSpecification")
 
 
@@ -34,11 +27,7 @@ def load_resources(path: Path = RESOURCES_FILE) -> dict[str, Any]:
 
 def resource_names(prefix: str) -> dict[str, str]:
     """Physical names for a local stack: '<prefix>-enrollments', ... (env var -> name)."""
-    names = {}
-    for env_var in RESOURCE_ENV.values():
-        suffix = env_var.removeprefix("MODELFORGE_").removesuffix("_TABLE").removesuffix("_BUCKET")
-        names[env_var] = f"{prefix}-{suffix.lower().replace('_', '-')}"
-    return names
+    return resources.local_names(prefix)
 
 
 def create_table_request(properties: dict[str, Any], table_name: str) -> dict[str, Any]:

@@ -12,14 +12,10 @@ from typing import Any
 
 import boto3
 
+from .catalogue import resources
+
 #: State-log table names -> the environment variable naming the physical table.
-TABLE_ENV = {
-    "enrollments": "MODELFORGE_ENROLLMENTS_TABLE",
-    "nodes": "MODELFORGE_NODES_TABLE",
-    "inventories": "MODELFORGE_INVENTORIES_TABLE",
-    "gpu_claims": "MODELFORGE_GPU_CLAIMS_TABLE",
-    "control": "MODELFORGE_CONTROL_TABLE",
-}
+TABLE_ENV = {table.name: table.env_var for table in resources.REPLAYED_TABLES}
 
 
 class ReplayError(Exception):
@@ -89,7 +85,7 @@ def replay(
             raise ReplayError(f"table {physical} ({logical}) is not empty; replay only rebuilds empty tables")
     events = writes = 0
     paginator = s3.get_paginator("list_objects_v2")
-    for page in paginator.paginate(Bucket=bucket, Prefix="events/"):
+    for page in paginator.paginate(Bucket=bucket, Prefix=resources.STATE_LOG_PREFIX):
         for entry in page.get("Contents", []):
             event = json.loads(s3.get_object(Bucket=bucket, Key=entry["Key"])["Body"].read())
             events += 1

@@ -1,0 +1,49 @@
+"""The control plane's AWS resources, each defined once.
+
+Everything that names a table or the bucket derives from this catalogue: the functions' settings
+(which environment variable holds each physical name), the table binding of the PynamoDB models,
+the deployed template (`modelforge infra package`: CloudFormation logical ids and each function's
+environment), local provisioning and resource names (`modelforge local up`), the state-log replay,
+and the tests. Standard library only, so the tools can import it without the functions' runtime.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Resource:
+    #: the logical name, as the state log's changes name their table (``"gpu_claims"``)
+    name: str
+    #: the environment variable that gives the functions the physical name
+    env_var: str
+    #: the CloudFormation logical id in infra/resources.json
+    logical_id: str
+    #: "table" or "bucket"
+    kind: str
+
+    def local_name(self, prefix: str) -> str:
+        """The physical name in a local stack: ``<prefix>-gpu-claims``."""
+        return f"{prefix}-{self.name.replace('_', '-')}"
+
+
+ENROLLMENTS = Resource("enrollments", "MODELFORGE_ENROLLMENTS_TABLE", "EnrollmentsTable", "table")
+NODES = Resource("nodes", "MODELFORGE_NODES_TABLE", "NodesTable", "table")
+INVENTORIES = Resource("inventories", "MODELFORGE_INVENTORIES_TABLE", "InventoriesTable", "table")
+GPU_CLAIMS = Resource("gpu_claims", "MODELFORGE_GPU_CLAIMS_TABLE", "GpuClaimsTable", "table")
+CONTROL = Resource("control", "MODELFORGE_CONTROL_TABLE", "ControlTable", "table")
+OUTBOX = Resource("outbox", "MODELFORGE_OUTBOX_TABLE", "OutboxTable", "table")
+STATE_LOG_BUCKET = Resource("state_log", "MODELFORGE_STATE_LOG_BUCKET", "StateLogBucket", "bucket")
+
+TABLES: tuple[Resource, ...] = (ENROLLMENTS, NODES, INVENTORIES, GPU_CLAIMS, CONTROL, OUTBOX)
+ALL: tuple[Resource, ...] = (*TABLES, STATE_LOG_BUCKET)
+#: The tables a replay of the state log rebuilds (the outbox is where the log comes from).
+REPLAYED_TABLES: tuple[Resource, ...] = tuple(table for table in TABLES if table is not OUTBOX)
+#: Where in the state-log bucket each event is written (``events/<event_id>.json``).
+STATE_LOG_PREFIX = "events/"
+
+
+def local_names(prefix: str) -> dict[str, str]:
+    """Physical names of every resource in a local stack, by environment variable."""
+    return {resource.env_var: resource.local_name(prefix) for resource in ALL}
