@@ -13,7 +13,8 @@ from pynamodb.exceptions import DoesNotExist
 from pynamodb.transactions import TransactWrite
 
 from .models import ControlModel, OutboxModel
-from .state_log import update_actions, update_change
+from .state_log import update_change
+from .update_actions import update_actions
 from .transactions import run_transaction
 
 MASS_STALE_HOLD = "mass_stale_hold"

@@ -8,7 +8,7 @@ from pynamodb.exceptions import DoesNotExist
 from pynamodb.transactions import TransactWrite
 
 from .models import EnrollmentModel, GpuClaimModel, InventoryModel, NodeModel, OutboxModel
-from .state_log import update_actions
+from .update_actions import update_actions
 from .transactions import run_transaction, update_with_event
 
 

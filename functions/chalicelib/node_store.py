@@ -10,7 +10,7 @@ from pynamodb.transactions import TransactWrite
 from . import control_store
 from .errors import GuardFailed
 from .models import GpuClaimModel, InventoryModel, NodeModel, OutboxModel
-from .state_log import update_actions
+from .update_actions import update_actions
 from .transactions import MAX_TRANSACTION_ITEMS, run_transaction, update_with_event
 
 

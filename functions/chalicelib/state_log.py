@@ -72,26 +72,6 @@ def _key_names(model: type[Model]) -> set[str]:
     return names
 
 
-def update_actions(
-    model: type[Model],
-    values: dict[str, Any],
-    *,
-    add: dict[str, Any] | None = None,
-    delete: dict[str, Any] | None = None,
-    set_if_absent: dict[str, Any] | None = None,
-) -> list[Any]:
-    """The PynamoDB update actions that make the same change as ``update_change``."""
-    attributes = model.get_attributes()
-    actions: list[Any] = [
-        attributes[name].remove() if value is None else attributes[name].set(value)
-        for name, value in values.items()
-    ]
-    actions += [attributes[name].add(value) for name, value in (add or {}).items()]
-    actions += [attributes[name].delete(value) for name, value in (delete or {}).items()]
-    actions += [attributes[name].set(attributes[name] | value) for name, value in (set_if_absent or {}).items()]
-    return actions
-
-
 _order = itertools.count()
 
 

@@ -14,7 +14,7 @@ from pynamodb.models import Model
 
 from .errors import GuardFailed
 from .models import OutboxModel
-from .state_log import update_actions
+from .update_actions import update_actions
 
 #: DynamoDB's limit on the items of one TransactWriteItems.
 MAX_TRANSACTION_ITEMS = 100
