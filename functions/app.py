@@ -15,7 +15,18 @@ from chalice import Chalice, Rate, Response
 from chalicelib import control_store, enrollments, node_store, nodes, readiness, runtime, sweep, views
 from chalicelib import enrollment_store, paging, state_log_store
 from chalicelib.auth import require_admin, require_node
-from chalicelib.errors import ApiError, invalid_request
+from chalicelib.errors import (
+    Conflict,
+    DomainError,
+    Forbidden,
+    Gone,
+    Invalid,
+    NotFound,
+    RateLimited,
+    TooLarge,
+    Unauthenticated,
+    invalid_request,
+)
 from chalicelib.settings import SettingsError
 from chalicelib.validation import ascii_int, parse_json_object, validate, validate_query
 from modelforge_protocol import jsonlog
@@ -44,9 +55,29 @@ def _now() -> float:
     return time.time()
 
 
-def _error_response(error: ApiError) -> Response:
-    headers: dict[str, str | list[str]] = dict(error.headers)
-    return Response(body=error.body(), status_code=error.status, headers=headers or None)
+#: The one mapping of domain errors to HTTP statuses (most specific kind first).
+STATUS_OF: tuple[tuple[type[DomainError], int], ...] = (
+    (TooLarge, 413),
+    (Invalid, 400),
+    (Unauthenticated, 401),
+    (Forbidden, 403),
+    (NotFound, 404),
+    (Conflict, 409),
+    (Gone, 410),
+    (RateLimited, 429),
+)
+
+
+def http_status(error: DomainError) -> int:
+    """The status of ``error``'s kind; a kind this table does not know is the caller's fault (400)."""
+    return next((status for kind, status in STATUS_OF if isinstance(error, kind)), 400)
+
+
+def _error_response(error: DomainError) -> Response:
+    headers: dict[str, str | list[str]] = {}
+    if isinstance(error, RateLimited):
+        headers["Retry-After"] = str(error.retry_after_seconds)
+    return Response(body=error.body(), status_code=http_status(error), headers=headers or None)
 
 
 def _answer_errors(view: Callable[..., Any]) -> Callable[..., Any]:
@@ -56,7 +87,7 @@ def _answer_errors(view: Callable[..., Any]) -> Callable[..., Any]:
     def wrapped(**kwargs: Any) -> Any:
         try:
             return view(**kwargs)
-        except ApiError as error:
+        except DomainError as error:
             return _error_response(error)
         except SettingsError as error:
             log.error("configuration invalid", extra={"event": "configuration_invalid", "problems": error.problems})

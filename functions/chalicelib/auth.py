@@ -14,7 +14,7 @@ from modelforge_protocol.credentials import (
     sha256_hex,
 )
 
-from .errors import ApiError
+from .errors import Forbidden, Unauthenticated
 
 
 def _header(headers: Mapping[str, str], name: str) -> str | None:
@@ -28,10 +28,10 @@ def _header(headers: Mapping[str, str], name: str) -> str | None:
 def require_admin(headers: Mapping[str, str], admin_token_sha256: str) -> None:
     presented = _header(headers, ADMIN_TOKEN_HEADER)
     if not presented:
-        raise ApiError(401, "admin_token_missing", f"the {ADMIN_TOKEN_HEADER} header is required")
+        raise Unauthenticated("admin_token_missing", f"the {ADMIN_TOKEN_HEADER} header is required")
     # compare digests of equal length in constant time
     if not hmac.compare_digest(sha256_hex(presented), admin_token_sha256):
-        raise ApiError(403, "admin_token_invalid", "the admin token is not valid")
+        raise Forbidden("admin_token_invalid", "the admin token is not valid")
 
 
 @dataclass(frozen=True)
@@ -45,25 +45,23 @@ def require_node(headers: Mapping[str, str]) -> NodeCaller:
     authorization = _header(headers, "Authorization") or ""
     node_id = _header(headers, NODE_ID_HEADER) or ""
     if not authorization or not node_id:
-        raise ApiError(
-            401,
+        raise Unauthenticated(
             "credential_missing",
             f"send 'Authorization: Bearer <node credential>' and {NODE_ID_HEADER}",
         )
     scheme, _, credential = authorization.partition(" ")
     credential = credential.strip()
     if scheme.lower() != "bearer" or not NODE_CREDENTIAL_RE.fullmatch(credential) or not NODE_ID_RE.fullmatch(node_id):
-        raise ApiError(401, "credential_invalid", "the node credential is not valid")
+        raise Unauthenticated("credential_invalid", "the node credential is not valid")
     return NodeCaller(node_id=node_id, credential_sha256=sha256_hex(credential))
 
 
-def credential_invalid() -> ApiError:
-    return ApiError(401, "credential_invalid", "the node credential is not valid")
+def credential_invalid() -> Unauthenticated:
+    return Unauthenticated("credential_invalid", "the node credential is not valid")
 
 
-def credential_revoked() -> ApiError:
-    return ApiError(
-        401,
+def credential_revoked() -> Unauthenticated:
+    return Unauthenticated(
         "credential_revoked",
         "this node's credential was revoked; enroll the node again with a new token",
     )

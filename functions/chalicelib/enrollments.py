@@ -11,7 +11,7 @@ from modelforge_protocol import credentials
 from modelforge_protocol.versions import Component
 
 from . import duplicates, enrollment_store, node_store
-from .errors import ApiError, GuardFailed, conflict, invalid_request, not_found
+from .errors import DomainError, Gone, GuardFailed, Unauthenticated, conflict, invalid_request, not_found
 from .models import EnrollmentModel, InventoryModel, NodeModel
 from .protocol_check import require_compatible
 from .settings import Settings
@@ -89,16 +89,16 @@ def revoke(settings: Settings, enrollment_id: str, now: float) -> EnrollmentMode
 # --- consuming a token -------------------------------------------------------------------
 
 
-def _token_unknown() -> ApiError:
-    return ApiError(401, "enrollment_token_unknown", "the enrollment token is not known")
+def _token_unknown() -> Unauthenticated:
+    return Unauthenticated("enrollment_token_unknown", "the enrollment token is not known")
 
 
-def _refusal(enrollment: EnrollmentModel, now: float) -> ApiError:
+def _refusal(enrollment: EnrollmentModel, now: float) -> DomainError:
     state = public_state(enrollment, now)
     if state == EXPIRED:
-        return ApiError(410, "enrollment_token_expired", "the enrollment token has expired; ask an admin for a new one")
+        return Gone("enrollment_token_expired", "the enrollment token has expired; ask an admin for a new one")
     if state == REVOKED:
-        return ApiError(410, "enrollment_token_revoked", "the enrollment token was revoked; ask an admin for a new one")
+        return Gone("enrollment_token_revoked", "the enrollment token was revoked; ask an admin for a new one")
     return conflict("enrollment_token_consumed", "the enrollment token was already used by another node")
 
 

@@ -1,6 +1,7 @@
-"""Domain errors. app.py maps them to HTTP answers in one place.
+"""Domain errors: what went wrong, in the domain's words, with a stable code and no HTTP status.
 
-A message never contains a secret or an echo of what the caller sent.
+``app.py`` alone maps each kind to its HTTP status (``app.STATUS_OF``). A message never contains a
+secret or an echo of what the caller sent.
 """
 
 from __future__ import annotations
@@ -8,40 +9,65 @@ from __future__ import annotations
 from typing import Any
 
 
-class ApiError(Exception):
-    """An error the caller caused and can act on: a 4xx answer with a stable code."""
+class DomainError(Exception):
+    """An error the caller caused and can act on, with a stable ``code``."""
 
-    def __init__(self, status: int, code: str, message: str, **details: Any) -> None:
+    def __init__(self, code: str, message: str, **details: Any) -> None:
         super().__init__(message)
-        self.status = status
         self.code = code
         self.message = message
         self.details = details
-        #: HTTP headers the answer carries (e.g. Retry-After)
-        self.headers: dict[str, str] = {}
 
     def body(self) -> dict[str, Any]:
         return {"error": {"code": self.code, "message": self.message, **self.details}}
 
 
-def invalid_request(message: str, **details: Any) -> ApiError:
-    return ApiError(400, "invalid_request", message, **details)
+class Invalid(DomainError):
+    """The request is malformed or breaks a rule of the API."""
 
 
-def not_found(what: str) -> ApiError:
-    return ApiError(404, f"{what}_not_found", f"no such {what.replace('_', ' ')}")
+class TooLarge(Invalid):
+    """The request is larger than the API accepts."""
 
 
-def conflict(code: str, message: str) -> ApiError:
-    return ApiError(409, code, message)
+class Unauthenticated(DomainError):
+    """No secret, or one that proves nothing."""
 
 
-def rate_limited(code: str, message: str, retry_after_seconds: int) -> ApiError:
-    """429 with the wait in the body and in ``Retry-After`` (whole seconds, at least 1)."""
-    wait = max(1, int(retry_after_seconds))
-    error = ApiError(429, code, message, retry_after_seconds=wait)
-    error.headers["Retry-After"] = str(wait)
-    return error
+class Forbidden(DomainError):
+    """A secret of the wrong kind or value for this operation."""
+
+
+class NotFound(DomainError):
+    pass
+
+
+class Conflict(DomainError):
+    """The current state does not allow this change (someone else moved first, or it is done)."""
+
+
+class Gone(DomainError):
+    """What the caller presents existed once and can never be used again (an expired token)."""
+
+
+class RateLimited(DomainError):
+    """Too many changes too quickly; ``retry_after_seconds`` says when to try again."""
+
+    def __init__(self, code: str, message: str, retry_after_seconds: int) -> None:
+        self.retry_after_seconds = max(1, int(retry_after_seconds))
+        super().__init__(code, message, retry_after_seconds=self.retry_after_seconds)
+
+
+def invalid_request(message: str, **details: Any) -> Invalid:
+    return Invalid("invalid_request", message, **details)
+
+
+def not_found(what: str) -> NotFound:
+    return NotFound(f"{what}_not_found", f"no such {what.replace('_', ' ')}")
+
+
+def conflict(code: str, message: str) -> Conflict:
+    return Conflict(code, message)
 
 
 class GuardFailed(Exception):

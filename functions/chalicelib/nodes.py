@@ -13,7 +13,7 @@ from modelforge_protocol.versions import Component
 
 from . import control_store, duplicates, liveness, node_store
 from .auth import NodeCaller, credential_invalid, credential_revoked
-from .errors import ApiError, GuardFailed, conflict, not_found, rate_limited
+from .errors import Conflict, GuardFailed, RateLimited, conflict, not_found
 from .known_callers import KnownCallers
 from .models import TELEMETRY_COLUMNS, InventoryModel, NodeModel
 from .protocol_check import require_compatible
@@ -88,7 +88,7 @@ def heartbeat(
             return _record(settings, caller, node, values, now)
         except GuardFailed:
             node = _require_holder(node_store.get(caller.node_id), caller)  # moved meanwhile: judge again
-    raise ApiError(409, "heartbeat_conflict", "the node changed concurrently; retry the heartbeat")
+    raise Conflict("heartbeat_conflict", "the node changed concurrently; retry the heartbeat")
 
 
 def _record(settings: Settings, caller: NodeCaller, node: NodeModel, values: dict[str, Any], now: float) -> HeartbeatResult:
@@ -154,7 +154,7 @@ def replace_inventory(settings: Settings, caller: NodeCaller, body: dict[str, An
         duplicates.reconcile_claims(settings, caller.node_id, values["revision"], uuids, now)
         duplicates.detect_and_flag(settings, caller.node_id, uuids, set(node.duplicate_partners or ()), now)
         return InventoryModel(caller.node_id, inventory=body["inventory"], updated_at=values["updated_at"])
-    raise ApiError(409, "inventory_conflict", "the inventory changed concurrently; retry")
+    raise Conflict("inventory_conflict", "the inventory changed concurrently; retry")
 
 
 def _rate_window(settings: Settings, previous: InventoryModel | None, now: float) -> dict[str, Any]:
@@ -164,7 +164,7 @@ def _rate_window(settings: Settings, previous: InventoryModel | None, now: float
         return {"rate_window_start": round(now, 3), "rate_window_count": 1}
     count = int(previous.rate_window_count or 0) if previous else 0
     if count >= settings.inventory_rate_limit:
-        raise rate_limited(
+        raise RateLimited(
             "inventory_rate_limited",
             f"this node replaced its inventory {count} times in {INVENTORY_RATE_WINDOW_SECONDS}s "
             f"(the limit); retry after the window ends",

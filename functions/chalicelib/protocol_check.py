@@ -6,14 +6,13 @@ from typing import Any
 
 from modelforge_protocol.versions import Component, Verdict, next_step, verdict
 
-from .errors import ApiError
+from .errors import Invalid
 
 
 def require_compatible(component: Component, body: dict[str, Any]) -> int:
     judged = verdict(component, body.get("protocol_version"))
     if judged is not Verdict.COMPATIBLE:
-        raise ApiError(
-            400,
+        raise Invalid(
             "protocol_incompatible",
             f"{component.value} protocol version is not accepted by this control plane",
             verdict=judged.value,

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from modelforge_protocol import schemas
 
-from .errors import ApiError, invalid_request
+from .errors import Invalid, TooLarge, invalid_request
 
 if TYPE_CHECKING:
     from jsonschema import Draft202012Validator
@@ -29,8 +29,7 @@ def parse_json_object(raw_body: bytes | None, *, allow_empty: bool = False) -> d
     so is nesting deep enough to exhaust the parser.
     """
     if raw_body is not None and len(raw_body) > schemas.MAX_BODY_BYTES:
-        raise ApiError(
-            413,
+        raise TooLarge(
             "payload_too_large",
             f"request body exceeds {schemas.MAX_BODY_BYTES} bytes",
         )
@@ -41,7 +40,7 @@ def parse_json_object(raw_body: bytes | None, *, allow_empty: bool = False) -> d
     try:
         parsed = json.loads(raw_body, parse_constant=_refuse_constant)
     except (ValueError, UnicodeDecodeError, RecursionError):
-        raise ApiError(400, "invalid_json", "request body is not valid JSON") from None
+        raise Invalid("invalid_json", "request body is not valid JSON") from None
     if not isinstance(parsed, dict):
         raise invalid_request("request body must be a JSON object")
     _require_unicode(parsed)
@@ -57,8 +56,8 @@ def _require_unicode(parsed: dict[str, Any]) -> None:
     try:
         json.dumps(parsed, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError:
-        raise ApiError(
-            400, "invalid_json", "request body is not valid I-JSON: strings must be Unicode text (no unpaired surrogates)"
+        raise Invalid(
+            "invalid_json", "request body is not valid I-JSON: strings must be Unicode text (no unpaired surrogates)"
         ) from None
 
 

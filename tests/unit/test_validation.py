@@ -3,42 +3,42 @@ from __future__ import annotations
 import json
 
 import pytest
-from chalicelib.errors import ApiError
+from chalicelib.errors import DomainError, Invalid, TooLarge
 from chalicelib.paging import decode, encode
 from chalicelib.validation import parse_json_object, validate
 
 
 def test_validation_messages_name_fields_but_never_echo_values() -> None:
     secret = "mfe.enr_" + "0" * 32 + ".SECRETSECRETSECRETSECRETSECRETSECRETSECRE"
-    with pytest.raises(ApiError) as error:
+    with pytest.raises(DomainError) as error:
         validate({"display_name": secret * 10, "expires_in_seconds": "900", "extra_" + secret: 1}, "CREATE_ENROLLMENT")
     body = json.dumps(error.value.body())
     assert "display_name" in body and "expires_in_seconds" in body
     assert secret not in body
-    assert error.value.status == 400 and error.value.code == "invalid_request"
+    assert isinstance(error.value, Invalid) and error.value.code == "invalid_request"
 
 
 @pytest.mark.parametrize("raw", [b"[]", b"null", b"\"x\"", b"3"])
 def test_parse_json_object_refuses_non_objects(raw: bytes) -> None:
-    with pytest.raises(ApiError) as error:
+    with pytest.raises(DomainError) as error:
         parse_json_object(raw)
     assert error.value.code == "invalid_request"
 
 
 def test_parse_json_object_refuses_invalid_json_and_huge_bodies() -> None:
-    with pytest.raises(ApiError) as error:
+    with pytest.raises(DomainError) as error:
         parse_json_object(b"{not json")
     assert error.value.code == "invalid_json"
-    with pytest.raises(ApiError) as error:
+    with pytest.raises(DomainError) as error:
         parse_json_object(b"{" + b" " * 70000 + b"}")
-    assert error.value.status == 413
+    assert isinstance(error.value, TooLarge)
 
 
 def test_page_tokens_round_trip_and_refuse_forgeries() -> None:
     key = {"node_id": {"S": "node_" + "a" * 32}}
     assert decode(encode(key), "node_id") == key
     for forged in ["!!!", encode({"node_id": {"S": "x"}}), encode({"other": {"S": "node_" + "a" * 32}})]:
-        with pytest.raises(ApiError):
+        with pytest.raises(DomainError):
             decode(forged, "node_id")
 
 
@@ -52,9 +52,9 @@ def test_page_tokens_round_trip_and_refuse_forgeries() -> None:
     ],
 )
 def test_parse_json_object_lone_surrogate_is_refused_as_invalid_json(raw: bytes) -> None:
-    with pytest.raises(ApiError) as error:
+    with pytest.raises(DomainError) as error:
         parse_json_object(raw)
-    assert error.value.status == 400 and error.value.code == "invalid_json"
+    assert isinstance(error.value, Invalid) and error.value.code == "invalid_json"
 
 
 def test_parse_json_object_paired_surrogates_are_ordinary_text() -> None:
