@@ -64,9 +64,8 @@ def local_up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningProces
     """A real `modelforge local up` process, on the documented port 8000 when it is free."""
     log = tmp_path_factory.mktemp("local-up") / "local-up.log"
     port = 8000 if port_is_free(8000) else None
-    running = start_local_up(log, port=port, env={"MODELFORGE_ADMIN_TOKEN": ADMIN_TOKEN})
-    yield running
-    running.stop()
+    with start_local_up(log, port=port, env={"MODELFORGE_ADMIN_TOKEN": ADMIN_TOKEN}) as running:
+        yield running
 
 
 @pytest.fixture()

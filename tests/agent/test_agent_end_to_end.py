@@ -4,11 +4,9 @@ sockets, real TLS with a test CA (trustme)."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import ssl
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -21,6 +19,8 @@ import trustme
 from tests.agent.fake_control_plane import TOKEN, FakeServer, fake_server, json_reply
 from tests.conftest import ADMIN_TOKEN
 from tests.support.api import ControlPlane
+from tests.support.agent_process import agent_env, start_agent
+from tests.support.polling import wait_until
 from tests.support.processes import RunningProcess, free_port, start_local_up
 
 UNRESOLVABLE_NAME = "cp.modelforge.test"  # .test never resolves (RFC 2606)
@@ -50,79 +50,9 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
 @pytest.fixture(scope="module")
 def tls_plane(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningProcess]:
     log = tmp_path_factory.mktemp("tls-plane") / "local-up.log"
-    running = start_local_up(
-        log, "--tls-cert", str(pki.cert_file), "--tls-key", str(pki.key_file), env={"MODELFORGE_ADMIN_TOKEN": ADMIN_TOKEN}
-    )
-    yield running
-    running.stop()
-
-
-AGENT_COMMAND = [sys.executable, "-m", "modelforge_node_agent.main"]
-
-
-class AgentProcess:
-    def __init__(self, log_path: Path, env: dict[str, str], command: list[str] | None = None) -> None:
-        self.log_path = log_path
-        self._log = open(log_path, "ab")
-        self.process = subprocess.Popen(
-            command or AGENT_COMMAND,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env={**os.environ, "PYTHONUNBUFFERED": "1", **env},
-        )
-
-    def output(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def wait_for(self, pattern: str, timeout: float = 60) -> re.Match[str]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            found = re.search(pattern, self.output())
-            if found:
-                return found
-            if self.process.poll() is not None:
-                break
-            time.sleep(0.05)
-        raise AssertionError(f"no {pattern!r} in agent output (exit {self.process.poll()}):\n{self.output()}")
-
-    def wait_exit(self, timeout: float = 30) -> int:
-        code = self.process.wait(timeout=timeout)
-        self._log.close()
-        return code
-
-    def terminate(self, signum: int = signal.SIGTERM) -> int:
-        """Stop it with ``signum`` and return its exit status; killed (a negative status) after 10 s,
-        so a cleanup never raises over the failure that led to it."""
-        if self.process.poll() is None:
-            self.process.send_signal(signum)
-        try:
-            return self.wait_exit(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            return self.wait_exit(timeout=10)
-
-
-def agent_env(url: str, token: str, state: Path, **extra: str) -> dict[str, str]:
-    return {
-        "MODELFORGE_AGENT_CONTROL_PLANE_URL": url,
-        "MODELFORGE_AGENT_ENROLLMENT_TOKEN": token,
-        "MODELFORGE_AGENT_HOSTNAME": "gpu_node",
-        "MODELFORGE_AGENT_ACCELERATOR_MODE": "cpu",
-        "MODELFORGE_AGENT_STATE_VOLUME": str(state),
-        "MODELFORGE_AGENT_HEARTBEAT_INTERVAL_SECONDS": "0.5",
-        **extra,
-    }
-
-
-def wait_until(condition, timeout: float = 60, what: str = "condition"):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
+    tls = ("--tls-cert", str(pki.cert_file), "--tls-key", str(pki.key_file))
+    with start_local_up(log, *tls, env={"MODELFORGE_ADMIN_TOKEN": ADMIN_TOKEN}) as running:
+        yield running
 
 
 def nodes_of(cp: ControlPlane, enrollment_id: str) -> list[dict]:
@@ -135,24 +65,24 @@ def test_cpu_agent_enrolls_over_tls_is_online_and_keeps_its_identity_across_rest
     cp = ControlPlane(tls_plane.api_url, ADMIN_TOKEN, verify=str(pki.ca_file))
     minted = cp.mint(display_name="tls cpu node")
     env = agent_env(tls_plane.api_url, minted["token"], tmp_path / "state", MODELFORGE_AGENT_CA_CERT_PATH=str(pki.ca_file))
-    first = AgentProcess(tmp_path / "agent.log", env)
+    first = start_agent(tmp_path / "agent.log", env)
     try:
         node_id = first.wait_for(r'"event": "enrolled".*?"node_id": "(node_\w+)"').group(1)
-        node = wait_until(lambda: (n := cp.node(node_id))["status"] == "online" and n, what="node online")
+        node = wait_until(lambda: (n := cp.node(node_id))["status"] == "online" and n, timeout=60, what="node online")
         assert node["inventory"]["capabilities"] == ["cpu"] and node["inventory"]["gpus"] == []
         assert node["accelerator_mode"] == "cpu" and node["hostname"] == "gpu_node"
     finally:  # stopped whatever happened; its exit status is checked after, so a failure above shows
         started = time.monotonic()
-        first_exit = first.terminate()
+        first_exit = first.stop()
         stop_seconds = time.monotonic() - started
     assert first_exit == 0
     assert stop_seconds < 3, "SIGTERM must stop the agent within 2 s"
-    second = AgentProcess(tmp_path / "agent.log", env)
+    second = start_agent(tmp_path / "agent.log", env)
     try:
         second.wait_for("enrollment token is ignored and can be removed")
         second.wait_for(r'"event": "inventory_published"')
     finally:
-        second_exit = second.terminate()
+        second_exit = second.stop()
     assert second_exit == 0
     assert [node["node_id"] for node in nodes_of(cp, minted["enrollment_id"])] == [node_id]
     assert minted["token"] not in first.output() + second.output()
@@ -161,7 +91,7 @@ def test_cpu_agent_enrolls_over_tls_is_online_and_keeps_its_identity_across_rest
 def test_agent_exits_4_when_its_credential_is_revoked(tls_plane: RunningProcess, pki: Pki, tmp_path: Path) -> None:
     cp = ControlPlane(tls_plane.api_url, ADMIN_TOKEN, verify=str(pki.ca_file))
     minted = cp.mint(display_name="to be revoked")
-    agent = AgentProcess(
+    agent = start_agent(
         tmp_path / "agent.log",
         agent_env(tls_plane.api_url, minted["token"], tmp_path / "state", MODELFORGE_AGENT_CA_CERT_PATH=str(pki.ca_file)),
     )
@@ -170,7 +100,7 @@ def test_agent_exits_4_when_its_credential_is_revoked(tls_plane: RunningProcess,
         assert cp.admin("POST", f"/api/v1/admin/nodes/{node_id}/revoke-credential").status_code == 200
         assert agent.wait_exit(timeout=30) == 4
     finally:
-        agent.terminate()
+        agent.stop()
     assert "credential_revoked" in agent.output() and "enrolled again" in agent.output()
 
 
@@ -179,14 +109,14 @@ def test_agent_with_the_wrong_ca_reports_a_tls_error_and_never_falls_back(
 ) -> None:
     cp = ControlPlane(tls_plane.api_url, ADMIN_TOKEN, verify=str(pki.ca_file))
     minted = cp.mint(display_name="wrong ca")
-    agent = AgentProcess(
+    agent = start_agent(
         tmp_path / "agent.log",
         agent_env(tls_plane.api_url, minted["token"], tmp_path / "state", MODELFORGE_AGENT_CA_CERT_PATH=str(pki.other_ca_file)),
     )
     try:
         agent.wait_for(r"TLSError on POST /api/v1/agent/enroll \(backoff 2s…16s\): certificate verify failed")
     finally:
-        exit_status = agent.terminate()
+        exit_status = agent.stop()
     assert exit_status == 0
     assert nodes_of(cp, minted["enrollment_id"]) == []
     enrollment = cp.admin("GET", f"/api/v1/admin/node-enrollments/{minted['enrollment_id']}").json()
@@ -206,12 +136,12 @@ def test_host_address_override_connects_to_the_address_and_verifies_the_url_name
         MODELFORGE_AGENT_CA_CERT_PATH=str(pki.ca_file),
         MODELFORGE_AGENT_CONTROL_PLANE_HOST_ADDRESS="127.0.0.1",
     )
-    agent = AgentProcess(tmp_path / "agent.log", env)
+    agent = start_agent(tmp_path / "agent.log", env)
     try:
         node_id = agent.wait_for(r'"event": "enrolled".*?"node_id": "(node_\w+)"').group(1)
-        wait_until(lambda: cp.node(node_id)["status"] == "online", what="node online")
+        wait_until(lambda: cp.node(node_id)["status"] == "online", timeout=60, what="node online")
     finally:
-        exit_status = agent.terminate()
+        exit_status = agent.stop()
     assert exit_status == 0
 
 
@@ -221,19 +151,19 @@ def test_agent_backs_off_while_the_control_plane_is_down_and_resumes_when_it_ret
     plane = start_local_up(tmp_path / "plane-1.log", "--data-dir", str(data_dir), env=env, port=port)
     cp = ControlPlane(plane.api_url, ADMIN_TOKEN)
     minted = cp.mint(display_name="outage")
-    agent = AgentProcess(tmp_path / "agent.log", agent_env(plane.api_url, minted["token"], tmp_path / "state"))
+    agent = start_agent(tmp_path / "agent.log", agent_env(plane.api_url, minted["token"], tmp_path / "state"))
     try:
         node_id = agent.wait_for(r'"event": "enrolled".*?"node_id": "(node_\w+)"').group(1)
-        wait_until(lambda: cp.node(node_id)["status"] == "online", what="node online")
+        wait_until(lambda: cp.node(node_id)["status"] == "online", timeout=60, what="node online")
         assert plane.stop() == 0
         for step in ("1s", "2s", "4s"):
             agent.wait_for(rf"ConnectError on POST /api/v1/agent/heartbeat \(backoff {step}…16s\)", timeout=30)
         plane = start_local_up(tmp_path / "plane-2.log", "--data-dir", str(data_dir), env=env, port=port)
         agent.wait_for(r'"event": "publish_recovered"', timeout=40)
         before = ControlPlane(plane.api_url, ADMIN_TOKEN).node(node_id)["last_heartbeat_at"]
-        wait_until(lambda: ControlPlane(plane.api_url, ADMIN_TOKEN).node(node_id)["last_heartbeat_at"] != before, what="heartbeat advancing")
+        wait_until(lambda: ControlPlane(plane.api_url, ADMIN_TOKEN).node(node_id)["last_heartbeat_at"] != before, timeout=60, what="heartbeat advancing")
     finally:
-        agent.terminate()
+        agent.stop()
         plane.stop()
     credential = json.loads((tmp_path / "state" / "identity.json").read_text())["credential"]
     assert credential not in agent.output()
@@ -268,11 +198,11 @@ def _ca_file(ca: trustme.CA, folder: Path) -> Path:
 def test_host_address_override_with_a_certificate_for_the_url_name_only_enrolls(tmp_path: Path) -> None:
     ca = trustme.CA()
     server = _tls_server(ca, UNRESOLVABLE_NAME)  # does not name 127.0.0.1, where the agent connects
-    agent = AgentProcess(tmp_path / "agent.log", _override_env(server, _ca_file(ca, tmp_path), tmp_path / "state"))
+    agent = start_agent(tmp_path / "agent.log", _override_env(server, _ca_file(ca, tmp_path), tmp_path / "state"))
     try:
         agent.wait_for(r'"event": "enrolled"')
     finally:
-        exit_status = agent.terminate()
+        exit_status = agent.stop()
         server.close()
     assert exit_status == 0
     assert server.seen[0].path == "/api/v1/agent/enroll" and server.seen[0].headers["Host"].startswith(UNRESOLVABLE_NAME)
@@ -281,11 +211,11 @@ def test_host_address_override_with_a_certificate_for_the_url_name_only_enrolls(
 def test_host_address_override_with_a_certificate_for_the_address_only_is_a_tls_hostname_error(tmp_path: Path) -> None:
     ca = trustme.CA()
     server = _tls_server(ca, "127.0.0.1")  # names the address, not the URL's name: must not be trusted
-    agent = AgentProcess(tmp_path / "agent.log", _override_env(server, _ca_file(ca, tmp_path), tmp_path / "state"))
+    agent = start_agent(tmp_path / "agent.log", _override_env(server, _ca_file(ca, tmp_path), tmp_path / "state"))
     try:
         agent.wait_for(r"TLSError on POST /api/v1/agent/enroll \(backoff 1s…16s\): certificate does not match the host name")
     finally:
-        exit_status = agent.terminate()
+        exit_status = agent.stop()
         server.close()
     assert exit_status == 0
     assert server.seen == [] and not re.search(r'"event": "enrolled"', agent.output())
@@ -297,11 +227,11 @@ def test_host_address_override_with_a_certificate_for_the_address_only_is_a_tls_
 def test_agent_refused_for_its_protocol_exits_5_naming_the_verdict(tmp_path: Path) -> None:
     refusal = {"code": "protocol_incompatible", "verdict": "TOO_OLD", "next_step": "Upgrade the node agent."}
     with fake_server({"/api/v1/agent/enroll": json_reply(400, {"error": refusal})}) as plane:
-        agent = AgentProcess(tmp_path / "agent.log", agent_env(plane.url, TOKEN, tmp_path / "state"))
+        agent = start_agent(tmp_path / "agent.log", agent_env(plane.url, TOKEN, tmp_path / "state"))
         try:
             exit_status = agent.wait_exit(timeout=30)
         finally:
-            agent.terminate()
+            agent.stop()
     assert exit_status == 5
     assert re.search(r'"event": "agent_exit".*"exit_code": 5', agent.output())
     assert "TOO_OLD. Upgrade the node agent." in agent.output()
@@ -309,11 +239,11 @@ def test_agent_refused_for_its_protocol_exits_5_naming_the_verdict(tmp_path: Pat
 
 def test_agent_given_a_refusal_it_does_not_know_exits_1(tmp_path: Path) -> None:
     with fake_server({"/api/v1/agent/enroll": json_reply(404, {"error": {"code": "route_not_found"}})}) as plane:
-        agent = AgentProcess(tmp_path / "agent.log", agent_env(plane.url, TOKEN, tmp_path / "state"))
+        agent = start_agent(tmp_path / "agent.log", agent_env(plane.url, TOKEN, tmp_path / "state"))
         try:
             exit_status = agent.wait_exit(timeout=30)
         finally:
-            agent.terminate()
+            agent.stop()
     assert exit_status == 1
     assert "HTTP 404 route_not_found on POST /api/v1/agent/enroll" in agent.output()
 
@@ -332,11 +262,11 @@ CRASHING_AGENT = (
 def test_agent_that_crashes_exits_1_and_logs_the_traceback(tmp_path: Path) -> None:
     with fake_server() as plane:
         env = agent_env(plane.url, TOKEN, tmp_path / "state")
-        agent = AgentProcess(tmp_path / "agent.log", env, [sys.executable, "-c", CRASHING_AGENT])
+        agent = start_agent(tmp_path / "agent.log", env, [sys.executable, "-c", CRASHING_AGENT])
         try:
             exit_status = agent.wait_exit(timeout=30)
         finally:
-            agent.terminate()
+            agent.stop()
     assert exit_status == 1
     assert '"event": "agent_crashed"' in agent.output() and "ZeroDivisionError: inventory crashed" in agent.output()
     assert plane.seen == []
@@ -344,12 +274,12 @@ def test_agent_that_crashes_exits_1_and_logs_the_traceback(tmp_path: Path) -> No
 
 def test_agent_stops_cleanly_with_exit_0_on_sigint(tmp_path: Path) -> None:
     with fake_server() as plane:
-        agent = AgentProcess(tmp_path / "agent.log", agent_env(plane.url, TOKEN, tmp_path / "state"))
+        agent = start_agent(tmp_path / "agent.log", agent_env(plane.url, TOKEN, tmp_path / "state"))
         try:
             wait_until(lambda: plane.paths().count("/api/v1/agent/heartbeat") >= 2, timeout=30, what="two heartbeats")
         finally:
             started = time.monotonic()
-            exit_status = agent.terminate(signal.SIGINT)
+            exit_status = agent.stop(signal.SIGINT)
             stop_seconds = time.monotonic() - started
     assert exit_status == 0 and stop_seconds < 3, f"exit {exit_status} after {stop_seconds:.1f} s:\n{agent.output()}"
     assert '"event": "agent_stopped"' in agent.output() and "Traceback" not in agent.output()

@@ -4,14 +4,14 @@ not be (preflight failure, invalid configuration)."""
 from __future__ import annotations
 
 import json
-import os
 import socket
-import subprocess
-import sys
 import threading
 from pathlib import Path
 
 import pytest
+
+from tests.support.agent_process import agent_env, run_agent
+
 
 def _gpu_present() -> bool:
     try:
@@ -27,16 +27,6 @@ def _gpu_present() -> bool:
 needs_no_gpu = pytest.mark.skipif(_gpu_present(), reason="this machine has a working NVML; scripts/gpu-check.sh covers it")
 
 TOKEN = "mfe.enr_" + "0" * 32 + "." + "S" * 43
-
-
-def _run(*args: str, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "modelforge_node_agent.main", *args],
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 class ConnectionRecorder:
@@ -79,13 +69,7 @@ def recorder():  # type: ignore[no-untyped-def]
 
 
 def _env(url: str, state: Path, **extra: str) -> dict[str, str]:
-    return {
-        "MODELFORGE_AGENT_CONTROL_PLANE_URL": url,
-        "MODELFORGE_AGENT_ENROLLMENT_TOKEN": TOKEN,
-        "MODELFORGE_AGENT_STATE_VOLUME": str(state),
-        "MODELFORGE_AGENT_HOSTNAME": "gpu_node",
-        **extra,
-    }
+    return agent_env(url, TOKEN, state, **extra)
 
 
 @needs_no_gpu
@@ -96,7 +80,7 @@ def test_agent_on_this_gpu_less_machine_fails_preflight_with_exit_3_and_sends_no
     extra = {"MODELFORGE_AGENT_ACCELERATOR_MODE": mode}
     if mode == "auto":
         extra["NVIDIA_VISIBLE_DEVICES"] = "all"  # devices are advertised, so NVML is required
-    done = _run(env=_env(recorder.url, tmp_path / "state", **extra))
+    done = run_agent(env=_env(recorder.url, tmp_path / "state", **extra))
     assert done.returncode == 3
     codes = [code for code in ("NVIDIA_NVML_UNAVAILABLE", "NVIDIA_DEVICE_NOT_FOUND", "NVIDIA_TELEMETRY_UNAVAILABLE") if code in done.stderr]
     assert codes == ["NVIDIA_NVML_UNAVAILABLE"]
@@ -106,21 +90,21 @@ def test_agent_on_this_gpu_less_machine_fails_preflight_with_exit_3_and_sends_no
 
 @needs_no_gpu
 def test_preflight_flag_prints_the_failure_code_and_never_needs_configuration(tmp_path: Path) -> None:
-    done = _run("--preflight", env={"MODELFORGE_AGENT_ACCELERATOR_MODE": "nvidia"})
+    done = run_agent("--preflight", env={"MODELFORGE_AGENT_ACCELERATOR_MODE": "nvidia"})
     assert done.returncode == 3 and done.stderr.startswith("NVIDIA_NVML_UNAVAILABLE: ")
-    as_json = _run("--preflight", "--json", env={"MODELFORGE_AGENT_ACCELERATOR_MODE": "nvidia"})
+    as_json = run_agent("--preflight", "--json", env={"MODELFORGE_AGENT_ACCELERATOR_MODE": "nvidia"})
     assert as_json.returncode == 3 and json.loads(as_json.stdout)["code"] == "NVIDIA_NVML_UNAVAILABLE"
 
 
 def test_preflight_flag_in_cpu_mode_passes_and_reports_no_gpus() -> None:
-    done = _run("--preflight", "--json", env={"MODELFORGE_AGENT_ACCELERATOR_MODE": "cpu"})
+    done = run_agent("--preflight", "--json", env={"MODELFORGE_AGENT_ACCELERATOR_MODE": "cpu"})
     assert done.returncode == 0
     report = json.loads(done.stdout)
     assert report["ok"] is True and report["gpus"] == [] and report["nvml_used"] is False
 
 
 def test_invalid_configuration_exits_2_naming_variables_without_the_token(recorder: ConnectionRecorder, tmp_path: Path) -> None:
-    done = _run(
+    done = run_agent(
         env=_env(
             "https://modelforge.example.internal:8000",
             tmp_path / "state",
@@ -141,7 +125,7 @@ def test_first_start_without_token_exits_2_before_the_preflight_and_creates_no_s
 ) -> None:
     env = _env(recorder.url, tmp_path / "volume" / "state", MODELFORGE_AGENT_ACCELERATOR_MODE="nvidia")
     env["MODELFORGE_AGENT_ENROLLMENT_TOKEN"] = ""
-    done = _run(env=env)
+    done = run_agent(env=env)
     assert done.returncode == 2 and "MODELFORGE_AGENT_ENROLLMENT_TOKEN is required" in done.stderr
     assert "NVIDIA_" not in done.stderr and "preflight_passed" not in done.stderr  # the preflight never ran
     assert not (tmp_path / "volume").exists()
@@ -151,7 +135,7 @@ def test_first_start_without_token_exits_2_before_the_preflight_and_creates_no_s
 def test_unwritable_state_volume_exits_4_before_enrolling(recorder: ConnectionRecorder, tmp_path: Path) -> None:
     blocker = tmp_path / "not-a-directory"
     blocker.write_text("x")
-    done = _run(env=_env(recorder.url, blocker / "state", MODELFORGE_AGENT_ACCELERATOR_MODE="cpu"))
+    done = run_agent(env=_env(recorder.url, blocker / "state", MODELFORGE_AGENT_ACCELERATOR_MODE="cpu"))
     assert done.returncode == 4 and "not writable" in done.stderr
     assert recorder.connections == 0
 
@@ -165,6 +149,6 @@ def test_insecure_development_switch_warns_loudly_on_every_start(recorder: Conne
         MODELFORGE_AGENT_TLS_VERIFY="false",
         MODELFORGE_AGENT_INSECURE_SKIP_TLS_VERIFY_FOR_DEVELOPMENT="true",
     )
-    done = _run(env=env)  # the preflight then stops it (exit 3) before any connection
+    done = run_agent(env=env)  # the preflight then stops it (exit 3) before any connection
     assert "TLS VERIFICATION IS OFF" in done.stderr
     assert done.returncode == 3

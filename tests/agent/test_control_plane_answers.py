@@ -9,7 +9,6 @@ import logging
 import ssl
 import threading
 import time
-from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
@@ -30,6 +29,7 @@ from tests.agent.fake_control_plane import (
     json_reply,
     real_agent,
 )
+from tests.support.polling import wait_until
 
 HUGE_BYTES = 300 * 1024 * 1024
 #: What the kernel's socket buffers on loopback can hold beyond what the agent reads (generous).
@@ -270,15 +270,6 @@ def _deadline_timers() -> list[threading.Thread]:
     return [thread for thread in threading.enumerate() if thread.name == "modelforge-request-deadline"]
 
 
-def _eventually(condition: Callable[[], bool], seconds: float = 5.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.01)
-    return condition()
-
-
 @pytest.mark.parametrize("where", ["headers", "body"])
 def test_agent_trickling_answer_ends_at_the_request_deadline_with_a_log_line(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, where: str
@@ -295,7 +286,7 @@ def test_agent_trickling_answer_ends_at_the_request_deadline_with_a_log_line(
         server.close()
     assert elapsed < 2.5, f"one heartbeat took {elapsed:.1f} s with a 1 s request deadline"
     assert _warnings(caplog) == ["DeadlineExceeded on POST /api/v1/agent/heartbeat (backoff 1s…16s)"]
-    assert _eventually(lambda: not _deadline_timers()), "a deadline timer thread outlived its request"
+    wait_until(lambda: not _deadline_timers(), 5, "every deadline timer thread to end with its request", interval=0.01)
 
 
 def test_agent_trickling_answer_over_tls_ends_at_the_request_deadline(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -331,4 +322,4 @@ def test_agent_requests_leave_no_deadline_threads_behind(tmp_path: Path) -> None
         agent, _ = real_agent(tmp_path, plane.url, RecordingStop(limit=20))
         agent.run()
     assert len(plane.seen) == 21
-    assert _eventually(lambda: not _deadline_timers())
+    wait_until(lambda: not _deadline_timers(), 5, "every deadline timer thread to end with its request", interval=0.01)

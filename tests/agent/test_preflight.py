@@ -37,6 +37,8 @@ from modelforge_node_agent.preflight import (
 )
 from modelforge_protocol.schemas import GPU_INVENTORY, GPU_TELEMETRY
 
+from tests.support.polling import wait_until
+
 GIB = 1024**3
 #: How long a hanging fake blocks at most, so a forgotten release cannot keep a thread forever.
 HANG_LIMIT_SECONDS = 30.0
@@ -341,14 +343,14 @@ def test_read_telemetry_after_stuck_call_returns_reads_again(hanging_probes: lis
     failure_of(lambda: read_telemetry(fake, [gpu_info(0)], timeout_seconds=0.2))
     fake.hang_in = None
     fake.release.set()
-    deadline = time.monotonic() + 5
-    while True:  # poll with a deadline until the stuck call has drained
+
+    def reads_again() -> bool:
         try:
-            assert read_telemetry(fake, [gpu_info(0)], timeout_seconds=1) == [gpu_reading(0)]
-            break
+            return read_telemetry(fake, [gpu_info(0)], timeout_seconds=1) == [gpu_reading(0)]
         except PreflightFailed:
-            assert time.monotonic() < deadline, "the drained probe never read again"
-            time.sleep(0.01)
+            return False  # the stuck call has not drained yet
+
+    wait_until(reads_again, 5, "the drained probe to read again", interval=0.01)
 
 
 def test_read_telemetry_no_gpus_returns_empty_without_calling_probe() -> None:

@@ -41,20 +41,17 @@ def test_race_test_catches_an_emulator_that_is_not_atomic(tmp_path: Path) -> Non
     """
     script = Path(__file__).resolve().parents[1] / "support" / "unserialised_local_up.py"
     repo = Path(__file__).resolve().parents[2]
-    running = start_process(
+    with start_process(
         tmp_path / "unserialised.log",
         [sys.executable, str(script), str(free_port())],
         env={"MODELFORGE_ADMIN_TOKEN": ADMIN_TOKEN, "PYTHONPATH": str(repo)},
-    )
-    try:
+    ) as running:
         cp = ControlPlane(running.api_url, ADMIN_TOKEN)
         results = []
         for _ in range(UNSERIALISED_MAX_ROUNDS):
             results.append(enrollment_round(cp, attempts=60))
             if results[-1].double_winner:
                 break
-    finally:
-        running.stop()
     print(f"non-atomic emulator: double winner seen in round {len(results)}: {results[-1]}")
     assert results[-1].double_winner, (
         f"{len(results)} rounds against a non-atomic emulator all had one winner: {results[-1]}"

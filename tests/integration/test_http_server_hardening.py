@@ -21,6 +21,8 @@ from modelforge_protocol.schemas import MAX_BODY_BYTES
 from tests.conftest import ADMIN_TOKEN
 from tests.support import raw_http
 from tests.support.pki import write_server_pki
+from tests.support.polling import wait_until
+from tests.support.processes import RunningProcess, start_local_up
 from tests.support.raw_http import closed_within, exchange, read_until_closed, split_answers
 
 TIMEOUT = 1.0
@@ -29,6 +31,13 @@ CLOSED_BY = TIMEOUT + 2.5
 HEALTH = b"GET /api/v1/health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
 HEALTH_CLOSE = b"GET /api/v1/health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
 SLOW_HEAD = b"POST /api/v1/admin/node-enrollments HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: "
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return requests.get(url + "/api/v1/health", timeout=5).status_code == 200
+    except requests.ConnectionError:
+        return False
 
 
 def _error(answer: raw_http.Answer, status: int, code: str) -> None:
@@ -67,13 +76,15 @@ def tls_server(stack: Any, tmp_path: Path) -> Iterator[tuple[_Server, Path]]:
 
 
 @pytest.fixture(scope="module")
-def split_local_up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[raw_http.SplitProcess]:
+def split_local_up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningProcess]:
     """`modelforge local up` with its defaults, stderr in a file of its own."""
-    running = raw_http.start_local_up_split(
-        tmp_path_factory.mktemp("hardened-local-up"), env={"MODELFORGE_ADMIN_TOKEN": ADMIN_TOKEN}
-    )
-    yield running
-    running.stop()
+    with _split_local_up(tmp_path_factory.mktemp("hardened-local-up")) as running:
+        yield running
+
+
+def _split_local_up(folder: Path, *args: str) -> RunningProcess:
+    env = {"MODELFORGE_ADMIN_TOKEN": ADMIN_TOKEN}
+    return start_local_up(folder / "stdout.log", *args, env=env, stderr_path=folder / "stderr.log")
 
 
 # --- deadlines ------------------------------------------------------------------------------
@@ -129,13 +140,9 @@ def test_connection_slots_taken_by_slow_senders_refuse_newcomers_fast_and_recove
         assert len(answers) == 1, answers
         _error(answers[0], 503, "server_busy")
         assert answers[0].headers["connection"] == "close"
-        deadline, status = time.monotonic() + CLOSED_BY, None
-        while time.monotonic() < deadline and status != 200:
-            try:
-                status = requests.get(small_server.url + "/api/v1/health", timeout=5).status_code
-            except requests.ConnectionError:
-                status = None
-        assert status == 200, "service did not recover after the stalled senders' deadline"
+        wait_until(
+            lambda: _healthy(small_server.url), CLOSED_BY, "service to recover after the stalled senders' deadline", interval=0.05
+        )
     finally:
         for sock in stalled:
             sock.close()
@@ -153,7 +160,7 @@ def test_declared_body_over_the_api_limit_is_refused_413_before_the_body_is_sent
     assert answers[0].headers["connection"] == "close"
 
 
-def test_thirty_oversized_bodies_leave_the_server_process_memory_flat(split_local_up: raw_http.SplitProcess) -> None:
+def test_thirty_oversized_bodies_leave_the_server_process_memory_flat(split_local_up: RunningProcess) -> None:
     """Each client advertises and sends 10 MB; the server must refuse without buffering it."""
     advertised = 10 * 1024 * 1024
     head = b"POST /api/v1/admin/node-enrollments HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
@@ -243,7 +250,7 @@ def test_repeated_identical_content_length_is_accepted(stack: Any) -> None:
 # --- logging --------------------------------------------------------------------------------
 
 
-def test_client_resets_log_one_json_line_each_and_no_traceback(split_local_up: raw_http.SplitProcess) -> None:
+def test_client_resets_log_one_json_line_each_and_no_traceback(split_local_up: RunningProcess) -> None:
     resets = 5
     for _ in range(resets):
         sock = raw_http.connect(split_local_up.api_url)
@@ -252,11 +259,13 @@ def test_client_resets_log_one_json_line_each_and_no_traceback(split_local_up: r
         assert sock.recv(65536).startswith(b"HTTP/1.1 200")
         sock.sendall(b"POST /api/v1/admin/node-enrollments HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n{")
         raw_http.reset(sock)
-    deadline, errors = time.monotonic() + 10, []
-    while time.monotonic() < deadline and len(errors) < resets:
-        lines = split_local_up.stderr_lines()
-        errors = [line for line in lines if '"connection_error"' in line]
-        time.sleep(0.05)
+    wait_until(
+        lambda: sum('"connection_error"' in line for line in split_local_up.stderr_lines()) >= resets,
+        10,
+        f"{resets} connection_error lines",
+        interval=0.05,
+        detail=lambda: "\n".join(split_local_up.stderr_lines()[-40:]),
+    )
     lines = split_local_up.stderr_lines()
     assert not [line for line in lines if "Traceback" in line or line.startswith("  File ")], "\n".join(lines[-40:])
     parsed = [json.loads(line) for line in lines]  # every stderr line is one JSON object
@@ -303,10 +312,7 @@ def test_tls_server_still_serves_while_a_handshake_is_stalled(tls_server: tuple[
 
 
 def test_local_up_connection_timeout_and_max_connections_flags_reach_the_server(tmp_path: Path) -> None:
-    running = raw_http.start_local_up_split(
-        tmp_path, "--connection-timeout", "1", "--max-connections", "1", env={"MODELFORGE_ADMIN_TOKEN": ADMIN_TOKEN}
-    )
-    try:
+    with _split_local_up(tmp_path, "--connection-timeout", "1", "--max-connections", "1") as running:
         holder = raw_http.connect(running.api_url)
         with holder:
             holder.sendall(SLOW_HEAD)
@@ -314,15 +320,8 @@ def test_local_up_connection_timeout_and_max_connections_flags_reach_the_server(
                 answers = split_answers(read_until_closed(newcomer, within=5))
             assert [answer.status for answer in answers] == [503]
             assert closed_within(holder, CLOSED_BY) is not None
-        deadline, status = time.monotonic() + CLOSED_BY, None
-        while time.monotonic() < deadline and status != 200:
-            try:
-                status = requests.get(running.api_url + "/api/v1/health", timeout=5).status_code
-            except requests.ConnectionError:
-                status = None
-        assert status == 200
-    finally:
-        assert running.stop() == 0
+        wait_until(lambda: _healthy(running.api_url), CLOSED_BY, "service to recover", interval=0.05)
+    assert running.returncode == 0
     events = [json.loads(line) for line in running.stderr_lines()]
     assert any(entry.get("event") == "connection_timeout" for entry in events)
     assert any(entry.get("event") == "server_busy" for entry in events)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from tests.conftest import ADMIN_TOKEN
 from tests.support.api import ControlPlane
+from tests.support.polling import wait_until
 from tests.support.processes import start_local_up
 from tests.support.snapshots import bucket_objects
 
@@ -29,16 +30,6 @@ def _transitions(emulator_url: str, node_id: str) -> list[dict]:
     return sorted(found, key=lambda event: event["occurred_at"])
 
 
-def _wait_for(condition, timeout: float):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError("timed out")
-
-
 def test_silent_node_goes_stale_then_offline_within_one_sweep_interval_and_returns(tmp_path: Path) -> None:
     env = {
         "MODELFORGE_ADMIN_TOKEN": ADMIN_TOKEN,
@@ -47,8 +38,7 @@ def test_silent_node_goes_stale_then_offline_within_one_sweep_interval_and_retur
         "MODELFORGE_HEARTBEAT_INTERVAL_SECONDS": "1",
         "MODELFORGE_SWEEP_INTERVAL_SECONDS": str(SWEEP),
     }
-    plane = start_local_up(tmp_path / "local-up.log", env=env)
-    try:
+    with start_local_up(tmp_path / "local-up.log", env=env) as plane:
         cp = ControlPlane(plane.api_url, ADMIN_TOKEN)
         identity = cp.enrolled_node()
         for _ in range(3):
@@ -60,7 +50,7 @@ def test_silent_node_goes_stale_then_offline_within_one_sweep_interval_and_retur
             events = _transitions(plane.emulator_url, identity.node_id)
             return events if any(e["subject"]["to"] == "offline" for e in events) else None
 
-        events = _wait_for(swept_offline, timeout=OFFLINE + 15)
+        events = wait_until(swept_offline, OFFLINE + 15, "the sweep to log the node offline", interval=0.2)
         by_target = {(e["subject"]["from"], e["subject"]["to"]): e for e in events}
         stale_at = by_target[("online", "stale")]["occurred_at"] - last_heartbeat
         offline_at = by_target[("stale", "offline")]["occurred_at"] - last_heartbeat
@@ -70,7 +60,12 @@ def test_silent_node_goes_stale_then_offline_within_one_sweep_interval_and_retur
 
         back = cp.heartbeat(identity)
         assert back.status_code == 200 and back.json()["status"] == "online"
-        final = _wait_for(lambda: (t := _transitions(plane.emulator_url, identity.node_id)) and len(t) == 4 and t, timeout=10)
+        final = wait_until(
+            lambda: (t := _transitions(plane.emulator_url, identity.node_id)) and len(t) == 4 and t,
+            10,
+            "four liveness transitions logged",
+            interval=0.2,
+        )
         assert [(e["subject"]["from"], e["subject"]["to"], e["subject"]["cause"]) for e in final] == [
             ("pending", "online", "heartbeat"),
             ("online", "stale", "sweep"),
@@ -79,5 +74,3 @@ def test_silent_node_goes_stale_then_offline_within_one_sweep_interval_and_retur
         ]
         time.sleep(SWEEP * 2)  # a few more sweeps must not log anything again
         assert len(_transitions(plane.emulator_url, identity.node_id)) == 4
-    finally:
-        plane.stop()

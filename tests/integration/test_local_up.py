@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import re
 import socket
-import subprocess
-import sys
 import threading
-import time
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -19,21 +16,17 @@ import requests
 from tests.conftest import ADMIN_TOKEN
 from tests.support.pki import write_server_pki
 from tests.support.api import AgentIdentity, ControlPlane
-from tests.support.processes import free_port, local_up_command, start_local_up
-
-
-def _run_to_exit(*args: str, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(local_up_command(*args), env=env, capture_output=True, text=True, timeout=timeout)
+from tests.support.polling import wait_until
+from tests.support.processes import free_port, local_up_command, run_to_exit, start_local_up
 
 
 def test_local_up_refuses_offline_not_exceeding_stale_before_serving() -> None:
     env = {
-        **os.environ,
         "MODELFORGE_ADMIN_TOKEN": ADMIN_TOKEN,
         "MODELFORGE_NODE_STALE_AFTER_SECONDS": "60",
         "MODELFORGE_NODE_OFFLINE_AFTER_SECONDS": "60",
     }
-    done = _run_to_exit(env=env)
+    done = run_to_exit(local_up_command(), env)
     assert done.returncode == 2
     assert "MODELFORGE_NODE_OFFLINE_AFTER_SECONDS" in done.stderr
     assert "MODELFORGE_NODE_STALE_AFTER_SECONDS" in done.stderr
@@ -50,14 +43,14 @@ def test_local_up_refuses_offline_not_exceeding_stale_before_serving() -> None:
     ],
 )
 def test_local_up_names_each_invalid_variable_and_exits_2(variable: str, value: str) -> None:
-    done = _run_to_exit(env={**os.environ, "MODELFORGE_ADMIN_TOKEN": ADMIN_TOKEN, variable: value})
+    done = run_to_exit(local_up_command(), {"MODELFORGE_ADMIN_TOKEN": ADMIN_TOKEN, variable: value})
     assert done.returncode == 2
     assert variable in done.stderr
 
 
 def test_local_up_never_echoes_an_invalid_admin_token() -> None:
     secret_but_short = "Zq8-not-long-enough"
-    done = _run_to_exit(env={**os.environ, "MODELFORGE_ADMIN_TOKEN": secret_but_short})
+    done = run_to_exit(local_up_command(), {"MODELFORGE_ADMIN_TOKEN": secret_but_short})
     assert done.returncode == 2 and "MODELFORGE_ADMIN_TOKEN" in done.stderr
     assert secret_but_short not in done.stderr + done.stdout
 
@@ -65,7 +58,7 @@ def test_local_up_never_echoes_an_invalid_admin_token() -> None:
 def test_local_up_requires_tls_cert_and_key_together(tmp_path: Path) -> None:
     cert = tmp_path / "cert.pem"
     cert.write_text("x")
-    done = _run_to_exit("--tls-cert", str(cert), env={**os.environ, "MODELFORGE_ADMIN_TOKEN": ADMIN_TOKEN})
+    done = run_to_exit(local_up_command("--tls-cert", str(cert)), {"MODELFORGE_ADMIN_TOKEN": ADMIN_TOKEN})
     assert done.returncode == 2 and "--tls-key" in done.stderr
 
 
@@ -74,9 +67,7 @@ def test_local_up_exits_non_zero_when_the_port_is_taken() -> None:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        command = [sys.executable, "-m", "modelforge_cli.cli", "local", "up", "--port", str(port)]
-        env = {**os.environ, "MODELFORGE_ADMIN_TOKEN": ADMIN_TOKEN}
-        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+        done = run_to_exit(local_up_command(port=port), {"MODELFORGE_ADMIN_TOKEN": ADMIN_TOKEN})
     assert done.returncode == 1 and "cannot start" in done.stderr
 
 
@@ -85,24 +76,19 @@ def test_local_up_generates_and_prints_an_admin_token_once_when_none_is_set(
 ) -> None:
     monkeypatch.delenv("MODELFORGE_ADMIN_TOKEN", raising=False)
     monkeypatch.delenv("MODELFORGE_ADMIN_TOKEN_SHA256", raising=False)
-    running = start_local_up(tmp_path / "log")
-    try:
+    with start_local_up(tmp_path / "log") as running:
         output = running.output()
         tokens = re.findall(r"admin token \(generated, shown once\): (\S+)", output)
         assert len(tokens) == 1, output
         cp = ControlPlane(running.api_url, tokens[0])
         assert cp.admin("GET", "/api/v1/admin/nodes").status_code == 200
         assert output.count(tokens[0]) == 1
-    finally:
-        running.stop()
 
 
 def test_local_up_serves_https_with_a_private_ca_and_refuses_clients_without_it(tmp_path: Path) -> None:
     cert_file, key_file, ca_file = write_server_pki(tmp_path, "127.0.0.1", "localhost")
-    running = start_local_up(
-        tmp_path / "log", "--tls-cert", str(cert_file), "--tls-key", str(key_file), env={"MODELFORGE_ADMIN_TOKEN": ADMIN_TOKEN}
-    )
-    try:
+    tls = ("--tls-cert", str(cert_file), "--tls-key", str(key_file))
+    with start_local_up(tmp_path / "log", *tls, env={"MODELFORGE_ADMIN_TOKEN": ADMIN_TOKEN}) as running:
         assert running.api_url.startswith("https://127.0.0.1:")
         assert requests.get(running.api_url + "/api/v1/health", verify=str(ca_file), timeout=10).status_code == 200
         with pytest.raises(requests.exceptions.SSLError):
@@ -110,32 +96,25 @@ def test_local_up_serves_https_with_a_private_ca_and_refuses_clients_without_it(
         cp = ControlPlane(running.api_url, ADMIN_TOKEN, verify=str(ca_file))
         identity = cp.enrolled_node()
         assert cp.heartbeat(identity).status_code == 200
-    finally:
-        running.stop()
 
 
 def test_local_up_data_dir_keeps_enrollments_and_nodes_across_restarts(tmp_path: Path) -> None:
     data_dir = tmp_path / "state"
     env = {"MODELFORGE_ADMIN_TOKEN": ADMIN_TOKEN}
     port = free_port()
-    first = start_local_up(tmp_path / "first.log", "--data-dir", str(data_dir), env=env, port=port)
-    try:
+    with start_local_up(tmp_path / "first.log", "--data-dir", str(data_dir), env=env, port=port) as first:
         cp = ControlPlane(first.api_url, ADMIN_TOKEN)
         identity = cp.enrolled_node(display_name="survivor")
         assert cp.heartbeat(identity).status_code == 200
         unused = cp.mint(display_name="still pending")
-    finally:
-        assert first.stop() == 0
-    second = start_local_up(tmp_path / "second.log", "--data-dir", str(data_dir), env=env, port=port)
-    try:
+    assert first.returncode == 0
+    with start_local_up(tmp_path / "second.log", "--data-dir", str(data_dir), env=env, port=port) as second:
         cp = ControlPlane(second.api_url, ADMIN_TOKEN)
         assert cp.node(identity.node_id)["display_name"] == "survivor"
         assert cp.heartbeat(identity).status_code == 200
         later = AgentIdentity()
         assert cp.enroll(unused["token"], later).status_code == 201
         assert "restored" in second.output()
-    finally:
-        second.stop()
     assert (data_dir.stat().st_mode & 0o777) == 0o700
 
 
@@ -182,10 +161,14 @@ SEED_CURL = """curl -s -X POST -H "X-ModelForge-Admin-Token: $KEY" -H "Content-T
 @pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
 def test_the_seed_curl_command_mints_a_token_against_local_up(local_up) -> None:  # type: ignore[no-untyped-def]
     command = SEED_CURL.replace("http://127.0.0.1:8000", local_up.api_url)  # same text when on port 8000
-    done = subprocess.run(["bash", "-c", command], env={**os.environ, "KEY": ADMIN_TOKEN}, capture_output=True, text=True, timeout=60)
+    done = run_to_exit(["bash", "-c", command], {"KEY": ADMIN_TOKEN})
     answer = json.loads(done.stdout)
     assert answer["status"] == "pending" and answer["display_name"] == "GPU Node"
     assert answer["token"].startswith("mfe.") and answer["production_eligible"] is False
+
+
+def _online_cpu_agents(cp: ControlPlane) -> list[dict]:
+    return [node for node in cp.all_nodes() if node["status"] == "online" and node["hostname"] == "local-cpu-agent"]
 
 
 def test_local_up_with_cpu_agent_runs_an_enrolled_heartbeating_node_that_survives_restarts(tmp_path: Path) -> None:
@@ -194,18 +177,13 @@ def test_local_up_with_cpu_agent_runs_an_enrolled_heartbeating_node_that_survive
     args = ("--data-dir", str(data_dir), "--with-cpu-agent", str(agent_state))
     node_ids = []
     for attempt in range(2):
-        running = start_local_up(tmp_path / f"run-{attempt}.log", *args, env={"MODELFORGE_ADMIN_TOKEN": ADMIN_TOKEN}, port=port)
-        try:
+        env = {"MODELFORGE_ADMIN_TOKEN": ADMIN_TOKEN}
+        with start_local_up(tmp_path / f"run-{attempt}.log", *args, env=env, port=port) as running:
             cp = ControlPlane(running.api_url, ADMIN_TOKEN)
-            deadline = time.monotonic() + 60
-            online = []
-            while time.monotonic() < deadline and not online:
-                online = [node for node in cp.all_nodes() if node["status"] == "online" and node["hostname"] == "local-cpu-agent"]
-                time.sleep(0.2)
+            online = wait_until(partial(_online_cpu_agents, cp), 60, "the CPU agent online", interval=0.2, detail=running.output)
             assert len(online) == 1, running.output()
             node_ids.append(online[0]["node_id"])
             assert len(cp.all_nodes()) == 1
-        finally:
-            assert running.stop() == 0
+        assert running.returncode == 0
         assert "agent_stopped" in running.output()
     assert node_ids[0] == node_ids[1]

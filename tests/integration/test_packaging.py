@@ -20,6 +20,8 @@ import pytest
 from packaging.requirements import Requirement
 from modelforge_protocol.versions import AGENT_VERSION, RELEASE
 
+from tests.support.processes import run_to_exit
+
 REPO = Path(__file__).resolve().parents[2]
 #: What a node must never carry: control-plane, AWS and tooling code.
 NOT_ON_A_NODE = ("chalice", "chalicelib", "moto", "boto3", "botocore", "pynamodb", "werkzeug", "modelforge_cli")
@@ -37,9 +39,10 @@ print(json.dumps({"found": found, "dists": sorted(d.metadata["Name"].lower() for
 """
 
 
-def _run(args: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``args`` to its exit, outside this test run's Python environment."""
     env = {key: value for key, value in os.environ.items() if not key.startswith(("PYTHON", "VIRTUAL_ENV"))}
-    return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    return run_to_exit(args, cwd=cwd, timeout=300, base_env=env)
 
 
 @pytest.fixture(scope="module")

@@ -138,17 +138,9 @@ def test_an_offline_node_is_not_a_duplicate(cp: ControlPlane) -> None:
 
 
 def _cli(target: str, api_url: str, admin_token: str):  # type: ignore[no-untyped-def]
-    import os
-    import subprocess
-    import sys
+    from tests.support.processes import cli_command, run_to_exit
 
-    return subprocess.run(
-        [sys.executable, "-m", "modelforge_cli.cli", "nodes", "readiness", target, "--api-url", api_url],
-        env={**os.environ, "MODELFORGE_ADMIN_TOKEN": admin_token},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run_to_exit(cli_command("nodes", "readiness", target, "--api-url", api_url), {"MODELFORGE_ADMIN_TOKEN": admin_token})
 
 
 def test_readiness_command_prints_a_table_and_exits_0_only_when_ready(cp: ControlPlane) -> None:

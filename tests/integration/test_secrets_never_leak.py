@@ -5,17 +5,14 @@ CLI output, over a full run of a real `local up` process with a real CPU agent."
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 from modelforge_cli import provision
 
 from tests.conftest import ADMIN_TOKEN
 from tests.support.api import AgentIdentity, ControlPlane
-from tests.support.processes import start_local_up
+from tests.support.polling import wait_until
+from tests.support.processes import cli_command, run_to_exit, start_local_up
 from tests.support.snapshots import TABLE_VARS, bucket_objects, scan_table
 
 
@@ -31,14 +28,13 @@ def _files_under(folder: Path) -> list[str]:
 def test_a_full_run_never_reveals_a_secret(tmp_path: Path) -> None:
     data_dir, agent_state = tmp_path / "data", tmp_path / "agent-state"
     debug = {"MODELFORGE_LOG_LEVEL": "DEBUG", "MODELFORGE_AGENT_LOG_LEVEL": "DEBUG"}
-    running = start_local_up(
+    bodies: list[str] = []
+    secrets: list[str] = [ADMIN_TOKEN]
+    with start_local_up(
         tmp_path / "local-up.log",
         "--data-dir", str(data_dir), "--with-cpu-agent", str(agent_state),
         env={"MODELFORGE_ADMIN_TOKEN": ADMIN_TOKEN, "MODELFORGE_AGENT_HEARTBEAT_INTERVAL_SECONDS": "0.2", **debug},
-    )  # fmt: skip
-    bodies: list[str] = []
-    secrets: list[str] = [ADMIN_TOKEN]
-    try:
+    ) as running:  # fmt: skip
         cp = ControlPlane(running.api_url, ADMIN_TOKEN)
 
         def record(response):  # type: ignore[no-untyped-def]
@@ -72,17 +68,17 @@ def test_a_full_run_never_reveals_a_secret(tmp_path: Path) -> None:
 
         # the CPU agent's own secrets, read from its identity file once it has enrolled and heartbeats
         identity_file = agent_state / "identity.json"
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and '"node_id": "node_' not in (
-            identity_file.read_text() if identity_file.exists() else ""
-        ):
-            time.sleep(0.1)
+        wait_until(
+            lambda: identity_file.exists() and '"node_id": "node_' in identity_file.read_text(),
+            30,
+            "the CPU agent's identity file to name its node",
+        )
         own = json.loads(identity_file.read_text())
         secrets += [own["credential"], own["idempotency_key"]]
-        cli = subprocess.run(
-            [sys.executable, "-m", "modelforge_cli.cli", "nodes", "readiness", own["node_id"], "--api-url", running.api_url],
-            env={**os.environ, "MODELFORGE_ADMIN_TOKEN": ADMIN_TOKEN}, capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
+        cli = run_to_exit(
+            cli_command("nodes", "readiness", own["node_id"], "--api-url", running.api_url),
+            {"MODELFORGE_ADMIN_TOKEN": ADMIN_TOKEN},
+        )
         bodies += [cli.stdout, cli.stderr]
 
         stored = []
@@ -92,8 +88,6 @@ def test_a_full_run_never_reveals_a_secret(tmp_path: Path) -> None:
         log_objects = bucket_objects(running.emulator_url, names["MODELFORGE_STATE_LOG_BUCKET"])
         assert log_objects, "the state log should hold events by now"
         stored += [body.decode() for body in log_objects.values()]
-    finally:
-        running.stop()
     stored += _files_under(data_dir)  # what the emulator recorded to keep state across restarts
     assert stored[-1], "the data dir should hold the emulator's recording"
     output = running.output()

@@ -6,19 +6,15 @@ Everything here talks to 127.0.0.1 only, and every loop is bounded in count and 
 from __future__ import annotations
 
 import json
-import os
 import socket
 import ssl
 import struct
-import subprocess
-import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 from urllib.parse import urlsplit
 
-from tests.support.processes import READY_RE, free_port, wait_for_line
 
 
 @dataclass
@@ -128,47 +124,3 @@ def rss_bytes(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) * 1024
     raise RuntimeError(f"no VmRSS for pid {pid}")
-
-
-@dataclass
-class SplitProcess:
-    """A `modelforge local up` process whose stdout and stderr are kept apart."""
-
-    process: subprocess.Popen[bytes]
-    stdout_path: Path
-    stderr_path: Path
-    api_url: str
-    _files: list[IO[bytes]] = field(default_factory=list)
-
-    def stderr_lines(self) -> list[str]:
-        return self.stderr_path.read_text(errors="replace").splitlines()
-
-    def stop(self, timeout: float = 10) -> int:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        for file in self._files:
-            file.close()
-        return self.process.returncode
-
-
-def start_local_up_split(folder: Path, *args: str, env: dict[str, str], timeout: float = 60) -> SplitProcess:
-    command = [sys.executable, "-m", "modelforge_cli.cli", "local", "up", "--port", str(free_port()), *args]
-    stdout_path, stderr_path = folder / "stdout.log", folder / "stderr.log"
-    out, err = open(stdout_path, "wb"), open(stderr_path, "wb")  # noqa: SIM115 - closed by stop()
-    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **env}
-    process = subprocess.Popen(command, stdout=out, stderr=err, env=full_env, stdin=subprocess.DEVNULL)
-    try:
-        match = wait_for_line(stdout_path, READY_RE, process, timeout)
-    except Exception:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-        out.close()
-        err.close()
-        raise
-    return SplitProcess(process, stdout_path, stderr_path, match.group(1), [out, err])

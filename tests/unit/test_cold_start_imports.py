@@ -4,13 +4,13 @@ requests use are imported by those requests (bench/cold_start.py prints the CPU 
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from tests.support import bench_scripts
+from tests.support.processes import run_to_exit
 
 FUNCTIONS = Path(__file__).resolve().parents[2] / "functions"
 DEFERRED = ("jsonschema", "boto3")
@@ -18,9 +18,8 @@ DEFERRED = ("jsonschema", "boto3")
 
 def _modules_after(code: str) -> dict[str, bool]:
     probe = code + f"\nimport json, sys\nprint(json.dumps({{name: name in sys.modules for name in {DEFERRED!r}}}))"
-    done = subprocess.run(
-        [sys.executable, "-c", probe], cwd=FUNCTIONS, capture_output=True, text=True, timeout=60, check=True
-    )
+    done = run_to_exit([sys.executable, "-c", probe], cwd=FUNCTIONS)
+    assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
