@@ -32,6 +32,8 @@ from modelforge_protocol.credentials import ADMIN_TOKEN_HEADER, NODE_ID_HEADER
 
 from tests.support import api
 from tests.support.api import AgentIdentity, ControlPlane, gpu_inventory, gpu_telemetry
+from tests.support.polling import wait_until
+from tests.support.processes import RunningProcess, start_local_up
 from tests.support.snapshots import state
 
 MAX = schemas.MAX_BODY_BYTES
@@ -369,26 +371,49 @@ def _log_mirrors_outbox(snap: dict[str, Any]) -> list[str]:
     return problems
 
 
+def _shipped_state(plane: RunningProcess) -> dict[str, Any]:
+    """The whole state of ``plane`` once its state log holds every outbox event (its stream
+    poller ships them a fraction of a second after they are written)."""
+    from chalicelib.state_log import state_log_key
+    from modelforge_cli import provision
+
+    names = provision.resource_names("modelforge")
+
+    def caught_up() -> dict[str, Any] | None:
+        snap = state(plane.emulator_url, names)
+        events = {state_log_key(item["event_id"]["S"]) for item in snap["MODELFORGE_OUTBOX_TABLE"]}
+        return snap if events <= set(snap["state_log"]) else None
+
+    return wait_until(caught_up, 30, "the state log to ship every outbox event", interval=0.2)
+
+
 def test_inventory_refused_by_a_cancelled_transaction_ships_no_phantom_event_and_log_keeps_shipping(
-    stack: Any, cp: ControlPlane, targets: Targets
+    tmp_path: Any, admin_token: str
 ) -> None:
     """The inventory endpoint learns that a credential is wrong from a cancelled
     TransactWriteItems (its node guard fails). That refusal must not put an event in the
     state log, and events written afterwards must still be shipped.
 
-    Kept first in this file on purpose: while the local stack has this bug, the first
-    cancelled transaction of the session is the one that leaves a phantom behind.
+    On a control plane of its own, so that this refusal is its first cancelled transaction
+    whatever ran before: while the local stack had this bug, the first cancelled transaction
+    of a process was the one that left a phantom behind.
     """
-    headers = _bearer(targets.agent.credential, f"node_{uuid.uuid4().hex}")
-    problems: list[str] = []
-    before = snapshot(stack)
-    response = cp.request("POST", "/api/v1/agent/inventory", headers=headers, json=inventory_body())
-    after = snapshot(stack)
-    problems += error_problems(response, 401, "credential_invalid", (targets.agent.credential,))
-    if after != before:
-        problems.append("the refused request changed the state:\n" + _describe_change(before, after))
-    cp.mint(display_name="minted after a refusal")  # a real event, which must reach the log
-    problems += _log_mirrors_outbox(snapshot(stack))
+    env = {"MODELFORGE_ADMIN_TOKEN": admin_token, "MODELFORGE_SWEEP_INTERVAL_SECONDS": "3600"}  # no sweep writes
+    with start_local_up(tmp_path / "local-up.log", env=env) as plane:
+        cp = ControlPlane(plane.api_url, admin_token)
+        agent = cp.enrolled_node(display_name="agent target")
+        beat = cp.heartbeat(agent)
+        assert beat.status_code == 200, beat.text
+        headers = _bearer(agent.credential, f"node_{uuid.uuid4().hex}")
+        problems: list[str] = []
+        before = _shipped_state(plane)
+        response = cp.request("POST", "/api/v1/agent/inventory", headers=headers, json=inventory_body())
+        after = _shipped_state(plane)
+        problems += error_problems(response, 401, "credential_invalid", (agent.credential,))
+        if after != before:
+            problems.append("the refused request changed the state:\n" + _describe_change(before, after))
+        cp.mint(display_name="minted after a refusal")  # a real event, which must reach the log
+        problems += _log_mirrors_outbox(_shipped_state(plane))
     assert not problems, "\n".join(problems)
 
 
@@ -914,6 +939,7 @@ def test_enroll_expired_token_is_refused_410_enrollment_token_expired(
 def test_enrollment_refusal_past_expiry_is_410_enrollment_token_expired_unit() -> None:
     """Unit level: a pending token is refused as expired from the instant it expires."""
     from chalicelib import enrollments
+    from chalicelib.errors import Gone
     from chalicelib.models import EnrollmentModel
 
     item = EnrollmentModel(
@@ -928,10 +954,10 @@ def test_enrollment_refusal_past_expiry_is_410_enrollment_token_expired_unit() -
     assert enrollments.public_state(item, 1059.999) == enrollments.PENDING
     assert enrollments.public_state(item, 1060.0) == enrollments.EXPIRED
     error = enrollments._refusal(item, 1060.0)
-    assert (error.status, error.code) == (410, "enrollment_token_expired")
+    assert (type(error), error.code) == (Gone, "enrollment_token_expired")  # app.py answers Gone with 410
     item.state = enrollments.REVOKED
     error = enrollments._refusal(item, 5000.0)
-    assert (error.status, error.code) == (410, "enrollment_token_revoked")
+    assert (type(error), error.code) == (Gone, "enrollment_token_revoked")
 
 
 def test_enroll_revoked_token_is_refused_410_enrollment_token_revoked(
