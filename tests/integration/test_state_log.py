@@ -5,16 +5,19 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import subprocess
 import sys
 import time
 from typing import Any
 
+import boto3
 from chalicelib.models import HEARTBEAT_FIELDS
+from chalicelib.state_log import state_log_key
 from modelforge_cli import provision
 from modelforge_cli.replay import TABLE_ENV
 
 from tests.support.api import AgentIdentity, ControlPlane, gpu_inventory
+from tests.support.polling import wait_until
+from tests.support.processes import cli_command, run_to_exit, start_local_up
 from tests.support.snapshots import bucket_objects, scan_table
 
 
@@ -64,11 +67,41 @@ def test_every_outbox_event_lands_in_s3_once_under_its_event_id(stack, cp: Contr
     } <= types
 
 
+def _s3(stack):  # type: ignore[no-untyped-def]
+    return boto3.client(
+        "s3",
+        endpoint_url=stack.aws_endpoint_url,
+        region_name="us-east-1",
+        aws_access_key_id="local",
+        aws_secret_access_key="local",
+    )
+
+
+def _bucket_keys(s3, bucket: str) -> set[str]:  # type: ignore[no-untyped-def]
+    pages = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket)
+    return {entry["Key"] for page in pages for entry in page.get("Contents", [])}
+
+
 def test_redelivered_stream_records_change_nothing(stack, cp: ControlPlane) -> None:
-    cp.mint(display_name="redelivery")
+    """Stream records of events already shipped, redelivered with a tampered payload: nothing is
+    shipped again and no object changes. Only this test's own events are redelivered (the
+    handler writes under the key of the record's event id only, so they are all it could touch),
+    and the bucket's key list shows that nothing else was written."""
+    minted = cp.mint(display_name="redelivery")
+    path = f"/api/v1/admin/node-enrollments/{minted['enrollment_id']}/revoke"
+    assert cp.admin("POST", path).status_code == 200
     stack.drain_state_log()
-    bucket = stack.names["MODELFORGE_STATE_LOG_BUCKET"]
-    before = bucket_objects(stack.aws_endpoint_url, bucket)
+    event_ids = [
+        event_id
+        for event_id, payload in _outbox_payloads(stack).items()
+        if json.loads(payload)["subject"].get("enrollment_id") == minted["enrollment_id"]
+    ]
+    assert len(event_ids) == 2, event_ids  # enrollment.created and enrollment.revoked
+    s3, bucket = _s3(stack), stack.names["MODELFORGE_STATE_LOG_BUCKET"]
+    keys_before = _bucket_keys(s3, bucket)
+    ours = [state_log_key(event_id) for event_id in event_ids]
+    assert set(ours) <= keys_before, "the events were shipped before they are redelivered"
+    before = {key: s3.get_object(Bucket=bucket, Key=key)["Body"].read() for key in ours}
     records = [
         {
             "eventID": f"redelivery-{index}",
@@ -84,11 +117,12 @@ def test_redelivered_stream_records_change_nothing(stack, cp: ControlPlane) -> N
                 "StreamViewType": "NEW_IMAGE",
             },
         }
-        for index, event_id in enumerate(_outbox_payloads(stack))
+        for index, event_id in enumerate(event_ids)
     ]
     result = stack.app_module.state_log({"Records": records}, None)
     assert result == {"shipped": 0, "already_present": len(records)}
-    assert bucket_objects(stack.aws_endpoint_url, bucket) == before
+    assert _bucket_keys(s3, bucket) == keys_before
+    assert {key: s3.get_object(Bucket=bucket, Key=key)["Body"].read() for key in ours} == before
 
 
 def _comparable(items: list[dict], drop: tuple[str, ...] = ()) -> list[dict]:
@@ -103,25 +137,19 @@ def test_log_replay_rebuilds_tables_equal_to_the_live_ones(tmp_path, monkeypatch
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):  # the emulator takes any (and
         monkeypatch.setenv(name, "local")  # the session stack may not have set them yet)
     from tests.conftest import ADMIN_TOKEN
-    from tests.support.processes import start_local_up
 
     # no scheduled sweep: the test runs the sweeps itself, on clocks it chooses
     env = {"MODELFORGE_ADMIN_TOKEN": ADMIN_TOKEN, "MODELFORGE_SWEEP_INTERVAL_SECONDS": "3600"}
-    running = start_local_up(tmp_path / "local-up.log", env=env)
-    try:
+    with start_local_up(tmp_path / "local-up.log", env=env) as running:
         _replay_and_compare(ControlPlane(running.api_url, ADMIN_TOKEN), running.emulator_url)
-    finally:
-        running.stop()
 
 
 def _wait_until_shipped(endpoint: str, names: dict[str, str]) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
+    def shipped() -> bool:
         outbox = scan_table(endpoint, names["MODELFORGE_OUTBOX_TABLE"])
-        if len(bucket_objects(endpoint, names["MODELFORGE_STATE_LOG_BUCKET"])) == len(outbox):
-            return
-        time.sleep(0.2)
-    raise AssertionError("the state log did not catch up with the outbox")
+        return len(bucket_objects(endpoint, names["MODELFORGE_STATE_LOG_BUCKET"])) == len(outbox)
+
+    wait_until(shipped, 30, "the state log to catch up with the outbox", interval=0.2)
 
 
 #: The deployed sweep code, run in its own process against the local stack's tables, at the clocks
@@ -143,7 +171,6 @@ def _run_sweeps(endpoint: str, names: dict[str, str], steps: list[dict[str, Any]
     from tests.conftest import ADMIN_TOKEN, repo_root
 
     env = {
-        **os.environ,
         **names,
         "AWS_ENDPOINT_URL": endpoint,
         "AWS_ACCESS_KEY_ID": "local",
@@ -153,8 +180,7 @@ def _run_sweeps(endpoint: str, names: dict[str, str], steps: list[dict[str, Any]
         "MODELFORGE_ADMIN_TOKEN": ADMIN_TOKEN,
         "PYTHONPATH": str(repo_root() / "functions"),
     }
-    command = [sys.executable, "-c", _SWEEPS, json.dumps(steps)]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    done = run_to_exit([sys.executable, "-c", _SWEEPS, json.dumps(steps)], env, timeout=120)
     assert done.returncode == 0, done.stderr
     return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
 
@@ -201,20 +227,13 @@ def _replay_and_compare(cp: ControlPlane, endpoint: str) -> None:
     assert sweep_steps == {("online", "stale"), ("stale", "offline")}
     target = provision.resource_names(f"replay-{secrets.token_hex(4)}")
     provision.provision(endpoint, target)
-    env = {
-        **os.environ,
-        "AWS_ACCESS_KEY_ID": "local",
-        "AWS_SECRET_ACCESS_KEY": "local",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }
-    command = [
-        sys.executable, "-m", "modelforge_cli.cli", "log", "replay",
-        "--endpoint-url", endpoint,
-        "--bucket", live_names["MODELFORGE_STATE_LOG_BUCKET"],
-    ]  # fmt: skip
+    env = {"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local", "AWS_DEFAULT_REGION": "us-east-1"}
+    command = cli_command(
+        "log", "replay", "--endpoint-url", endpoint, "--bucket", live_names["MODELFORGE_STATE_LOG_BUCKET"]
+    )
     for logical, env_var in TABLE_ENV.items():
         command += [f"--{logical.replace('_', '-')}-table", target[env_var]]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    done = run_to_exit(command, env, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("replayed ")
 
@@ -231,5 +250,5 @@ def _replay_and_compare(cp: ControlPlane, endpoint: str) -> None:
         assert _comparable(rebuilt, drop) == _comparable(live, drop), var
 
     # replaying again into the now non-empty tables is refused, and changes nothing
-    again = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    again = run_to_exit(command, env, timeout=120)
     assert again.returncode == 1 and "not empty" in again.stderr
