@@ -131,8 +131,12 @@ def test_connection_slots_taken_by_slow_senders_refuse_newcomers_fast_and_recove
         for sock in stalled:
             sock.sendall(SLOW_HEAD)
         assert requests.get(small_server.url + "/api/v1/health", timeout=10).status_code == 200
+        server = small_server.thread.server
+        # the health client has hung up; its slot is free once its handler has seen that
+        wait_until(lambda: server.open_connections == 3, CLOSED_BY, "the health connection's slot to be released")
         stalled.append(raw_http.connect(small_server.url))
         stalled[-1].sendall(SLOW_HEAD)
+        wait_until(lambda: server.open_connections == 4, CLOSED_BY, "the fourth stalled sender to take the last slot")
         started = time.monotonic()
         with raw_http.connect(small_server.url) as newcomer:  # answered before it sends anything
             answers = split_answers(read_until_closed(newcomer, within=TIMEOUT))

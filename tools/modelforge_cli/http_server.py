@@ -270,6 +270,12 @@ class ApiServer(ThreadingMixIn, HTTPServer):
 
     # --- connection cap ---------------------------------------------------------------
 
+    @property
+    def open_connections(self) -> int:
+        """Connections accepted and not yet finished (what ``max_connections`` bounds)."""
+        with self._lock:
+            return len(self._connections)
+
     def process_request(self, request: Any, client_address: Any) -> None:
         """Runs on the accept loop: count the connection in, or refuse it without a thread."""
         phase = "handshake" if self.tls else "request"
