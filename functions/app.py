@@ -259,7 +259,8 @@ def node_readiness(node_id: str) -> dict[str, Any]:
     """Readiness of the exact node an enrollment produced (its enrollment id is accepted too)."""
     rt = _admin()
     validate_query(_request().query_params, set())
-    return readiness.check(rt.settings, node_id, _now())
+    now = _now()
+    return views.readiness(readiness.check(rt.settings, node_id, now), now)
 
 
 @endpoint("/api/v1/admin/nodes/{node_id}/revoke-credential", "POST")

@@ -6,7 +6,7 @@ check carries a concrete next step.
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
 
 from modelforge_protocol import credentials
 from modelforge_protocol.versions import Component, Verdict, next_step, verdict
@@ -15,16 +15,39 @@ from . import duplicates, enrollments, liveness, node_store
 from .errors import not_found
 from .models import InventoryModel, NodeModel
 from .settings import Settings
-from .views import iso
+from .timestamps import iso
 
 HEARTBEAT_HINT = "check the agent log for ConnectError on POST /api/v1/agent/heartbeat"
 
 
-def _check(name: str, ok: bool, detail: str, step: str) -> dict[str, Any]:
-    return {"name": name, "ok": ok, "detail": detail, "next_step": None if ok else step}
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    #: what to do, when the check fails
+    next_step: str | None
 
 
-def _connection(node: NodeModel, settings: Settings, now: float) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Readiness:
+    #: None while no node has enrolled with the enrollment asked about
+    node_id: str | None
+    enrollment_id: str
+    checks: list[Check]
+    #: the node's liveness at the time of the check (None without a node)
+    status: str | None = None
+
+    @property
+    def ready(self) -> bool:
+        return all(check.ok for check in self.checks)
+
+
+def _check(name: str, ok: bool, detail: str, step: str) -> Check:
+    return Check(name, ok, detail, None if ok else step)
+
+
+def _connection(node: NodeModel, settings: Settings, now: float) -> Check:
     if node.last_heartbeat_at is None:
         return _check("connection", False, "the agent enrolled but has never sent a heartbeat",
                       f"start the agent with its persisted identity; {HEARTBEAT_HINT}")
@@ -37,7 +60,7 @@ def _connection(node: NodeModel, settings: Settings, now: float) -> dict[str, An
     )  # fmt: skip
 
 
-def _inventory_age(node: NodeModel, inventory: InventoryModel | None, settings: Settings, now: float) -> dict[str, Any]:
+def _inventory_age(node: NodeModel, inventory: InventoryModel | None, settings: Settings, now: float) -> Check:
     limit = settings.readiness_inventory_max_age_seconds
     hint = "check the agent log for ConnectError on POST /api/v1/agent/inventory"
     if inventory is None:
@@ -54,7 +77,7 @@ def _inventory_age(node: NodeModel, inventory: InventoryModel | None, settings: 
     return _check("inventory_age", True, f"inventory {age:.0f}s old (max {limit}s), {gpus} GPU(s)", "")
 
 
-def _protocol(node: NodeModel) -> dict[str, Any]:
+def _protocol(node: NodeModel) -> Check:
     judged = verdict(Component.AGENT, int(node.protocol_version))
     return _check(
         "protocol_compatibility", judged is Verdict.COMPATIBLE,
@@ -62,7 +85,7 @@ def _protocol(node: NodeModel) -> dict[str, Any]:
     )  # fmt: skip
 
 
-def _health(node: NodeModel) -> dict[str, Any]:
+def _health(node: NodeModel) -> Check:
     health = node.health or {}
     status = health.get("status")
     if status is None:
@@ -71,7 +94,7 @@ def _health(node: NodeModel) -> dict[str, Any]:
                   "read the agent's log on the node for the reason it reports itself unhealthy")  # fmt: skip
 
 
-def _telemetry_age(node: NodeModel, inventory: InventoryModel | None, settings: Settings, now: float) -> dict[str, Any]:
+def _telemetry_age(node: NodeModel, inventory: InventoryModel | None, settings: Settings, now: float) -> Check:
     if node.last_heartbeat_at is None or node.telemetry is None:
         return _check("telemetry_age", False, "no telemetry has been received", f"start the agent; {HEARTBEAT_HINT}")
     age = now - node.last_heartbeat_at
@@ -85,7 +108,7 @@ def _telemetry_age(node: NodeModel, inventory: InventoryModel | None, settings: 
     return _check("telemetry_age", True, f"telemetry {age:.0f}s old for {len(node.telemetry)} GPU(s)", "")
 
 
-def _identity_unique(node: NodeModel, inventory: InventoryModel | None, settings: Settings, now: float) -> dict[str, Any]:
+def _identity_unique(node: NodeModel, inventory: InventoryModel | None, settings: Settings, now: float) -> Check:
     uuids = duplicates.gpu_uuids(inventory.inventory if inventory else None)
     others = duplicates.live_duplicates(settings, node.node_id, uuids, now)
     if not others:
@@ -101,21 +124,15 @@ def _identity_unique(node: NodeModel, inventory: InventoryModel | None, settings
     )  # fmt: skip
 
 
-def check(settings: Settings, target_id: str, now: float) -> dict[str, Any]:
+def check(settings: Settings, target_id: str, now: float) -> Readiness:
     """Readiness of a node id, or of the node an enrollment id produced."""
     if credentials.ENROLLMENT_ID_RE.fullmatch(target_id):
         enrollment = enrollments.get(target_id)
         if enrollment.node_id is None:
             state = enrollments.public_state(enrollment, now)
-            return {
-                "node_id": None,
-                "enrollment_id": target_id,
-                "ready": False,
-                "checks": [
-                    _check("connection", False, f"enrollment is {state}: no node has enrolled with this token yet",
-                           "start the agent on the node with this enrollment's token (before it expires)")  # fmt: skip
-                ],
-            }
+            waiting = _check("connection", False, f"enrollment is {state}: no node has enrolled with this token yet",
+                             "start the agent on the node with this enrollment's token (before it expires)")  # fmt: skip
+            return Readiness(node_id=None, enrollment_id=target_id, checks=[waiting])
         target_id = enrollment.node_id
     node = node_store.get(target_id) if credentials.NODE_ID_RE.fullmatch(target_id) else None
     if node is None:
@@ -129,11 +146,5 @@ def check(settings: Settings, target_id: str, now: float) -> dict[str, Any]:
         _telemetry_age(node, inventory, settings, now),
         _identity_unique(node, inventory, settings, now),
     ]
-    return {
-        "node_id": node.node_id,
-        "enrollment_id": node.enrollment_id,
-        "ready": all(check["ok"] for check in checks),
-        "status": liveness.derive(node.last_heartbeat_at, now, settings.stale_after_seconds, settings.offline_after_seconds),
-        "checked_at": iso(now),
-        "checks": checks,
-    }
+    status = liveness.derive(node.last_heartbeat_at, now, settings.stale_after_seconds, settings.offline_after_seconds)
+    return Readiness(node_id=node.node_id, enrollment_id=node.enrollment_id, checks=checks, status=status)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
 from typing import Any
 
 from modelforge_protocol.credentials import NODE_ID_HEADER
@@ -11,14 +10,9 @@ from modelforge_protocol.versions import ACCEPTED, Component, verdict
 from . import liveness
 from .enrollments import public_state
 from .models import TELEMETRY_COLUMNS, ControlModel, EnrollmentModel, InventoryModel, NodeModel
+from .readiness import Check, Readiness
 from .settings import Settings
-
-
-def iso(timestamp: float | None) -> str | None:
-    if timestamp is None:
-        return None
-    moment = datetime.fromtimestamp(float(timestamp), tz=timezone.utc)
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+from .timestamps import iso
 
 
 def enrollment(item: EnrollmentModel, now: float) -> dict[str, Any]:
@@ -111,3 +105,20 @@ def node_auth_hint() -> dict[str, str]:
         "credential": "the credential the agent sent at enrollment",
         "node_id_header": NODE_ID_HEADER,
     }
+
+
+def _check(check: Check) -> dict[str, Any]:
+    return {"name": check.name, "ok": check.ok, "detail": check.detail, "next_step": check.next_step}
+
+
+def readiness(result: Readiness, now: float) -> dict[str, Any]:
+    """A readiness answer; before any node enrolled with the enrollment, only what is known."""
+    answer: dict[str, Any] = {
+        "node_id": result.node_id,
+        "enrollment_id": result.enrollment_id,
+        "ready": result.ready,
+    }
+    if result.node_id is not None:
+        answer.update(status=result.status, checked_at=iso(now))
+    answer["checks"] = [_check(check) for check in result.checks]
+    return answer

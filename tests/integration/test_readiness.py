@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from chalicelib import nodes, readiness, runtime
+from chalicelib import nodes, readiness, runtime, views
 from chalicelib.auth import NodeCaller
 from modelforge_protocol.credentials import sha256_hex
 
@@ -89,7 +89,8 @@ def test_readiness_stale_inventory_names_the_inventory_call_in_its_next_step(cp:
     identity = cp.enrolled_node()
     assert cp.heartbeat(identity).status_code == 200
     settings = dataclasses.replace(runtime.get().settings, readiness_inventory_max_age_seconds=10)
-    answer = readiness.check(settings, identity.node_id, time.time() + 11)
+    later = time.time() + 11
+    answer = views.readiness(readiness.check(settings, identity.node_id, later), later)
     inventory = _checks(answer)["inventory_age"]
     assert not inventory["ok"] and "older than 10s" in inventory["detail"]
     assert "ConnectError on POST /api/v1/agent/inventory" in inventory["next_step"]
