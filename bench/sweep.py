@@ -249,12 +249,12 @@ def run_size(count: int, stale_percent: float) -> SizeResult:
         stack.start()
         _support.require_loopback(stack.aws_endpoint_url, "the AWS emulator")
         _support.require_loopback(stack.api_url, "the API server")
-        from chalicelib import liveness, node_store, runtime, sweep
+        from chalicelib import liveness, node_store, instance, sweep
 
-        settings = runtime.get().settings
+        settings = instance.get().settings
         table = stack.names["MODELFORGE_NODES_TABLE"]
-        if settings.nodes_table != table:
-            raise BenchFailure(f"the runtime is bound to {settings.nodes_table}, not this stack's {table}")
+        if settings.names["nodes"] != table:
+            raise BenchFailure(f"the control plane is bound to {settings.names['nodes']}, not this stack's {table}")
         _phase(f"start the local stack ({prefix})", began)
 
         began = time.perf_counter()

@@ -12,7 +12,7 @@ import time
 from typing import Any, Callable
 
 from chalice import Chalice, Rate, Response
-from chalicelib import control_store, enrollments, node_store, nodes, readiness, runtime, sweep, views
+from chalicelib import fleet_state_store, enrollments, node_store, nodes, readiness, instance, sweep, views
 from chalicelib import enrollment_store, paging, state_log_store
 from chalicelib.auth import require_admin, require_node
 from chalicelib.errors import (
@@ -145,10 +145,10 @@ def _body(allow_empty: bool = False) -> dict[str, Any]:
     return parse_json_object(_request().raw_body, allow_empty=allow_empty)
 
 
-def _admin() -> runtime.Runtime:
-    rt = runtime.get()
-    require_admin(_request().headers, rt.settings.admin_token_sha256)
-    return rt
+def _admin() -> instance.Instance:
+    inst = instance.get()
+    require_admin(_request().headers, inst.settings.admin_token_sha256)
+    return inst
 
 
 def _page_params(key_name: str) -> tuple[int, dict | None]:
@@ -194,9 +194,9 @@ def compatibility() -> dict[str, Any]:
 
 @endpoint("/api/v1/admin/node-enrollments", "POST")
 def create_enrollment() -> Response:
-    rt = _admin()
+    inst = _admin()
     now = _now()
-    minted = enrollments.create(rt.settings, _body(), now)
+    minted = enrollments.create(inst.settings, _body(), now)
     body = {**views.enrollment(minted.enrollment, now), "token": minted.token}
     return Response(body=body, status_code=201)
 
@@ -222,10 +222,10 @@ def get_enrollment(enrollment_id: str) -> dict[str, Any]:
 
 @endpoint("/api/v1/admin/node-enrollments/{enrollment_id}/revoke", "POST")
 def revoke_enrollment(enrollment_id: str) -> dict[str, Any]:
-    rt = _admin()
+    inst = _admin()
     validate(_body(allow_empty=True), "EMPTY")
     now = _now()
-    return views.enrollment(enrollments.revoke(rt.settings, enrollment_id, now), now)
+    return views.enrollment(enrollments.revoke(inst.settings, enrollment_id, now), now)
 
 
 # --- admin: nodes ------------------------------------------------------------------------
@@ -233,43 +233,43 @@ def revoke_enrollment(enrollment_id: str) -> dict[str, Any]:
 
 @endpoint("/api/v1/admin/nodes", "GET")
 def list_nodes() -> dict[str, Any]:
-    rt = _admin()
+    inst = _admin()
     limit, start = _page_params("node_id")
     items, last = node_store.list_page(limit, start)
     inventories = node_store.inventories_for([item.node_id for item in items])
-    hold = control_store.get(control_store.MASS_STALE_HOLD)
+    hold = fleet_state_store.get(fleet_state_store.MASS_STALE_HOLD)
     now = _now()
     return {
-        "nodes": [views.node(item, inventories.get(item.node_id), rt.settings, now, hold) for item in items],
+        "nodes": [views.node(item, inventories.get(item.node_id), inst.settings, now, hold) for item in items],
         "next_token": paging.encode(last),
     }
 
 
 @endpoint("/api/v1/admin/nodes/{node_id}", "GET")
 def get_node(node_id: str) -> dict[str, Any]:
-    rt = _admin()
+    inst = _admin()
     validate_query(_request().query_params, set())
     node = nodes.get(node_id)
-    hold = control_store.get(control_store.MASS_STALE_HOLD)
-    return views.node(node, node_store.get_inventory(node_id), rt.settings, _now(), hold)
+    hold = fleet_state_store.get(fleet_state_store.MASS_STALE_HOLD)
+    return views.node(node, node_store.get_inventory(node_id), inst.settings, _now(), hold)
 
 
 @endpoint("/api/v1/admin/nodes/{node_id}/readiness", "GET")
 def node_readiness(node_id: str) -> dict[str, Any]:
     """Readiness of the exact node an enrollment produced (its enrollment id is accepted too)."""
-    rt = _admin()
+    inst = _admin()
     validate_query(_request().query_params, set())
     now = _now()
-    return views.readiness(readiness.check(rt.settings, node_id, now), now)
+    return views.readiness(readiness.check(inst.settings, node_id, now), now)
 
 
 @endpoint("/api/v1/admin/nodes/{node_id}/revoke-credential", "POST")
 def revoke_node_credential(node_id: str) -> dict[str, Any]:
-    rt = _admin()
+    inst = _admin()
     validate(_body(allow_empty=True), "EMPTY")
     now = _now()
-    node = nodes.revoke_credential(rt.settings, node_id, now)
-    return views.node(node, node_store.get_inventory(node_id), rt.settings, now)
+    node = nodes.revoke_credential(inst.settings, node_id, now)
+    return views.node(node, node_store.get_inventory(node_id), inst.settings, now)
 
 
 # --- agents ------------------------------------------------------------------------------
@@ -277,15 +277,15 @@ def revoke_node_credential(node_id: str) -> dict[str, Any]:
 
 @endpoint("/api/v1/agent/enroll", "POST")
 def enroll() -> Response:
-    rt = runtime.get()
+    inst = instance.get()
     body = _body()
-    enrolled = enrollments.enroll(rt.settings, body, _now())
+    enrolled = enrollments.enroll(inst.settings, body, _now())
     answer = {
         "node_id": enrolled.node.node_id,
         "enrollment_id": enrolled.node.enrollment_id,
         "display_name": enrolled.node.display_name,
         "production_eligible": enrolled.node.production_eligible,
-        "heartbeat_interval_seconds": rt.settings.heartbeat_interval_seconds,
+        "heartbeat_interval_seconds": inst.settings.heartbeat_interval_seconds,
         "replayed": enrolled.replayed,
         "auth": views.node_auth_hint(),
     }
@@ -294,22 +294,22 @@ def enroll() -> Response:
 
 @endpoint("/api/v1/agent/heartbeat", "POST")
 def heartbeat() -> dict[str, Any]:
-    rt = runtime.get()
+    inst = instance.get()
     caller = require_node(_request().headers)
-    result = nodes.heartbeat(rt.settings, caller, _body(), _now(), rt.known_callers)
+    result = nodes.heartbeat(inst.settings, caller, _body(), _now(), inst.known_callers)
     return {
         "node_id": caller.node_id,
         "status": result.node.liveness,
-        "heartbeat_interval_seconds": rt.settings.heartbeat_interval_seconds,
+        "heartbeat_interval_seconds": inst.settings.heartbeat_interval_seconds,
         "work_waiting": bool(result.node.pending_work),
     }
 
 
 @endpoint("/api/v1/agent/inventory", "POST")
 def replace_inventory() -> dict[str, Any]:
-    rt = runtime.get()
+    inst = instance.get()
     caller = require_node(_request().headers)
-    inventory = nodes.replace_inventory(rt.settings, caller, _body(), _now())
+    inventory = nodes.replace_inventory(inst.settings, caller, _body(), _now())
     return {"node_id": caller.node_id, "inventory": views.inventory(inventory)}
 
 
@@ -320,10 +320,10 @@ class ConfigurationInvalid(RuntimeError):
     """A scheduled or stream function refused to run: the message names the bad variables."""
 
 
-def _runtime_or_refuse() -> runtime.Runtime:
+def _instance_or_refuse() -> instance.Instance:
     """For non-HTTP functions: fail the invocation with one clear line, not a traceback."""
     try:
-        return runtime.get()
+        return instance.get()
     except SettingsError as error:
         log.error("configuration invalid", extra={"event": "configuration_invalid", "problems": error.problems})
         raise ConfigurationInvalid(str(error)) from None
@@ -331,8 +331,8 @@ def _runtime_or_refuse() -> runtime.Runtime:
 
 @app.schedule(Rate(1, unit=Rate.MINUTES), name="liveness_sweep")
 def liveness_sweep(event: Any) -> dict[str, int]:
-    rt = _runtime_or_refuse()
-    report = sweep.report_dict(sweep.run(rt.settings, _now()))
+    inst = _instance_or_refuse()
+    report = sweep.report_dict(sweep.run(inst.settings, _now()))
     log.info("sweep finished", extra={"event": "sweep_finished", **report})
     return report
 
@@ -340,14 +340,14 @@ def liveness_sweep(event: Any) -> dict[str, int]:
 @app.on_dynamodb_record(stream_arn=OUTBOX_STREAM_ARN_PLACEHOLDER, starting_position="TRIM_HORIZON", name="state_log")
 def state_log(event: Any) -> dict[str, int]:
     """Ship each new outbox event to S3. Redelivery is harmless; failures make Lambda retry."""
-    rt = _runtime_or_refuse()
+    inst = _instance_or_refuse()
     shipped = already = 0
     for record in event:
         if record.event_name != "INSERT" or not record.new_image:
             continue  # outbox items are written once; MODIFY/REMOVE (TTL) are not events
         image = record.new_image
         event_id, payload = image["event_id"]["S"], image["payload"]["S"]
-        if state_log_store.ship(rt.s3, rt.settings.state_log_bucket, event_id, payload):
+        if state_log_store.ship(inst.s3, inst.settings.state_log_bucket, event_id, payload):
             shipped += 1
         else:
             already += 1

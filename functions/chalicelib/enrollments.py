@@ -10,7 +10,7 @@ from typing import Any
 from modelforge_protocol import credentials
 from modelforge_protocol.versions import Component
 
-from . import duplicates, enrollment_store, node_store
+from . import duplicate_identity, enrollment_store, node_store
 from .errors import DomainError, Gone, GuardFailed, Unauthenticated, conflict, invalid_request, not_found
 from .models import EnrollmentModel, InventoryModel, NodeModel
 from .protocol_check import require_compatible
@@ -169,7 +169,7 @@ def enroll(settings: Settings, body: dict[str, Any], now: float) -> Enrolled:
         liveness="pending",
         liveness_changed_at=round(now, 3),
     )
-    claims = duplicates.claims(node_id, body["inventory"], now)
+    claims = duplicate_identity.claims(node_id, body["inventory"], now)
     inventory = InventoryModel(
         node_id,
         inventory=body["inventory"],
@@ -220,5 +220,5 @@ def enroll(settings: Settings, body: dict[str, Any], now: float) -> Enrolled:
         if replayed:
             return replayed
         raise _refusal(current, now) from None
-    duplicates.detect_and_flag(settings, node_id, duplicates.gpu_uuids(body["inventory"]), set(), now)
+    duplicate_identity.detect_and_flag(settings, node_id, duplicate_identity.gpu_uuids(body["inventory"]), set(), now)
     return Enrolled(node=node, replayed=False)

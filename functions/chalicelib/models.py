@@ -155,8 +155,9 @@ class GpuClaimModel(Model):
     claimed_at = NumberAttribute()
 
 
-class ControlModel(Model):
-    """Control-plane-wide state, one item per name (e.g. the sweep's mass-outage hold)."""
+class FleetStateModel(Model):
+    """Fleet-wide state, one item per name: the sweep's mass-outage hold, the online-node counter.
+    Its table keeps its deployed name (`control`, `ControlTable`, `MODELFORGE_CONTROL_TABLE`)."""
 
     class Meta:
         table_name = UNBOUND
@@ -195,7 +196,7 @@ MODELS_BY_LOGICAL_NAME: dict[str, type[Model]] = {
     resources.NODES.name: NodeModel,
     resources.INVENTORIES.name: InventoryModel,
     resources.GPU_CLAIMS.name: GpuClaimModel,
-    resources.CONTROL.name: ControlModel,
+    resources.CONTROL.name: FleetStateModel,
     resources.OUTBOX.name: OutboxModel,
 }
 

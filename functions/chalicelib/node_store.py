@@ -7,7 +7,7 @@ from typing import Any
 from pynamodb.exceptions import DoesNotExist, UpdateError
 from pynamodb.transactions import TransactWrite
 
-from . import control_store
+from . import fleet_state_store
 from .errors import GuardFailed
 from .models import GpuClaimModel, InventoryModel, NodeModel, OutboxModel
 from .update_actions import update_actions
@@ -86,7 +86,7 @@ def record_transition_heartbeat(
             & (NodeModel.liveness == previous_liveness)
         ),
         event,
-        also=[control_store.online_nodes_change(+1)],
+        also=[fleet_state_store.online_nodes_change(+1)],
     )
 
 
@@ -228,7 +228,7 @@ def set_liveness(
             & (NodeModel.last_heartbeat_at <= heartbeat_not_after)
         ),
         event,
-        also=[control_store.online_nodes_change(online_delta)] if online_delta else [],
+        also=[fleet_state_store.online_nodes_change(online_delta)] if online_delta else [],
     )
 
 

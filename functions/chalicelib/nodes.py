@@ -11,7 +11,7 @@ from typing import Any
 from modelforge_protocol import credentials
 from modelforge_protocol.versions import Component
 
-from . import control_store, duplicates, liveness, node_store
+from . import fleet_state_store, duplicate_identity, liveness, node_store
 from .auth import NodeCaller, credential_invalid, credential_revoked
 from .errors import Conflict, GuardFailed, RateLimited, conflict, not_found
 from .known_callers import KnownCallers
@@ -103,7 +103,7 @@ def _record(settings: Settings, caller: NodeCaller, node: NodeModel, values: dic
         subject={"node_id": caller.node_id, "from": previous, "to": liveness.ONLINE, "cause": "heartbeat"},
         changes=[
             update_change(NodeModel, caller.node_id, _logged_liveness(transition)),
-            control_store.online_nodes_log_change(+1),
+            fleet_state_store.online_nodes_log_change(+1),
         ],
         retention_seconds=settings.outbox_retention_seconds,
     )
@@ -128,7 +128,7 @@ def replace_inventory(settings: Settings, caller: NodeCaller, body: dict[str, An
     validate(body, "REPLACE_INVENTORY")
     validate_inventory(body["inventory"])
     node = _require_holder(node_store.get(caller.node_id), caller)
-    uuids = duplicates.gpu_uuids(body["inventory"])
+    uuids = duplicate_identity.gpu_uuids(body["inventory"])
     for _ in range(_TRANSITION_ATTEMPTS):
         previous = node_store.get_inventory(caller.node_id)
         values = {
@@ -151,8 +151,8 @@ def replace_inventory(settings: Settings, caller: NodeCaller, body: dict[str, An
         except GuardFailed:
             node = _require_holder(node_store.get(caller.node_id), caller)  # revoked meanwhile: 401
             continue  # another replacement moved first: judge the rate again from a fresh read
-        duplicates.reconcile_claims(settings, caller.node_id, values["revision"], uuids, now)
-        duplicates.detect_and_flag(settings, caller.node_id, uuids, set(node.duplicate_partners or ()), now)
+        duplicate_identity.reconcile_claims(settings, caller.node_id, values["revision"], uuids, now)
+        duplicate_identity.detect_and_flag(settings, caller.node_id, uuids, set(node.duplicate_partners or ()), now)
         return InventoryModel(caller.node_id, inventory=body["inventory"], updated_at=values["updated_at"])
     raise Conflict("inventory_conflict", "the inventory changed concurrently; retry")
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from modelforge_protocol import credentials
 from modelforge_protocol.versions import Component, Verdict, next_step, verdict
 
-from . import duplicates, enrollments, liveness, node_store
+from . import duplicate_identity, enrollments, liveness, node_store
 from .errors import not_found
 from .models import InventoryModel, NodeModel
 from .settings import Settings
@@ -109,8 +109,8 @@ def _telemetry_age(node: NodeModel, inventory: InventoryModel | None, settings: 
 
 
 def _identity_unique(node: NodeModel, inventory: InventoryModel | None, settings: Settings, now: float) -> Check:
-    uuids = duplicates.gpu_uuids(inventory.inventory if inventory else None)
-    others = duplicates.live_duplicates(settings, node.node_id, uuids, now)
+    uuids = duplicate_identity.gpu_uuids(inventory.inventory if inventory else None)
+    others = duplicate_identity.live_duplicates(settings, node.node_id, uuids, now)
     if not others:
         return _check("identity_unique", True, "no other live node reports this node's GPUs", "")
     names = ", ".join(sorted(others))

@@ -32,6 +32,7 @@ ENROLLMENTS = Resource("enrollments", "MODELFORGE_ENROLLMENTS_TABLE", "Enrollmen
 NODES = Resource("nodes", "MODELFORGE_NODES_TABLE", "NodesTable", "table")
 INVENTORIES = Resource("inventories", "MODELFORGE_INVENTORIES_TABLE", "InventoriesTable", "table")
 GPU_CLAIMS = Resource("gpu_claims", "MODELFORGE_GPU_CLAIMS_TABLE", "GpuClaimsTable", "table")
+#: fleet-wide state (the sweep's mass-outage hold, the online-node counter); deployed name kept
 CONTROL = Resource("control", "MODELFORGE_CONTROL_TABLE", "ControlTable", "table")
 OUTBOX = Resource("outbox", "MODELFORGE_OUTBOX_TABLE", "OutboxTable", "table")
 STATE_LOG_BUCKET = Resource("state_log", "MODELFORGE_STATE_LOG_BUCKET", "StateLogBucket", "bucket")

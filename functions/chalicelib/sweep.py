@@ -21,9 +21,9 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
-from . import control_store, liveness, node_store
+from . import fleet_state_store, liveness, node_store
 from .errors import GuardFailed
-from .models import ControlModel, NodeModel
+from .models import FleetStateModel, NodeModel
 from .settings import Settings
 from .state_log import outbox_item, put_change, update_change
 
@@ -76,7 +76,7 @@ def run(settings: Settings, now: float, *, clock: Callable[[], float] = time.tim
 def _online_nodes(settings: Settings, now: float, clock: Callable[[], float], at_least: int) -> tuple[int, int]:
     """(online nodes, items read): one counter item; a full recount only if the counter is
     missing or cannot be right (fewer online nodes than are about to go stale)."""
-    counter = control_store.get(control_store.ONLINE_NODES)
+    counter = fleet_state_store.get(fleet_state_store.ONLINE_NODES)
     counted = None if counter is None or counter.count is None else int(counter.count)
     if counted is not None and counted >= at_least:
         return counted, 1
@@ -88,14 +88,14 @@ def _online_nodes(settings: Settings, now: float, clock: Callable[[], float], at
 def repair_online_counter(settings: Settings, now: float, *, clock: Callable[[], float] = time.time) -> int:
     """Count the online index and set the counter to it (e.g. after nodes were written straight
     into the table); the count, whether or not the repair was written."""
-    counter = control_store.get(control_store.ONLINE_NODES)
+    counter = fleet_state_store.get(fleet_state_store.ONLINE_NODES)
     recount = node_store.count_in_state(liveness.ONLINE, liveness.SHARDS)
     _repair_online_counter(settings, now, clock, counter, recount)
     return recount
 
 
 def _repair_online_counter(
-    settings: Settings, now: float, clock: Callable[[], float], counter: ControlModel | None, recount: int
+    settings: Settings, now: float, clock: Callable[[], float], counter: FleetStateModel | None, recount: int
 ) -> bool:
     """Apply the repair, guarded by the counter's revision as read before the count; False when
     a transition moved the counter meanwhile (its own ADD keeps it right: skip)."""
@@ -103,12 +103,12 @@ def _repair_online_counter(
     event = outbox_item(
         event_type="sweep.online_counter_repaired",
         now=_write_time(now, clock),
-        subject={"control": control_store.ONLINE_NODES},
-        changes=[control_store.online_nodes_repair_change(counter, recount, now)],
+        subject={"control": fleet_state_store.ONLINE_NODES},
+        changes=[fleet_state_store.online_nodes_repair_change(counter, recount, now)],
         retention_seconds=settings.outbox_retention_seconds,
     )
     try:
-        control_store.recount_online_nodes(counter, recount, now, event)
+        fleet_state_store.recount_online_nodes(counter, recount, now, event)
     except GuardFailed:
         log.info(
             "online node counter moved during the recount; repair skipped",
@@ -131,7 +131,7 @@ def _transition(settings: Settings, now: float, node_id: str, source: str, targe
         now=now,
         subject={"node_id": node_id, "from": source, "to": target, "cause": "sweep"},
         changes=[update_change(NodeModel, node_id, values)]
-        + ([control_store.online_nodes_log_change(online_delta)] if online_delta else []),
+        + ([fleet_state_store.online_nodes_log_change(online_delta)] if online_delta else []),
         retention_seconds=settings.outbox_retention_seconds,
     )
     try:
@@ -151,12 +151,12 @@ def _record_hold(
     """Write the hold item only when it changes, guarded by the revision read; log the change once.
 
     Whether the hold is in force: ``held``, or another sweep's hold that moved first."""
-    current = control_store.get(control_store.MASS_STALE_HOLD)
+    current = fleet_state_store.get(fleet_state_store.MASS_STALE_HOLD)
     if bool(current and current.active) == held:
         return held
-    read_revision = control_store.revision_of(current)
-    item = ControlModel(
-        control_store.MASS_STALE_HOLD,
+    read_revision = fleet_state_store.revision_of(current)
+    item = FleetStateModel(
+        fleet_state_store.MASS_STALE_HOLD,
         active=held,
         since=round(now, 3) if held else None,
         detail=detail,
@@ -167,15 +167,15 @@ def _record_hold(
     event = outbox_item(
         event_type=event_type,
         now=_write_time(now, clock),
-        subject={"control": control_store.MASS_STALE_HOLD},
+        subject={"control": fleet_state_store.MASS_STALE_HOLD},
         changes=[put_change(item)],
         retention_seconds=settings.outbox_retention_seconds,
     )
     try:
-        control_store.put(item, event)
+        fleet_state_store.put(item, event)
     except GuardFailed:
         # another sweep wrote the hold since we read it: its write stands, ours is skipped
-        latest = control_store.get(control_store.MASS_STALE_HOLD)
+        latest = fleet_state_store.get(fleet_state_store.MASS_STALE_HOLD)
         log.info("mass stale hold moved by another sweep; skipped", extra={"event": "mass_stale_hold_skipped"})
         return held or bool(latest and latest.active)
     log.warning(

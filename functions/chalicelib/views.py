@@ -9,7 +9,7 @@ from modelforge_protocol.versions import ACCEPTED, Component, verdict
 
 from . import liveness
 from .enrollments import public_state
-from .models import TELEMETRY_COLUMNS, ControlModel, EnrollmentModel, InventoryModel, NodeModel
+from .models import TELEMETRY_COLUMNS, FleetStateModel, EnrollmentModel, InventoryModel, NodeModel
 from .readiness import Check, Readiness
 from .settings import Settings
 from .timestamps import iso
@@ -44,7 +44,7 @@ def telemetry(node: NodeModel) -> dict[str, Any] | None:
     }
 
 
-def liveness_hold(hold: ControlModel | None) -> dict[str, Any] | None:
+def liveness_hold(hold: FleetStateModel | None) -> dict[str, Any] | None:
     """The sweep's mass-outage hold, when active: persisted transitions are paused."""
     if hold is None or not hold.active:
         return None
@@ -62,7 +62,7 @@ def node(
     inventory_item: InventoryModel | None,
     settings: Settings,
     now: float,
-    hold: ControlModel | None = None,
+    hold: FleetStateModel | None = None,
 ) -> dict[str, Any]:
     return {
         "node_id": item.node_id,

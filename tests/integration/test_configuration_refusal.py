@@ -4,7 +4,7 @@ variables and values: a JSON answer for the API, one clear exception for the oth
 from __future__ import annotations
 
 import pytest
-from chalicelib import runtime
+from chalicelib import instance
 
 from tests.support.api import ControlPlane
 
@@ -13,11 +13,11 @@ from tests.support.api import ControlPlane
 def broken_thresholds(stack, monkeypatch):  # type: ignore[no-untyped-def]
     monkeypatch.setenv("MODELFORGE_NODE_STALE_AFTER_SECONDS", "300")
     monkeypatch.setenv("MODELFORGE_NODE_OFFLINE_AFTER_SECONDS", "60")
-    runtime.reset()
+    instance.reset()
     yield stack
     monkeypatch.undo()
-    runtime.reset()
-    runtime.get()
+    instance.reset()
+    instance.get()
 
 
 def _names_both(message: str) -> None:

@@ -69,7 +69,7 @@ def test_inventory_replacements_rate_limited_per_node_with_retry_after_and_no_wr
     stack = counted_stack
     identity = _gpu_node(cp, 1)
     other = _gpu_node(cp, 1)
-    limit = int(__import__("chalicelib.runtime", fromlist=["get"]).get().settings.inventory_rate_limit)
+    limit = int(__import__("chalicelib.instance", fromlist=["get"]).get().settings.inventory_rate_limit)
     for _ in range(limit):
         assert _replace(cp, identity, gpu_inventory(1)).status_code == 200
     stack.drain_state_log()

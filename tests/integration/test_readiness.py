@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from chalicelib import nodes, readiness, runtime, views
+from chalicelib import nodes, readiness, instance, views
 from chalicelib.auth import NodeCaller
 from modelforge_protocol.credentials import sha256_hex
 
@@ -88,7 +88,7 @@ def test_readiness_nvidia_node_without_gpus_or_with_unhealthy_agent_is_not_ready
 def test_readiness_stale_inventory_names_the_inventory_call_in_its_next_step(cp: ControlPlane) -> None:
     identity = cp.enrolled_node()
     assert cp.heartbeat(identity).status_code == 200
-    settings = dataclasses.replace(runtime.get().settings, readiness_inventory_max_age_seconds=10)
+    settings = dataclasses.replace(instance.get().settings, readiness_inventory_max_age_seconds=10)
     later = time.time() + 11
     answer = views.readiness(readiness.check(settings, identity.node_id, later), later)
     inventory = _checks(answer)["inventory_age"]
@@ -131,7 +131,7 @@ def test_an_offline_node_is_not_a_duplicate(cp: ControlPlane) -> None:
     old = AgentIdentity()
     assert cp.enroll(cp.mint()["token"], old, accelerator_mode="nvidia", inventory=shared).status_code == 201
     caller = NodeCaller(node_id=old.node_id, credential_sha256=sha256_hex(old.credential))  # type: ignore[arg-type]
-    settings = runtime.get().settings
+    settings = instance.get().settings
     nodes.heartbeat(settings, caller, cp.heartbeat_body(gpus=1), time.time() - settings.offline_after_seconds - 5)
     new = AgentIdentity()
     assert cp.enroll(cp.mint()["token"], new, accelerator_mode="nvidia", inventory=shared).status_code == 201

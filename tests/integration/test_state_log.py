@@ -157,12 +157,12 @@ def _wait_until_shipped(endpoint: str, names: dict[str, str]) -> None:
 #: as a deployment from before the counter (or a counter removed by hand) has none.
 _SWEEPS = """
 import dataclasses, json, sys
-from chalicelib import control_store, runtime, sweep
-from chalicelib.models import ControlModel
+from chalicelib import fleet_state_store, instance, sweep
+from chalicelib.models import FleetStateModel
 for step in json.loads(sys.argv[1]):
     if step.get("drop_counter"):
-        ControlModel(control_store.ONLINE_NODES).delete()
-    settings = dataclasses.replace(runtime.get().settings, mass_stale_fraction=step["fraction"])
+        FleetStateModel(fleet_state_store.ONLINE_NODES).delete()
+    settings = dataclasses.replace(instance.get().settings, mass_stale_fraction=step["fraction"])
     print(json.dumps(sweep.report_dict(sweep.run(settings, step["now"]))))
 """
 

@@ -10,7 +10,7 @@ import logging
 import time
 
 import pytest
-from chalicelib import control_store, liveness, node_store, nodes, runtime, sweep
+from chalicelib import fleet_state_store, liveness, node_store, nodes, instance, sweep
 from chalicelib.auth import NodeCaller
 from modelforge_protocol.credentials import sha256_hex
 
@@ -19,7 +19,7 @@ from tests.support.snapshots import bucket_objects, scan_table
 
 
 def _settings(**changes):  # type: ignore[no-untyped-def]
-    return dataclasses.replace(runtime.get().settings, **changes)
+    return dataclasses.replace(instance.get().settings, **changes)
 
 
 def _liveness_events(stack, node_id: str) -> list[dict]:  # type: ignore[no-untyped-def]
@@ -49,7 +49,7 @@ def _past_clock() -> float:
 def _beat_at(identity: AgentIdentity, cp: ControlPlane, when: float) -> None:
     """A heartbeat through the real service at a chosen server time."""
     caller = NodeCaller(node_id=identity.node_id, credential_sha256=sha256_hex(identity.credential))  # type: ignore[arg-type]
-    nodes.heartbeat(runtime.get().settings, caller, cp.heartbeat_body(), when)
+    nodes.heartbeat(instance.get().settings, caller, cp.heartbeat_body(), when)
 
 
 def test_sweep_marks_silent_nodes_stale_then_offline_and_a_heartbeat_brings_them_back(stack, cp: ControlPlane) -> None:
@@ -89,13 +89,13 @@ def test_sweep_skips_a_node_whose_heartbeat_arrived_after_it_read(stack, cp: Con
         return [identity.node_id]
 
     monkeypatch.setattr(sweep.node_store, "late_nodes", late_then_heartbeat)
-    counter = control_store.online_nodes()
+    counter = fleet_state_store.online_nodes()
     report = sweep.run(settings, later)
     assert report.stale_candidates == 1 and report.skipped == 1 and report.transitioned == 0
     assert node_store.get(identity.node_id).liveness == "online"  # type: ignore[union-attr]
     # the failed guard wrote nothing: no event, and the online counter kept the node
     assert [e["subject"]["to"] for e in _outbox_liveness_events(stack, identity.node_id)] == ["online"]
-    assert control_store.online_nodes() == counter
+    assert fleet_state_store.online_nodes() == counter
 
 
 def test_sweep_leaves_a_stale_node_online_when_its_heartbeat_lands_between_read_and_write(stack, cp: ControlPlane, monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -115,7 +115,7 @@ def test_sweep_leaves_a_stale_node_online_when_its_heartbeat_lands_between_read_
         return found
 
     monkeypatch.setattr(sweep.node_store, "late_nodes", late_then_heartbeat)
-    counter = control_store.online_nodes()
+    counter = fleet_state_store.online_nodes()
     report = sweep.run(settings, clock)
     monkeypatch.undo()
     assert report.offline_candidates == 1 and report.skipped == 1 and report.transitioned == 0
@@ -123,7 +123,7 @@ def test_sweep_leaves_a_stale_node_online_when_its_heartbeat_lands_between_read_
     # no stale -> offline event; the counter moved by the heartbeat's +1 only
     steps = [(e["subject"]["from"], e["subject"]["to"]) for e in _outbox_liveness_events(stack, identity.node_id)]
     assert sorted(steps) == sorted([("pending", "online"), ("online", "stale"), ("stale", "online")])
-    assert control_store.online_nodes() == counter + 1  # type: ignore[operator]
+    assert fleet_state_store.online_nodes() == counter + 1  # type: ignore[operator]
 
 
 def test_sweep_reads_only_late_nodes_not_the_whole_fleet(stack, cp: ControlPlane) -> None:  # type: ignore[no-untyped-def]
@@ -194,14 +194,14 @@ def test_sweep_does_not_hold_when_fewer_than_ten_nodes_go_stale(stack, cp: Contr
 
 
 def _hold_active() -> bool:
-    hold = control_store.get(control_store.MASS_STALE_HOLD)
+    hold = fleet_state_store.get(fleet_state_store.MASS_STALE_HOLD)
     return bool(hold and hold.active)
 
 
 def test_the_local_scheduler_event_runs_the_deployed_sweep_handler(stack, cp: ControlPlane, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     from modelforge_cli.scheduler import scheduled_event
 
-    settings = runtime.get().settings
+    settings = instance.get().settings
     clock = _past_clock()
     (identity,) = _late_fleet(cp, 1, clock, settings.stale_after_seconds)
     monkeypatch.setattr(stack.app_module, "_now", lambda: clock)  # the handler's clock
@@ -223,7 +223,7 @@ def test_online_now_condition_refuses_work_for_a_node_that_is_not_online(stack, 
     from chalicelib.models import NodeModel
     from pynamodb.exceptions import UpdateError
 
-    settings = runtime.get().settings
+    settings = instance.get().settings
     identity = cp.enrolled_node()
     pending = NodeModel(identity.node_id)
     with pytest.raises(UpdateError):  # never heartbeated: pending, not online
@@ -237,20 +237,20 @@ def test_online_now_condition_refuses_work_for_a_node_that_is_not_online(stack, 
 
 
 def test_online_counter_follows_transitions_so_the_guard_reads_one_item(stack, cp: ControlPlane) -> None:
-    from chalicelib import control_store
+    from chalicelib import fleet_state_store
 
     settings = _settings(mass_stale_fraction=1.0)
     sweep.run(settings, time.time())
-    before = control_store.online_nodes() or 0
+    before = fleet_state_store.online_nodes() or 0
     identity = cp.enrolled_node()
     assert cp.heartbeat(identity).status_code == 200  # pending -> online
-    assert control_store.online_nodes() == before + 1
+    assert fleet_state_store.online_nodes() == before + 1
     assert cp.heartbeat(identity).status_code == 200  # steady state: no change
-    assert control_store.online_nodes() == before + 1
+    assert fleet_state_store.online_nodes() == before + 1
     late = time.time() + settings.stale_after_seconds + 1
     for other in [cp.enrolled_node() for _ in range(3)]:
         _beat_at(other, cp, late - 1)  # these stay online at `late`
-    counted = control_store.online_nodes()
+    counted = fleet_state_store.online_nodes()
     report = sweep.run(settings, late)
     assert report.transitioned >= 1
-    assert control_store.online_nodes() == counted - report.stale_candidates + report.skipped
+    assert fleet_state_store.online_nodes() == counted - report.stale_candidates + report.skipped

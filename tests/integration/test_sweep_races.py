@@ -10,8 +10,8 @@ import threading
 import time
 from typing import Any, Callable
 
-from chalicelib import control_store, liveness, node_store, runtime, sweep
-from chalicelib.models import ControlModel
+from chalicelib import fleet_state_store, liveness, node_store, instance, sweep
+from chalicelib.models import FleetStateModel
 
 from tests.support.api import ControlPlane
 from tests.support.snapshots import scan_table
@@ -30,7 +30,7 @@ def _control_events(stack, types: tuple[str, ...]) -> dict[str, dict[str, Any]]:
 
 
 def _hold_active() -> bool:
-    item = control_store.get(control_store.MASS_STALE_HOLD)
+    item = fleet_state_store.get(fleet_state_store.MASS_STALE_HOLD)
     return bool(item and item.active)
 
 
@@ -60,21 +60,21 @@ def _sweeps_at_once(settings: Any, now: float) -> list[sweep.SweepReport]:
 
 def _read_then_wait(monkeypatch, name: str, barrier: threading.Barrier) -> None:  # type: ignore[no-untyped-def]
     """Each thread's first read of ``name`` waits until every thread has read it."""
-    original = control_store.get
+    original = fleet_state_store.get
     first = threading.local()
 
-    def get(wanted: str) -> ControlModel | None:
+    def get(wanted: str) -> FleetStateModel | None:
         item = original(wanted)
         if wanted == name and not getattr(first, "done", False):
             first.done = True
             barrier.wait(timeout=30)
         return item
 
-    monkeypatch.setattr(control_store, "get", get)
+    monkeypatch.setattr(fleet_state_store, "get", get)
 
 
 def test_overlapping_sweeps_write_the_mass_stale_hold_once_and_the_losers_change_nothing(stack, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    settings = dataclasses.replace(runtime.get().settings, mass_stale_fraction=0.0)
+    settings = dataclasses.replace(instance.get().settings, mass_stale_fraction=0.0)
     fake_late = [f"node_race{index:027x}" for index in range(sweep.MASS_STALE_MIN_NODES)]
     holding = threading.Event()
 
@@ -86,10 +86,10 @@ def test_overlapping_sweeps_write_the_mass_stale_hold_once_and_the_losers_change
     for round_ in range(ROUNDS):
         hold = round_ % 2 == 0  # hold, release, hold, release: the session ends released
         holding.set() if hold else holding.clear()
-        before = control_store.get(control_store.MASS_STALE_HOLD)
+        before = fleet_state_store.get(fleet_state_store.MASS_STALE_HOLD)
         known = _control_events(stack, HOLD_EVENTS)
         monkeypatch.setattr(sweep.node_store, "late_nodes", late_nodes)
-        _read_then_wait(monkeypatch, control_store.MASS_STALE_HOLD, threading.Barrier(WRITERS))
+        _read_then_wait(monkeypatch, fleet_state_store.MASS_STALE_HOLD, threading.Barrier(WRITERS))
         reports = _sweeps_at_once(settings, time.time())
         monkeypatch.undo()
 
@@ -99,16 +99,16 @@ def test_overlapping_sweeps_write_the_mass_stale_hold_once_and_the_losers_change
         # the stored hold is exactly the winner's write, one revision after the one everyone read
         (winner,) = new.values()
         (change,) = winner["changes"]
-        after = control_store.get(control_store.MASS_STALE_HOLD)
+        after = fleet_state_store.get(fleet_state_store.MASS_STALE_HOLD)
         assert after is not None and after.serialize() == change["item"], round_
-        assert after.revision == (control_store.revision_of(before) or 0) + 1
+        assert after.revision == (fleet_state_store.revision_of(before) or 0) + 1
         assert _hold_active() == hold
     assert not _hold_active()
 
 
 def _drift_counter(value: int) -> None:
     """What the repair exists for: a counter that drifted outside the log (e.g. an older deployment)."""
-    ControlModel(control_store.ONLINE_NODES).update(actions=[ControlModel.count.set(value)])
+    FleetStateModel(fleet_state_store.ONLINE_NODES).update(actions=[FleetStateModel.count.set(value)])
 
 
 def _sweep_that_must_repair(monkeypatch, online: int) -> Any:  # type: ignore[no-untyped-def]
@@ -120,7 +120,7 @@ def _sweep_that_must_repair(monkeypatch, online: int) -> Any:  # type: ignore[no
         "late_nodes",
         lambda state, cutoff, shards: list(fake_late) if state == liveness.ONLINE else [],
     )
-    return dataclasses.replace(runtime.get().settings, mass_stale_fraction=1000.0)
+    return dataclasses.replace(instance.get().settings, mass_stale_fraction=1000.0)
 
 
 def _repair_with_a_heartbeat_after_the_count(cp: ControlPlane, newcomer: Any, settings: Any, monkeypatch) -> list[Any]:  # type: ignore[no-untyped-def]
@@ -162,11 +162,11 @@ def test_a_counter_repair_racing_a_heartbeat_yields_and_the_heartbeat_is_counted
 
         assert statuses[1] == 200
         # the heartbeat's +1 survived: the repair, computed from an older count, wrote nothing
-        assert control_store.online_nodes() == 1, round_
+        assert fleet_state_store.online_nodes() == 1, round_
         assert not set(_control_events(stack, (REPAIR_EVENT,))) - set(known), round_
         # with nobody racing it, the next repair sets the counter to the index's count, logged
-        assert sweep.repair_online_counter(runtime.get().settings, time.time()) == online + 1
-        assert control_store.online_nodes() == online + 1
+        assert sweep.repair_online_counter(instance.get().settings, time.time()) == online + 1
+        assert fleet_state_store.online_nodes() == online + 1
         (repair,) = [event for key, event in _control_events(stack, (REPAIR_EVENT,)).items() if key not in known]
         assert repair["changes"][0]["set"]["count"] == {"N": str(online + 1)}
 
@@ -177,15 +177,15 @@ def test_overlapping_counter_repairs_write_once(stack, cp: ControlPlane, monkeyp
     for round_ in range(ROUNDS):
         online = node_store.count_in_state(liveness.ONLINE, liveness.SHARDS)
         _drift_counter(0)
-        before = control_store.get(control_store.ONLINE_NODES)
+        before = fleet_state_store.get(fleet_state_store.ONLINE_NODES)
         known = _control_events(stack, (REPAIR_EVENT,))
         settings = _sweep_that_must_repair(monkeypatch, online)
-        _read_then_wait(monkeypatch, control_store.ONLINE_NODES, threading.Barrier(WRITERS))
+        _read_then_wait(monkeypatch, fleet_state_store.ONLINE_NODES, threading.Barrier(WRITERS))
         _sweeps_at_once(settings, time.time())
         monkeypatch.undo()
 
         new = [event for key, event in _control_events(stack, (REPAIR_EVENT,)).items() if key not in known]
         assert len(new) == 1, round_
-        after = control_store.get(control_store.ONLINE_NODES)
+        after = fleet_state_store.get(fleet_state_store.ONLINE_NODES)
         assert after is not None and after.count == online
-        assert after.revision == (control_store.revision_of(before) or 0) + 1
+        assert after.revision == (fleet_state_store.revision_of(before) or 0) + 1

@@ -14,7 +14,7 @@ import secrets
 import time
 from types import ModuleType
 
-from chalicelib import liveness, node_store, runtime, sweep
+from chalicelib import liveness, node_store, instance, sweep
 from modelforge_cli.emulator import operations_delta
 
 from tests.support import bench_scripts
@@ -35,7 +35,7 @@ def _app_operations(stack) -> dict[str, int]:  # type: ignore[no-untyped-def]
 def test_sweep_reads_late_nodes_only_at_scale(counted_stack) -> None:  # type: ignore[no-untyped-def]
     stack = counted_stack
     bench = _load_bench()
-    settings = dataclasses.replace(runtime.get().settings, mass_stale_fraction=1.0)  # never hold
+    settings = dataclasses.replace(instance.get().settings, mass_stale_fraction=1.0)  # never hold
     sweep_at = time.time() - 10_000_000  # older than any other test's clock
     # a prefix of our own; the shard (the last 8 hex digits) cycles evenly through the index partitions
     prefix = secrets.token_hex(4)
@@ -83,4 +83,4 @@ def test_sweep_reads_late_nodes_only_at_scale(counted_stack) -> None:  # type: i
         client.close()
         # the transitions took our never-counted nodes off the counter: count the index again
         sweep.repair_online_counter(settings, time.time())
-    assert node_store.count_in_state(liveness.ONLINE, liveness.SHARDS) == sweep.control_store.online_nodes()
+    assert node_store.count_in_state(liveness.ONLINE, liveness.SHARDS) == sweep.fleet_state_store.online_nodes()

@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 import pytest
-from chalicelib import nodes, runtime
+from chalicelib import nodes, instance
 from chalicelib.auth import NodeCaller
 from chalicelib.known_callers import KnownCallers
 from modelforge_cli.emulator import operations_delta
@@ -65,7 +65,7 @@ def test_a_caller_known_to_this_instance_heartbeats_with_one_update_a_new_instan
     identity = cp.enrolled_node()
     assert cp.heartbeat(identity).status_code == 200  # online, and known to the served instance
     caller = NodeCaller(node_id=identity.node_id or "", credential_sha256=sha256_hex(identity.credential))
-    settings = runtime.get().settings
+    settings = instance.get().settings
     fresh = KnownCallers()  # what a newly started function instance knows: nobody
     stack.drain_state_log()  # the state-log function's S3 writes are not the heartbeat's
     before = _app_operations(stack)

@@ -107,17 +107,17 @@ class LocalStack:
         if self.options.tls_cert and self.options.tls_key:
             tls = tls_context(self.options.tls_cert, self.options.tls_key)
         self.app_module = load_app()
-        from chalicelib import runtime
+        from chalicelib import instance
 
-        runtime.reset()
-        runtime.get()  # validates settings before serving: exits non-zero on a bad configuration
+        instance.reset()
+        instance.get()  # validates settings before serving: exits non-zero on a bad configuration
         if self.emulator is not None:
             self.emulator.start()
             if self.emulator.has_recording():
                 self.replayed_requests = self.emulator.replay_recording()
         os.environ["AWS_ENDPOINT_URL"] = self.aws_endpoint_url
-        runtime.reset()
-        runtime.get()
+        instance.reset()
+        instance.get()
         provision.provision(self.aws_endpoint_url, self.names, REGION)
         app = self.app_module.app
         self._poller = StreamPoller(

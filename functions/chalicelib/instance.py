@@ -1,4 +1,5 @@
-"""Per-process runtime: settings, table bindings and clients, built on first use."""
+"""This function instance's settings, table bindings and clients, built on first use (one per process:
+a Lambda instance, or the local stack)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from .transactions import reset_connection
 
 
 @dataclass(frozen=True)
-class Runtime:
+class Instance:
     settings: Settings
     #: node credentials this instance has verified (a cost saving: see known_callers.py)
     known_callers: KnownCallers = field(default_factory=KnownCallers)
@@ -30,24 +31,24 @@ class Runtime:
         return boto3.client("s3")
 
 
-_runtime: Runtime | None = None
+_instance: Instance | None = None
 _lock = threading.Lock()
 
 
-def get() -> Runtime:
-    global _runtime
+def get() -> Instance:
+    global _instance
     with _lock:
-        if _runtime is None:
+        if _instance is None:
             jsonlog.configure(os.environ.get("MODELFORGE_LOG_LEVEL", "INFO").upper())
             settings = load_settings()
             bind_tables(settings)
-            _runtime = Runtime(settings=settings)
-        return _runtime
+            _instance = Instance(settings=settings)
+        return _instance
 
 
 def reset() -> None:
     """Forget settings and clients (tests, and the local stack after changing the environment)."""
-    global _runtime
+    global _instance
     with _lock:
-        _runtime = None
+        _instance = None
         reset_connection()
