@@ -3,34 +3,31 @@
 from __future__ import annotations
 
 import logging
-import threading
 import uuid
 from datetime import datetime, timezone
 from typing import Any, Callable
+
+from .periodic import Periodic
 
 log = logging.getLogger("modelforge.local.scheduler")
 
 
 class Scheduler:
     def __init__(self, handler: Callable[[dict[str, Any], Any], Any], interval_seconds: float) -> None:
-        self._handler = handler
-        self._interval = interval_seconds
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="scheduler", daemon=True)
+        self._loop = Periodic(
+            "scheduler",
+            interval_seconds,
+            lambda: handler(scheduled_event(), None),
+            log=log,
+            failure="scheduled function failed",
+            failure_event="schedule_failed",
+        )
 
     def start(self) -> None:
-        self._thread.start()
+        self._loop.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self._interval):
-            try:
-                self._handler(scheduled_event(), None)
-            except Exception:
-                log.exception("scheduled function failed", extra={"event": "schedule_failed"})
+        self._loop.stop()
 
 
 def scheduled_event(region: str = "us-east-1") -> dict[str, Any]:

@@ -10,6 +10,7 @@ import boto3
 from botocore.config import Config
 
 from .emulator import POLLER_USER_AGENT
+from .periodic import Periodic
 
 log = logging.getLogger("modelforge.local.stream")
 
@@ -35,27 +36,24 @@ class StreamPoller:
         self._streams = boto3.client("dynamodbstreams", endpoint_url=endpoint_url, region_name=region, config=tagged)
         self._table_name = table_name
         self._handler = handler
-        self._interval = interval_seconds
         self._iterators: dict[str, str] = {}
-        self._stop = threading.Event()
         self._poll_lock = threading.Lock()
-        self._thread = threading.Thread(target=self._run, name="stream-poller", daemon=True)
+        self._loop = Periodic(
+            "stream-poller",
+            interval_seconds,
+            self.poll_once,
+            log=log,
+            failure="stream poll failed; retrying",
+            failure_event="stream_poll_failed",
+            run_first=True,
+        )
         self.delivered = 0
 
     def start(self) -> None:
-        self._thread.start()
+        self._loop.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.poll_once()
-            except Exception:
-                log.exception("stream poll failed; retrying", extra={"event": "stream_poll_failed"})
-            self._stop.wait(self._interval)
+        self._loop.stop()
 
     def poll_once(self) -> int:
         """Deliver every record available now; return how many were delivered."""
