@@ -135,3 +135,14 @@ def test_gateway_refusals_use_the_error_shape_and_never_echo_the_request(package
         assert set(body["error"]) == {"code", "message"}
         assert "$" not in json.dumps(body)  # no $context or $input: nothing of the request comes back
     assert responses["MISSING_AUTHENTICATION_TOKEN"]["StatusCode"] == 404
+
+
+def test_functions_folder_carries_the_protocol_package_for_any_chalice_command() -> None:
+    """`chalice package`/`deploy` run in functions/ directly bundle vendor/: the shared package is
+    a committed link there, so no documented path deploys a bundle that cannot import it."""
+    from modelforge_cli.catalogue import FUNCTIONS_DIR, REPO_ROOT
+
+    vendored = FUNCTIONS_DIR / "vendor" / "modelforge_protocol"
+    assert vendored.is_symlink()
+    assert vendored.resolve() == (REPO_ROOT / "protocol" / "modelforge_protocol").resolve()
+    assert (vendored / "versions.py").is_file()

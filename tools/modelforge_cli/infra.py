@@ -173,11 +173,22 @@ def merge_template() -> dict[str, Any]:
 
 
 def vendor_protocol_package() -> Path:
-    """Copy the shared package into functions/vendor/, which Chalice bundles as is."""
+    """Make sure functions/vendor/modelforge_protocol is the committed link to the shared package.
+
+    Chalice bundles ``vendor/`` as is and follows links, so ``chalice package`` or ``deploy`` run
+    in functions/ directly carries the protocol package too, not only ``modelforge infra package``.
+    A copy left there by an older version of this command is replaced by the link.
+    """
     target = FUNCTIONS_DIR / "vendor" / "modelforge_protocol"
-    if target.exists():
+    link = os.path.relpath(PROTOCOL_PACKAGE, target.parent)
+    if target.is_symlink() and target.resolve() == PROTOCOL_PACKAGE.resolve():
+        return target
+    if target.is_symlink() or target.is_file():
+        target.unlink()
+    elif target.exists():
         shutil.rmtree(target)
-    shutil.copytree(PROTOCOL_PACKAGE, target, ignore=shutil.ignore_patterns("__pycache__"))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.symlink_to(link, target_is_directory=True)
     return target
 
 
