@@ -180,27 +180,41 @@ class FakeClock:
         return self.now
 
 
+def in_process_agent(
+    env: dict[str, str],
+    *,
+    stop: Any,
+    client: Any = None,
+    gpus: Any = None,
+    clock: Callable[[], float] | None = None,
+    jitter: float = 1.0,
+) -> tuple[Agent, StateVolume]:
+    """The real Agent, configured from ``env`` as the process would be, with an injected stop,
+    clock and jitter; ``client`` defaults to the real HTTP client and session, ``gpus`` to a CPU
+    node. The one place tests build an agent in-process."""
+    config = load_config(env)
+    state = StateVolume(config.state_volume)
+    state.prepare()
+    client = client or ControlPlaneClient(build_session(config), base_url(config), config.request_timeout_seconds)
+    agent = Agent(
+        config, client, state, gpus or NoGpus(), stop=stop, clock=clock or FakeClock(), jitter=lambda: jitter
+    )
+    return agent, state
+
+
 def real_agent(
     tmp_path: Path, url: str, stop: RecordingStop, clock: FakeClock | None = None, **env: str
 ) -> tuple[Agent, StateVolume]:
     """The real Agent with the real HTTP client and session, in CPU mode."""
-    config = load_config(
-        {
-            "MODELFORGE_AGENT_CONTROL_PLANE_URL": url,
-            "MODELFORGE_AGENT_ENROLLMENT_TOKEN": TOKEN,
-            "MODELFORGE_AGENT_ACCELERATOR_MODE": "cpu",
-            "MODELFORGE_AGENT_STATE_VOLUME": str(tmp_path / "state"),
-            "MODELFORGE_AGENT_HOSTNAME": "fake_node",
-            **env,
-        }
-    )
-    state = StateVolume(config.state_volume)
-    state.prepare()
-    client = ControlPlaneClient(build_session(config), base_url(config), config.request_timeout_seconds)
-    agent = Agent(
-        config, client, state, NoGpus(), stop=stop, clock=clock or FakeClock(), jitter=lambda: 1.0  # type: ignore[arg-type]
-    )
-    return agent, state
+    settings = {
+        "MODELFORGE_AGENT_CONTROL_PLANE_URL": url,
+        "MODELFORGE_AGENT_ENROLLMENT_TOKEN": TOKEN,
+        "MODELFORGE_AGENT_ACCELERATOR_MODE": "cpu",
+        "MODELFORGE_AGENT_STATE_VOLUME": str(tmp_path / "state"),
+        "MODELFORGE_AGENT_HOSTNAME": "fake_node",
+        **env,
+    }
+    return in_process_agent(settings, stop=stop, clock=clock)
 
 
 def enrolled_before(state: StateVolume, url: str) -> None:

@@ -10,27 +10,22 @@ from modelforge_node_agent.agent import Agent
 from modelforge_node_agent.config import load_config
 from modelforge_node_agent.control_plane import ENROLL, ControlPlaneClient, TransientFailure
 from modelforge_node_agent.identity import StateVolume
-from modelforge_node_agent.gpu_source import NoGpus
 from modelforge_node_agent.transport import base_url, build_session
 
-from tests.agent.fake_control_plane import FakeClock, RecordingStop
+from tests.agent.fake_control_plane import RecordingStop, in_process_agent
 from tests.support.api import ControlPlane
 
 
 def _agent(cp: ControlPlane, token: str, state_dir: Path, client: Any = None) -> Agent:
-    config = load_config(
-        {
-            "MODELFORGE_AGENT_CONTROL_PLANE_URL": cp.base_url,
-            "MODELFORGE_AGENT_ENROLLMENT_TOKEN": token,
-            "MODELFORGE_AGENT_ACCELERATOR_MODE": "cpu",
-            "MODELFORGE_AGENT_STATE_VOLUME": str(state_dir),
-            "MODELFORGE_AGENT_HOSTNAME": "restarter",
-        }
-    )
-    state = StateVolume(config.state_volume)
-    state.prepare()
-    client = client or ControlPlaneClient(build_session(config), base_url(config), 10)
-    return Agent(config, client, state, NoGpus(), stop=RecordingStop(limit=1), clock=FakeClock(), jitter=lambda: 0.0)  # type: ignore[arg-type]
+    settings = {
+        "MODELFORGE_AGENT_CONTROL_PLANE_URL": cp.base_url,
+        "MODELFORGE_AGENT_ENROLLMENT_TOKEN": token,
+        "MODELFORGE_AGENT_ACCELERATOR_MODE": "cpu",
+        "MODELFORGE_AGENT_STATE_VOLUME": str(state_dir),
+        "MODELFORGE_AGENT_HOSTNAME": "restarter",
+    }
+    agent, _ = in_process_agent(settings, stop=RecordingStop(limit=1), client=client, jitter=0.0)
+    return agent
 
 
 def _nodes_of(cp: ControlPlane, enrollment_id: str) -> list[dict]:

@@ -9,14 +9,13 @@ from typing import Any, Callable
 
 import pytest
 from modelforge_node_agent.agent import Agent
-from modelforge_node_agent.config import load_config
 from modelforge_node_agent.control_plane import ENROLL, HEARTBEAT, INVENTORY, Refused, TransientFailure
 from modelforge_node_agent.exit_codes import CONFIGURATION_INVALID, IDENTITY_REFUSED, PROTOCOL_INCOMPATIBLE, exit_for
 from modelforge_node_agent.failures import ConfigurationInvalid, IdentityRefused
 from modelforge_node_agent.gpu import GpuInfo, GpuTelemetry
 from modelforge_node_agent.identity import StateVolume
 
-from tests.agent.fake_control_plane import FakeClock, RecordingStop
+from tests.agent.fake_control_plane import FakeClock, RecordingStop, in_process_agent
 
 TOKEN = "mfe.enr_" + "0" * 32 + "." + "A" * 43
 NODE_ID = "node_" + "b" * 32
@@ -59,20 +58,15 @@ ONLINE = {"node_id": NODE_ID, "status": "online", "heartbeat_interval_seconds": 
 def _agent(
     tmp_path: Path, client: FakeControlPlane, stop: RecordingStop, jitter: float = 1.0, **env: str
 ) -> tuple[Agent, StateVolume]:
-    config = load_config(
-        {
-            "MODELFORGE_AGENT_CONTROL_PLANE_URL": "http://127.0.0.1:8000",
-            "MODELFORGE_AGENT_ENROLLMENT_TOKEN": TOKEN,
-            "MODELFORGE_AGENT_ACCELERATOR_MODE": "nvidia",
-            "MODELFORGE_AGENT_STATE_VOLUME": str(tmp_path / "state"),
-            "MODELFORGE_AGENT_HOSTNAME": "gpu_node",
-            **env,
-        }
-    )
-    state = StateVolume(config.state_volume)
-    state.prepare()
-    agent = Agent(config, client, state, TwoGpus(), stop=stop, clock=FakeClock(), jitter=lambda: jitter)  # type: ignore[arg-type]
-    return agent, state
+    settings = {
+        "MODELFORGE_AGENT_CONTROL_PLANE_URL": "http://127.0.0.1:8000",
+        "MODELFORGE_AGENT_ENROLLMENT_TOKEN": TOKEN,
+        "MODELFORGE_AGENT_ACCELERATOR_MODE": "nvidia",
+        "MODELFORGE_AGENT_STATE_VOLUME": str(tmp_path / "state"),
+        "MODELFORGE_AGENT_HOSTNAME": "gpu_node",
+        **env,
+    }
+    return in_process_agent(settings, stop=stop, client=client, gpus=TwoGpus(), jitter=jitter)
 
 
 def test_agent_persists_its_credential_before_it_enrolls(tmp_path: Path) -> None:
