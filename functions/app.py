@@ -29,7 +29,7 @@ from chalicelib.errors import (
 )
 from chalicelib.settings import SettingsError
 from chalicelib.validation import ascii_int, parse_json_object, validate, validate_query
-from modelforge_protocol import jsonlog
+from modelforge_logging import jsonlog
 from modelforge_protocol.versions import (
     AGENT_PROTOCOL_VERSION,
     CONTROL_PLANE_RELEASE,

@@ -19,7 +19,7 @@ import threading
 import time
 from typing import Callable, Mapping, Sequence
 
-from modelforge_protocol import jsonlog
+from modelforge_logging import jsonlog
 
 from . import AGENT_VERSION, exit_codes
 from .agent import Agent

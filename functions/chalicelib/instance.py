@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-from modelforge_protocol import jsonlog
+from modelforge_logging import jsonlog
 from .known_callers import KnownCallers
 from .models import bind_tables
 from .settings import Settings, load_settings

@@ -84,7 +84,7 @@ def packaged(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_lambda_bundle_carries_the_shared_protocol_package_and_no_agent_code(packaged: Path) -> None:
     names = zipfile.ZipFile(packaged / "deployment.zip").namelist()
-    assert "modelforge_protocol/versions.py" in names
+    assert "modelforge_protocol/versions.py" in names and "modelforge_logging/jsonlog.py" in names
     assert "app.py" in names and "chalicelib/enrollments.py" in names
     assert not any(name.startswith(("modelforge_node_agent/", "modelforge_runtime_worker/", "modelforge_cli/")) for name in names)
 
@@ -137,12 +137,13 @@ def test_gateway_refusals_use_the_error_shape_and_never_echo_the_request(package
     assert responses["MISSING_AUTHENTICATION_TOKEN"]["StatusCode"] == 404
 
 
-def test_functions_folder_carries_the_protocol_package_for_any_chalice_command() -> None:
-    """`chalice package`/`deploy` run in functions/ directly bundle vendor/: the shared package is
+@pytest.mark.parametrize("package", ["modelforge_protocol", "modelforge_logging"])
+def test_functions_folder_carries_the_shared_packages_for_any_chalice_command(package: str) -> None:
+    """`chalice package`/`deploy` run in functions/ directly bundle vendor/: each shared package is
     a committed link there, so no documented path deploys a bundle that cannot import it."""
     from modelforge_cli.catalogue import FUNCTIONS_DIR, REPO_ROOT
 
-    vendored = FUNCTIONS_DIR / "vendor" / "modelforge_protocol"
+    vendored = FUNCTIONS_DIR / "vendor" / package
     assert vendored.is_symlink()
-    assert vendored.resolve() == (REPO_ROOT / "protocol" / "modelforge_protocol").resolve()
-    assert (vendored / "versions.py").is_file()
+    assert vendored.resolve() == (REPO_ROOT / "protocol" / package).resolve()
+    assert (vendored / "__init__.py").is_file()

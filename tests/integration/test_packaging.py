@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[2]
 #: What a node must never carry: control-plane, AWS and tooling code.
 NOT_ON_A_NODE = ("chalice", "chalicelib", "moto", "boto3", "botocore", "pynamodb", "werkzeug", "modelforge_cli")
 #: What the agent needs, by import name.
-ON_A_NODE = ("modelforge_node_agent", "modelforge_protocol", "requests", "pynvml", "jsonschema")
+ON_A_NODE = ("modelforge_node_agent", "modelforge_protocol", "modelforge_logging", "requests", "pynvml", "jsonschema")
 
 _PROBE = """
 import importlib, importlib.util, json, sys
@@ -81,11 +81,19 @@ def node_env(wheels: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) 
     return python
 
 
-def test_each_wheel_holds_its_own_package_only(wheels: dict[str, Path]) -> None:
+#: What each wheel may carry: its own package (the bottom layer also carries the log format).
+CARRIES = {
+    "modelforge_protocol": ("modelforge_protocol/", "modelforge_logging/"),
+    "modelforge_node_agent": ("modelforge_node_agent/",),
+}
+
+
+def test_each_wheel_holds_its_own_packages_only(wheels: dict[str, Path]) -> None:
     for package, wheel in wheels.items():
         names = zipfile.ZipFile(wheel).namelist()
         code = [name for name in names if ".dist-info/" not in name]
-        assert code and all(name.startswith(package + "/") for name in code), (wheel.name, code)
+        assert code and all(name.startswith(CARRIES[package]) for name in code), (wheel.name, code)
+        assert any(name.startswith(package + "/") for name in code), (wheel.name, code)
         assert wheel.name.startswith(f"{package}-{RELEASE}-")
 
 

@@ -19,7 +19,8 @@ from typing import Any
 from .catalogue import FUNCTIONS_DIR, REPO_ROOT, resources
 from .provision import RESOURCE_ENV, load_resources
 
-PROTOCOL_PACKAGE = REPO_ROOT / "protocol" / "modelforge_protocol"
+#: The bottom-layer packages the functions import, linked into functions/vendor/ (Chalice bundles it).
+SHARED_PACKAGES = (REPO_ROOT / "protocol" / "modelforge_protocol", REPO_ROOT / "protocol" / "modelforge_logging")
 #: Chalice resource names of the three functions and their roles.
 FUNCTIONS = {"APIHandler": "ApiHandlerRole", "LivenessSweep": "LivenessSweepRole", "StateLog": "StateLogRole"}
 
@@ -172,29 +173,32 @@ def merge_template() -> dict[str, Any]:
     return {"Parameters": PARAMETERS, "Resources": resources}
 
 
-def vendor_protocol_package() -> Path:
-    """Make sure functions/vendor/modelforge_protocol is the committed link to the shared package.
+def vendor_shared_packages() -> list[Path]:
+    """Make sure functions/vendor/ holds the committed links to the shared packages.
 
     Chalice bundles ``vendor/`` as is and follows links, so ``chalice package`` or ``deploy`` run
-    in functions/ directly carries the protocol package too, not only ``modelforge infra package``.
-    A copy left there by an older version of this command is replaced by the link.
+    in functions/ directly carries them too, not only ``modelforge infra package``. A copy left
+    there by an older version of this command is replaced by the link.
     """
-    target = FUNCTIONS_DIR / "vendor" / "modelforge_protocol"
-    link = os.path.relpath(PROTOCOL_PACKAGE, target.parent)
-    if target.is_symlink() and target.resolve() == PROTOCOL_PACKAGE.resolve():
+    return [_link_into_vendor(package) for package in SHARED_PACKAGES]
+
+
+def _link_into_vendor(package: Path) -> Path:
+    target = FUNCTIONS_DIR / "vendor" / package.name
+    if target.is_symlink() and target.resolve() == package.resolve():
         return target
     if target.is_symlink() or target.is_file():
         target.unlink()
     elif target.exists():
         shutil.rmtree(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.symlink_to(link, target_is_directory=True)
+    target.symlink_to(os.path.relpath(package, target.parent), target_is_directory=True)
     return target
 
 
 def package(out_dir: Path, stage: str = "dev") -> Path:
     """Write deployment.zip and sam.json to out_dir; return the template path."""
-    vendor_protocol_package()
+    vendor_shared_packages()
     with tempfile.TemporaryDirectory() as scratch:
         merge_file = Path(scratch) / "merge.json"
         merge_file.write_text(json.dumps(merge_template(), indent=2))
