@@ -116,7 +116,7 @@ def _link(settings: Settings, node_id: str, partners: list[str], shared: dict[st
     stamp = round(now, 3)
     changes = [
         update_change(NodeModel, target, {}, add={"duplicate_partners": others}, set_if_absent={"duplicate_suspected_at": stamp})
-        for target, others in ((node_id, set(partners)), *((partner, {node_id}) for partner in partners))
+        for target, others in node_store.both_sides(node_id, partners)
     ]
     event = outbox_item(
         event_type="node.duplicate_suspected",
@@ -140,7 +140,7 @@ def _link(settings: Settings, node_id: str, partners: list[str], shared: dict[st
 def _unlink(settings: Settings, node_id: str, partners: list[str], now: float) -> None:
     changes = [
         update_change(NodeModel, target, {}, delete={"duplicate_partners": others})
-        for target, others in ((node_id, set(partners)), *((partner, {node_id}) for partner in partners))
+        for target, others in node_store.both_sides(node_id, partners)
     ]
     event = outbox_item(
         event_type="node.duplicate_cleared",

@@ -154,12 +154,18 @@ def claimants(gpu_uuid: str) -> list[str]:
     return [claim.node_id for claim in GpuClaimModel.query(gpu_uuid, consistent_read=True)]
 
 
+def both_sides(node_id: str, partners: list[str]) -> list[tuple[str, set[str]]]:
+    """Each node a duplicate flag changes, with the partner ids it gains or loses: ``node_id``
+    with all ``partners``, and each partner with ``node_id``."""
+    return [(node_id, set(partners)), *((partner, {node_id}) for partner in partners)]
+
+
 def link_duplicates(node_id: str, partners: list[str], now: float, event: OutboxModel) -> None:
     """Flag ``node_id`` and each partner as duplicates of each other: set additions (no read,
     so concurrent reports never lose a flag); ``duplicate_suspected_at`` keeps the first time."""
 
     def build(transaction: TransactWrite) -> None:
-        for target, others in ((node_id, set(partners)), *((partner, {node_id}) for partner in partners)):
+        for target, others in both_sides(node_id, partners):
             transaction.update(
                 NodeModel(target),
                 actions=update_actions(
@@ -176,7 +182,7 @@ def unlink_duplicates(node_id: str, partners: list[str], event: OutboxModel) -> 
     """Take ``node_id`` and each partner out of each other's duplicate flags (set deletions)."""
 
     def build(transaction: TransactWrite) -> None:
-        for target, others in ((node_id, set(partners)), *((partner, {node_id}) for partner in partners)):
+        for target, others in both_sides(node_id, partners):
             transaction.update(
                 NodeModel(target),
                 actions=update_actions(NodeModel, {}, delete={"duplicate_partners": others}),

@@ -92,10 +92,10 @@ def _gateway_responses() -> dict[str, Any]:
     """API Gateway's own refusals in the API's error shape, so agents and clients parse them like
     any other refusal. No template echoes the request (API Gateway's default message for an unknown
     route quotes the Authorization header, which would be a node credential)."""
-    from .http_server import GATEWAY_ROUTE_NOT_FOUND
+    from .http_server import GATEWAY_ROUTE_NOT_FOUND, error_body
 
     def answer(code: str, message: str) -> dict[str, str]:
-        return {"application/json": json.dumps({"error": {"code": code, "message": message}})}
+        return {"application/json": error_body(code, message).decode()}
 
     return {
         "MISSING_AUTHENTICATION_TOKEN": {"StatusCode": 404, "ResponseTemplates": answer("route_not_found", GATEWAY_ROUTE_NOT_FOUND)},
