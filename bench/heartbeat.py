@@ -188,16 +188,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _prepare_environment() -> None:
-    """A fresh admin token for this run only; loopback traffic never goes through a proxy."""
-    os.environ.pop("MODELFORGE_ADMIN_TOKEN_SHA256", None)
-    os.environ["MODELFORGE_ADMIN_TOKEN"] = secrets.token_urlsafe(32)
-    os.environ.setdefault("MODELFORGE_NODE_STALE_AFTER_SECONDS", "60")
-    os.environ.setdefault("MODELFORGE_NODE_OFFLINE_AFTER_SECONDS", "300")
-    os.environ["MODELFORGE_LOG_LEVEL"] = "INFO"  # the access log carries the server-side latency
-    _support.add_loopback_to_no_proxy()
-
-
 def _quiet_app_log() -> AccessLogCapture:
     """Keep the app's INFO lines off stderr (warnings still show) and capture its access log."""
     for handler in logging.getLogger("modelforge").handlers:
@@ -354,7 +344,8 @@ def _format_ops(ops: Mapping[str, float]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    _prepare_environment()
+    # the access log (INFO) carries the server-side latency
+    _support.prepare_stack_environment("INFO", keep_thresholds=True)
     from modelforge_cli.emulator import operations_delta
     from modelforge_cli.local_stack import LocalOptions, LocalStack
 

@@ -27,7 +27,6 @@ GIL between the emulator and the sweep.
 from __future__ import annotations
 
 import argparse
-import os
 import secrets
 import sys
 import time
@@ -249,9 +248,10 @@ def run_size(count: int, stale_percent: float) -> SizeResult:
         stack.start()
         _support.require_loopback(stack.aws_endpoint_url, "the AWS emulator")
         _support.require_loopback(stack.api_url, "the API server")
-        from chalicelib import liveness, node_store, instance, sweep
+        from chalicelib import instance, liveness, sweep
 
         settings = instance.get().settings
+        stores = instance.get().stores
         table = stack.names["MODELFORGE_NODES_TABLE"]
         if settings.names["nodes"] != table:
             raise BenchFailure(f"the control plane is bound to {settings.names['nodes']}, not this stack's {table}")
@@ -274,7 +274,7 @@ def run_size(count: int, stale_percent: float) -> SizeResult:
         calls = put_nodes(client, table, items)
         # the nodes were written directly, not brought online by heartbeats: set the online-node
         # counter those heartbeats would have kept, as in a running fleet (a guarded, logged repair)
-        sweep.repair_online_counter(settings, time.time())
+        sweep.repair_online_counter(stores, time.time())
         insert_seconds = time.perf_counter() - began
         _phase(f"insert them ({calls} BatchWriteItem calls, {count / insert_seconds:.0f} items/s)", began)
 
@@ -284,15 +284,15 @@ def run_size(count: int, stale_percent: float) -> SizeResult:
         if len(scan.items) != count:
             raise BenchFailure(f"the nodes table holds {len(scan.items)} items after inserting {count}")
 
-        late_nodes = _Timed(node_store.late_nodes)
-        count_in_state = _Timed(node_store.count_in_state)
-        node_store.late_nodes, node_store.count_in_state = late_nodes, count_in_state
+        late_nodes = _Timed(stores.nodes.late_nodes)
+        count_in_state = _Timed(stores.nodes.count_in_state)
+        stores.nodes.late_nodes, stores.nodes.count_in_state = late_nodes, count_in_state  # type: ignore[method-assign]
         try:
             began = time.perf_counter()
-            report = sweep.run(settings, now)
+            report = sweep.run(stores, settings, now)
             sweep_seconds = time.perf_counter() - began
         finally:
-            node_store.late_nodes, node_store.count_in_state = late_nodes.function, count_in_state.function
+            del stores.nodes.late_nodes, stores.nodes.count_in_state  # the store's own methods again
         _phase(f"sweep ({report.transitioned} transitions)", began)
 
         began = time.perf_counter()
@@ -386,17 +386,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _prepare_environment() -> None:
-    """A fresh admin token for this run only; quiet app log; loopback never goes through a proxy."""
-    os.environ.pop("MODELFORGE_ADMIN_TOKEN_SHA256", None)
-    os.environ["MODELFORGE_ADMIN_TOKEN"] = secrets.token_urlsafe(32)
-    os.environ["MODELFORGE_NODE_STALE_AFTER_SECONDS"] = "60"
-    os.environ["MODELFORGE_NODE_OFFLINE_AFTER_SECONDS"] = "300"
-    # one INFO line per transition would drown the figures; warnings (a mass-stale hold) still show
-    os.environ["MODELFORGE_LOG_LEVEL"] = "WARNING"
-    _support.add_loopback_to_no_proxy()
-
-
 def _kb(size: int) -> str:
     return f"{size:,} B" if size < 10 * 1024 else f"{size / 1024:,.0f} KB"
 
@@ -422,7 +411,7 @@ def print_table(results: list[SizeResult]) -> None:
     print(rule)
     print(
         "read: items read (sweep: SweepReport.items_read = late + online). late: index entries of late nodes\n"
-        "(node_store.late_nodes); read also counts the online-node counter item the mass-outage guard reads\n"
+        "(stores.nodes.late_nodes); read also counts the online-node counter item the mass-outage guard reads\n"
         "when >= 10 nodes are late; online: index entries of a full recount (count_in_state), done only to\n"
         "repair a missing counter ('-' otherwise). late s / count s: time in those reads. sweep s:\n"
         "the whole sweep, its guarded writes included. data: bytes read by DynamoDB's item-size rules (keys-only\n"
@@ -431,7 +420,8 @@ def print_table(results: list[SizeResult]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    _prepare_environment()
+    # one INFO line per transition would drown the figures; warnings (a mass-stale hold) still show
+    _support.prepare_stack_environment("WARNING", keep_thresholds=False)
     wall_started = time.perf_counter()
     print(
         f"ModelForge sweep benchmark: fleets of {', '.join(map(str, args.nodes))} nodes,"

@@ -12,8 +12,8 @@ import time
 from typing import Any, Callable
 
 from chalice import Chalice, Rate, Response
-from chalicelib import fleet_state_store, enrollments, node_store, nodes, readiness, instance, sweep, views
-from chalicelib import enrollment_store, paging, state_log_store
+from chalicelib import enrollments, instance, nodes, paging, readiness, state_log_store, sweep, views
+from chalicelib.records import MASS_STALE_HOLD
 from chalicelib.auth import require_admin, require_node
 from chalicelib.errors import (
     Conflict,
@@ -196,16 +196,16 @@ def compatibility() -> dict[str, Any]:
 def create_enrollment() -> Response:
     inst = _admin()
     now = _now()
-    minted = enrollments.create(inst.settings, _body(), now)
+    minted = enrollments.create(inst.stores, _body(), now)
     body = {**views.enrollment(minted.enrollment, now), "token": minted.token}
     return Response(body=body, status_code=201)
 
 
 @endpoint("/api/v1/admin/node-enrollments", "GET")
 def list_enrollments() -> dict[str, Any]:
-    _admin()
+    inst = _admin()
     limit, start = _page_params("enrollment_id")
-    items, last = enrollment_store.list_page(limit, start)
+    items, last = inst.stores.enrollments.list_page(limit, start)
     now = _now()
     return {
         "enrollments": [views.enrollment(item, now) for item in items],
@@ -215,9 +215,9 @@ def list_enrollments() -> dict[str, Any]:
 
 @endpoint("/api/v1/admin/node-enrollments/{enrollment_id}", "GET")
 def get_enrollment(enrollment_id: str) -> dict[str, Any]:
-    _admin()
+    inst = _admin()
     validate_query(_request().query_params, set())
-    return views.enrollment(enrollments.get(enrollment_id), _now())
+    return views.enrollment(enrollments.get(inst.stores, enrollment_id), _now())
 
 
 @endpoint("/api/v1/admin/node-enrollments/{enrollment_id}/revoke", "POST")
@@ -225,7 +225,7 @@ def revoke_enrollment(enrollment_id: str) -> dict[str, Any]:
     inst = _admin()
     validate(_body(allow_empty=True), "EMPTY")
     now = _now()
-    return views.enrollment(enrollments.revoke(inst.settings, enrollment_id, now), now)
+    return views.enrollment(enrollments.revoke(inst.stores, enrollment_id, now), now)
 
 
 # --- admin: nodes ------------------------------------------------------------------------
@@ -235,9 +235,9 @@ def revoke_enrollment(enrollment_id: str) -> dict[str, Any]:
 def list_nodes() -> dict[str, Any]:
     inst = _admin()
     limit, start = _page_params("node_id")
-    items, last = node_store.list_page(limit, start)
-    inventories = node_store.inventories_for([item.node_id for item in items])
-    hold = fleet_state_store.get(fleet_state_store.MASS_STALE_HOLD)
+    items, last = inst.stores.nodes.list_page(limit, start)
+    inventories = inst.stores.nodes.inventories_for([item.node_id for item in items])
+    hold = inst.stores.fleet.get(MASS_STALE_HOLD)
     now = _now()
     return {
         "nodes": [views.node(item, inventories.get(item.node_id), inst.settings, now, hold) for item in items],
@@ -249,9 +249,9 @@ def list_nodes() -> dict[str, Any]:
 def get_node(node_id: str) -> dict[str, Any]:
     inst = _admin()
     validate_query(_request().query_params, set())
-    node = nodes.get(node_id)
-    hold = fleet_state_store.get(fleet_state_store.MASS_STALE_HOLD)
-    return views.node(node, node_store.get_inventory(node_id), inst.settings, _now(), hold)
+    node = nodes.get(inst.stores, node_id)
+    hold = inst.stores.fleet.get(MASS_STALE_HOLD)
+    return views.node(node, inst.stores.nodes.get_inventory(node_id), inst.settings, _now(), hold)
 
 
 @endpoint("/api/v1/admin/nodes/{node_id}/readiness", "GET")
@@ -260,7 +260,7 @@ def node_readiness(node_id: str) -> dict[str, Any]:
     inst = _admin()
     validate_query(_request().query_params, set())
     now = _now()
-    return views.readiness(readiness.check(inst.settings, node_id, now), now)
+    return views.readiness(readiness.check(inst.stores, inst.settings, node_id, now), now)
 
 
 @endpoint("/api/v1/admin/nodes/{node_id}/revoke-credential", "POST")
@@ -268,8 +268,8 @@ def revoke_node_credential(node_id: str) -> dict[str, Any]:
     inst = _admin()
     validate(_body(allow_empty=True), "EMPTY")
     now = _now()
-    node = nodes.revoke_credential(inst.settings, node_id, now)
-    return views.node(node, node_store.get_inventory(node_id), inst.settings, now)
+    node = nodes.revoke_credential(inst.stores, node_id, now)
+    return views.node(node, inst.stores.nodes.get_inventory(node_id), inst.settings, now)
 
 
 # --- agents ------------------------------------------------------------------------------
@@ -279,7 +279,7 @@ def revoke_node_credential(node_id: str) -> dict[str, Any]:
 def enroll() -> Response:
     inst = instance.get()
     body = _body()
-    enrolled = enrollments.enroll(inst.settings, body, _now())
+    enrolled = enrollments.enroll(inst.stores, inst.settings, body, _now())
     answer = {
         "node_id": enrolled.node.node_id,
         "enrollment_id": enrolled.node.enrollment_id,
@@ -296,7 +296,7 @@ def enroll() -> Response:
 def heartbeat() -> dict[str, Any]:
     inst = instance.get()
     caller = require_node(_request().headers)
-    result = nodes.heartbeat(inst.settings, caller, _body(), _now(), inst.known_callers)
+    result = nodes.heartbeat(inst.stores, inst.settings, caller, _body(), _now(), inst.known_callers)
     return {
         "node_id": caller.node_id,
         "status": result.node.liveness,
@@ -309,7 +309,7 @@ def heartbeat() -> dict[str, Any]:
 def replace_inventory() -> dict[str, Any]:
     inst = instance.get()
     caller = require_node(_request().headers)
-    inventory = nodes.replace_inventory(inst.settings, caller, _body(), _now())
+    inventory = nodes.replace_inventory(inst.stores, inst.settings, caller, _body(), _now())
     return {"node_id": caller.node_id, "inventory": views.inventory(inventory)}
 
 
@@ -332,7 +332,7 @@ def _instance_or_refuse() -> instance.Instance:
 @app.schedule(Rate(1, unit=Rate.MINUTES), name="liveness_sweep")
 def liveness_sweep(event: Any) -> dict[str, int]:
     inst = _instance_or_refuse()
-    report = sweep.report_dict(sweep.run(inst.settings, _now()))
+    report = sweep.report_dict(sweep.run(inst.stores, inst.settings, _now()))
     log.info("sweep finished", extra={"event": "sweep_finished", **report})
     return report
 

@@ -1,4 +1,4 @@
-"""DynamoDB access for enrollments, including the consuming transaction."""
+"""The DynamoDB enrollment store, including the consuming transaction (stores.EnrollmentStore)."""
 
 from __future__ import annotations
 
@@ -7,82 +7,95 @@ from typing import Any
 from pynamodb.exceptions import DoesNotExist
 from pynamodb.transactions import TransactWrite
 
+from .item_records import item_of, record_of
 from .models import EnrollmentModel, GpuClaimModel, InventoryModel, NodeModel, OutboxModel
-from .update_actions import update_actions
+from .records import Enrollment, Event, Inventory, Node
+from .state_log import event_item, put_change, update_change
+from .stores import PageKey
 from .transactions import run_transaction, update_with_event
+from .update_actions import update_actions
 
 
-def get(enrollment_id: str) -> EnrollmentModel | None:
-    try:
-        return EnrollmentModel.get(enrollment_id, consistent_read=True)
-    except DoesNotExist:
-        return None
+class DynamoEnrollmentStore:
+    def __init__(self, retention_seconds: int) -> None:
+        self._retention = retention_seconds
 
+    def get(self, enrollment_id: str) -> Enrollment | None:
+        try:
+            return record_of(EnrollmentModel.get(enrollment_id, consistent_read=True), Enrollment)
+        except DoesNotExist:
+            return None
 
-def list_page(limit: int, start_key: dict[str, Any] | None) -> tuple[list[EnrollmentModel], dict | None]:
-    result = EnrollmentModel.scan(limit=limit, last_evaluated_key=start_key, page_size=limit)
-    items = list(result)
-    return items, result.last_evaluated_key
+    def list_page(self, limit: int, start: PageKey) -> tuple[list[Enrollment], PageKey]:
+        result = EnrollmentModel.scan(limit=limit, last_evaluated_key=start, page_size=limit)
+        items = [record_of(item, Enrollment) for item in result]
+        return items, result.last_evaluated_key
 
+    def create(self, enrollment: Enrollment, event: Event) -> None:
+        item = item_of(enrollment, EnrollmentModel)
+        outbox = event_item(event, [put_change(item)], self._retention)
 
-def create(enrollment: EnrollmentModel, event: OutboxModel) -> None:
-    def build(transaction: TransactWrite) -> None:
-        # a fresh random id never exists; the guard makes a collision fail instead of overwrite
-        transaction.save(enrollment, condition=EnrollmentModel.enrollment_id.does_not_exist())
-        transaction.save(event, condition=OutboxModel.event_id.does_not_exist())
+        def build(transaction: TransactWrite) -> None:
+            # a fresh random id never exists; the guard makes a collision fail instead of overwrite
+            transaction.save(item, condition=EnrollmentModel.enrollment_id.does_not_exist())
+            transaction.save(outbox, condition=OutboxModel.event_id.does_not_exist())
 
-    run_transaction(build)
+        run_transaction(build)
 
-
-def revoke(enrollment_id: str, values: dict[str, Any], event: OutboxModel) -> None:
-    """Revoke a token that has not been used. GuardFailed if it is not pending any more."""
-    update_with_event(
-        EnrollmentModel(enrollment_id),
-        values,
-        (
-            EnrollmentModel.enrollment_id.exists()
-            # only an unused token can be revoked
-            & (EnrollmentModel.state == "pending")
-        ),
-        event,
-    )
-
-
-def consume(
-    *,
-    enrollment_id: str,
-    token_sha256: str,
-    now: float,
-    enrollment_values: dict[str, Any],
-    node: NodeModel,
-    inventory: InventoryModel,
-    claims: list[GpuClaimModel],
-    events: list[OutboxModel],
-) -> None:
-    """Claim the token and create the node with its one credential, all or nothing.
-
-    GuardFailed when the token was not pending and unexpired at the moment of the write:
-    the database, not timing, decides which of many concurrent callers wins.
-    """
-
-    def build(transaction: TransactWrite) -> None:
-        transaction.update(
+    def revoke(self, enrollment_id: str, values: dict[str, Any], event: Event) -> None:
+        update_with_event(
             EnrollmentModel(enrollment_id),
-            actions=update_actions(EnrollmentModel, enrollment_values),
-            condition=(
-                # the token is the one this enrollment minted
-                (EnrollmentModel.token_sha256 == token_sha256)
-                # nobody has consumed or revoked it yet
+            values,
+            (
+                EnrollmentModel.enrollment_id.exists()
+                # only an unused token can be revoked
                 & (EnrollmentModel.state == "pending")
-                # and it has not expired
-                & (EnrollmentModel.expires_at > now)
             ),
+            event_item(event, [update_change(EnrollmentModel, enrollment_id, values)], self._retention),
         )
-        transaction.save(node, condition=NodeModel.node_id.does_not_exist())
-        transaction.save(inventory, condition=InventoryModel.node_id.does_not_exist())
-        for claim in claims:
-            transaction.save(claim)
-        for event in events:
-            transaction.save(event, condition=OutboxModel.event_id.does_not_exist())
 
-    run_transaction(build)
+    def consume(
+        self,
+        enrollment_id: str,
+        token_sha256: str,
+        enrollment_values: dict[str, Any],
+        node: Node,
+        inventory: Inventory,
+        claim_uuids: list[str],
+        subject: dict[str, str],
+        now: float,
+    ) -> None:
+        """Claim the token and create the node with its one credential, all or nothing: the
+        database, not timing, decides which of many concurrent callers wins."""
+        node_item = item_of(node, NodeModel)
+        inventory_item = item_of(inventory, InventoryModel)
+        claims = [GpuClaimModel(uuid, node.node_id, claimed_at=round(now, 3)) for uuid in claim_uuids]
+        logged = {
+            "enrollment.consumed": [update_change(EnrollmentModel, enrollment_id, enrollment_values)],
+            "node.registered": [put_change(node_item)],
+            "credential.issued": [],  # the credential is part of the node item put above
+            "inventory.replaced": [put_change(inventory_item), *(put_change(claim) for claim in claims)],
+        }
+        events = [event_item(Event(kind, subject, now), changes, self._retention) for kind, changes in logged.items()]
+
+        def build(transaction: TransactWrite) -> None:
+            transaction.update(
+                EnrollmentModel(enrollment_id),
+                actions=update_actions(EnrollmentModel, enrollment_values),
+                condition=(
+                    # the token is the one this enrollment minted
+                    (EnrollmentModel.token_sha256 == token_sha256)
+                    # nobody has consumed or revoked it yet
+                    & (EnrollmentModel.state == "pending")
+                    # and it has not expired
+                    & (EnrollmentModel.expires_at > now)
+                ),
+            )
+            transaction.save(node_item, condition=NodeModel.node_id.does_not_exist())
+            transaction.save(inventory_item, condition=InventoryModel.node_id.does_not_exist())
+            for claim in claims:
+                transaction.save(claim)
+            for outbox in events:
+                transaction.save(outbox, condition=OutboxModel.event_id.does_not_exist())
+
+        run_transaction(build)

@@ -72,4 +72,11 @@ def conflict(code: str, message: str) -> Conflict:
 
 class GuardFailed(Exception):
     """A conditional write's guard did not hold: someone else moved first, or the state is
-    not what the caller assumed. Raised by stores; services decide what it means."""
+    not what the caller assumed. Raised by stores; services decide what it means.
+
+    ``failed`` says which parts of a multi-item write failed, when the store can tell (a
+    transaction's items by position, or by the names a store gives them)."""
+
+    def __init__(self, message: str = "", failed: tuple[Any, ...] = ()) -> None:
+        super().__init__(message)
+        self.failed = failed

@@ -1,4 +1,5 @@
-"""Fleet-wide state items: the sweep's mass-outage hold and the online-node counter.
+"""The DynamoDB fleet-state store: the sweep's mass-outage hold and the online-node counter
+(stores.FleetStateStore).
 
 Every write is guarded by the item's ``revision`` (one more with each write): a writer that
 read, decided and then writes changes nothing if anyone wrote the item meanwhile (GuardFailed),
@@ -12,27 +13,12 @@ from typing import Any
 from pynamodb.exceptions import DoesNotExist
 from pynamodb.transactions import TransactWrite
 
+from .item_records import item_of, record_of
 from .models import FleetStateModel, OutboxModel
-from .state_log import update_change
-from .update_actions import update_actions
+from .records import ONLINE_NODES, Event, FleetState
+from .state_log import event_item, put_change, update_change
 from .transactions import run_transaction
-
-MASS_STALE_HOLD = "mass_stale_hold"
-#: How many nodes are persisted online: kept by every transition into or out of online, so the
-#: sweep's mass-outage guard reads one item instead of every online node.
-ONLINE_NODES = "online_nodes"
-
-
-def get(name: str) -> FleetStateModel | None:
-    try:
-        return FleetStateModel.get(name, consistent_read=True)
-    except DoesNotExist:
-        return None
-
-
-def revision_of(item: FleetStateModel | None) -> int | None:
-    """The revision a guarded write must find (None: the item, or its revision, is absent)."""
-    return None if item is None or item.revision is None else int(item.revision)
+from .update_actions import update_actions
 
 
 def _unchanged_since(read_revision: int | None) -> Any:
@@ -40,25 +26,6 @@ def _unchanged_since(read_revision: int | None) -> Any:
     if read_revision is None:
         return FleetStateModel.revision.does_not_exist()
     return FleetStateModel.revision == read_revision
-
-
-def put(item: FleetStateModel, event: OutboxModel) -> None:
-    """Write ``item`` whole with its event, if the stored revision is still ``item.revision - 1``
-    (GuardFailed otherwise: another writer moved first, and nothing is written)."""
-    if item.revision is None or int(item.revision) < 1:
-        raise ValueError("a control item is written with the next revision (the one read, plus one)")
-    read_revision = int(item.revision) - 1
-
-    def build(transaction: TransactWrite) -> None:
-        transaction.save(item, condition=_unchanged_since(read_revision or None))
-        transaction.save(event, condition=OutboxModel.event_id.does_not_exist())
-
-    run_transaction(build)
-
-
-def online_nodes() -> int | None:
-    item = get(ONLINE_NODES)
-    return None if item is None or item.count is None else int(item.count)
 
 
 def online_nodes_change(delta: int) -> tuple[FleetStateModel, list[Any]]:
@@ -75,28 +42,44 @@ def _counter_adds(delta: int) -> dict[str, int]:
     return {"count": delta, "revision": 1}
 
 
-def online_nodes_repair_change(read: FleetStateModel | None, count: int, now: float) -> dict[str, Any]:
-    """The state-log entry of a repair that read ``read`` and then counted ``count`` online nodes."""
-    return update_change(FleetStateModel, ONLINE_NODES, _repair(read, count, now))
+class DynamoFleetStateStore:
+    def __init__(self, retention_seconds: int) -> None:
+        self._retention = retention_seconds
 
+    def get(self, name: str) -> FleetState | None:
+        try:
+            return record_of(FleetStateModel.get(name, consistent_read=True), FleetState)
+        except DoesNotExist:
+            return None
 
-def recount_online_nodes(read: FleetStateModel | None, count: int, now: float, event: OutboxModel) -> None:
-    """Set the counter to ``count`` (a full count of the online index, taken after reading
-    ``read``) with its event, if no transition moved the counter since ``read`` (GuardFailed
-    otherwise: the transition's own ADD stands, and nothing is written)."""
+    def put(self, item: FleetState, event: Event) -> None:
+        if item.revision is None or int(item.revision) < 1:
+            raise ValueError("a fleet-state item is written with the next revision (the one read, plus one)")
+        read_revision = int(item.revision) - 1
+        stored = item_of(item, FleetStateModel)
+        outbox = event_item(event, [put_change(stored)], self._retention)
 
-    def build(transaction: TransactWrite) -> None:
-        transaction.update(
-            FleetStateModel(ONLINE_NODES),
-            actions=update_actions(FleetStateModel, _repair(read, count, now)),
-            condition=_unchanged_since(revision_of(read)),
-        )
-        transaction.save(event, condition=OutboxModel.event_id.does_not_exist())
+        def build(transaction: TransactWrite) -> None:
+            transaction.save(stored, condition=_unchanged_since(read_revision or None))
+            transaction.save(outbox, condition=OutboxModel.event_id.does_not_exist())
 
-    run_transaction(build)
+        run_transaction(build)
 
+    def recount_online_nodes(self, read: FleetState | None, count: int, now: float, event: Event) -> None:
+        """Set the counter to ``count`` (a full count of the online index, taken after reading
+        ``read``), if no transition moved the counter since ``read``. A count, not a difference:
+        the repair also fixes a counter that drifted outside the log (missing after an upgrade, or
+        removed by hand), so replay must reach the same number."""
+        read_revision = None if read is None or read.revision is None else int(read.revision)
+        values = {"count": count, "revision": (read_revision or 0) + 1, "updated_at": round(now, 3)}
+        outbox = event_item(event, [update_change(FleetStateModel, ONLINE_NODES, values)], self._retention)
 
-def _repair(read: FleetStateModel | None, count: int, now: float) -> dict[str, Any]:
-    # a count, not a difference: the repair also fixes a counter that drifted outside the log
-    # (missing after an upgrade, or removed by hand), so replay must reach the same number
-    return {"count": count, "revision": (revision_of(read) or 0) + 1, "updated_at": round(now, 3)}
+        def build(transaction: TransactWrite) -> None:
+            transaction.update(
+                FleetStateModel(ONLINE_NODES),
+                actions=update_actions(FleetStateModel, values),
+                condition=_unchanged_since(read_revision),
+            )
+            transaction.save(outbox, condition=OutboxModel.event_id.does_not_exist())
+
+        run_transaction(build)

@@ -11,15 +11,19 @@ from typing import Any
 
 
 from modelforge_logging import jsonlog
+from .dynamodb_stores import dynamodb_stores
 from .known_callers import KnownCallers
 from .models import bind_tables
 from .settings import Settings, load_settings
+from .stores import Stores
 from .transactions import reset_connection
 
 
 @dataclass(frozen=True)
 class Instance:
     settings: Settings
+    #: where state lives: the DynamoDB stores over the tables settings name
+    stores: Stores
     #: node credentials this instance has verified (a cost saving: see known_callers.py)
     known_callers: KnownCallers = field(default_factory=KnownCallers)
 
@@ -42,7 +46,7 @@ def get() -> Instance:
             jsonlog.configure(os.environ.get("MODELFORGE_LOG_LEVEL", "INFO").upper())
             settings = load_settings()
             bind_tables(settings)
-            _instance = Instance(settings=settings)
+            _instance = Instance(settings=settings, stores=dynamodb_stores(settings.outbox_retention_seconds))
         return _instance
 
 

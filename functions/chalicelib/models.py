@@ -21,6 +21,7 @@ from pynamodb.indexes import GlobalSecondaryIndex, KeysOnlyProjection
 from pynamodb.models import Model
 
 from . import resources
+from .records import HEARTBEAT_FIELDS, TELEMETRY_COLUMNS  # noqa: F401  (re-exported: the item shapes)
 from .settings import Settings
 
 
@@ -103,28 +104,6 @@ class NodeModel(Model):
     #: when the duplicate flag was raised (kept while any partner remains)
     duplicate_suspected_at = NumberAttribute(null=True)
     by_liveness = LivenessIndex()
-
-
-#: NodeModel attributes that only heartbeats change: they are not in the state log (only
-#: transitions are), so a table rebuilt by replay has them as of the last logged transition.
-HEARTBEAT_FIELDS = (
-    "last_heartbeat_at",
-    "heartbeat_bucket",
-    "health",
-    "telemetry",
-    "agent_version",
-    "protocol_version",
-)
-
-#: Column order of NodeModel.telemetry rows.
-TELEMETRY_COLUMNS = (
-    "index",
-    "utilization_percent",
-    "memory_used_bytes",
-    "memory_total_bytes",
-    "temperature_celsius",
-    "power_watts",
-)
 
 
 class InventoryModel(Model):

@@ -11,14 +11,14 @@ from typing import Any
 from modelforge_protocol import credentials
 from modelforge_protocol.versions import Component
 
-from . import fleet_state_store, duplicate_identity, liveness, node_store
+from . import duplicate_identity, liveness
 from .auth import NodeCaller, credential_invalid, credential_revoked
 from .errors import Conflict, GuardFailed, RateLimited, conflict, not_found
 from .known_callers import KnownCallers
-from .models import TELEMETRY_COLUMNS, InventoryModel, NodeModel
 from .protocol_check import require_compatible
+from .records import TELEMETRY_COLUMNS, Event, Inventory, Node
 from .settings import INVENTORY_RATE_WINDOW_SECONDS, Settings
-from .state_log import outbox_item, update_change
+from .stores import Stores
 from .validation import require_unique, validate, validate_inventory
 
 #: A transition heartbeat can lose a race with the sweep, an inventory replacement with another
@@ -26,8 +26,8 @@ from .validation import require_unique, validate, validate_inventory
 _TRANSITION_ATTEMPTS = 3
 
 
-def get(node_id: str) -> NodeModel:
-    node = node_store.get(node_id) if credentials.NODE_ID_RE.fullmatch(node_id) else None
+def get(stores: Stores, node_id: str) -> Node:
+    node = stores.nodes.get(node_id) if credentials.NODE_ID_RE.fullmatch(node_id) else None
     if node is None:
         raise not_found("node")
     return node
@@ -39,7 +39,7 @@ def _telemetry_rows(body: dict[str, Any]) -> list[list[float]]:
     return [[gpu[column] for column in TELEMETRY_COLUMNS] for gpu in gpus]
 
 
-def _require_holder(node: NodeModel | None, caller: NodeCaller) -> NodeModel:
+def _require_holder(node: Node | None, caller: NodeCaller) -> Node:
     """The node exists and the caller holds its active credential; else say which is wrong."""
     if node is None or not hmac.compare_digest(node.credential_sha256, caller.credential_sha256):
         raise credential_invalid()
@@ -50,12 +50,12 @@ def _require_holder(node: NodeModel | None, caller: NodeCaller) -> NodeModel:
 
 @dataclass(frozen=True)
 class HeartbeatResult:
-    node: NodeModel
+    node: Node
     transitioned_from: str | None
 
 
 def heartbeat(
-    settings: Settings, caller: NodeCaller, body: dict[str, Any], now: float, known: KnownCallers | None = None
+    stores: Stores, settings: Settings, caller: NodeCaller, body: dict[str, Any], now: float, known: KnownCallers | None = None
 ) -> HeartbeatResult:
     """Record a heartbeat: one conditional UpdateItem for a caller ``known`` to this instance.
 
@@ -78,46 +78,36 @@ def heartbeat(
     key = (caller.node_id, caller.credential_sha256)
     if key in known:
         try:
-            return HeartbeatResult(node_store.record_heartbeat(caller.node_id, caller.credential_sha256, values), None)
+            return HeartbeatResult(stores.nodes.record_heartbeat(caller.node_id, caller.credential_sha256, values), None)
         except GuardFailed:
             known.forget(key)  # revoked, or no longer online: read to answer precisely
-    node = _require_holder(node_store.get(caller.node_id), caller)
+    node = _require_holder(stores.nodes.get(caller.node_id), caller)
     known.remember(key)
     for _ in range(_TRANSITION_ATTEMPTS):
         try:
-            return _record(settings, caller, node, values, now)
+            return _record(stores, caller, node, values, now)
         except GuardFailed:
-            node = _require_holder(node_store.get(caller.node_id), caller)  # moved meanwhile: judge again
+            node = _require_holder(stores.nodes.get(caller.node_id), caller)  # moved meanwhile: judge again
     raise Conflict("heartbeat_conflict", "the node changed concurrently; retry the heartbeat")
 
 
-def _record(settings: Settings, caller: NodeCaller, node: NodeModel, values: dict[str, Any], now: float) -> HeartbeatResult:
+def _record(stores: Stores, caller: NodeCaller, node: Node, values: dict[str, Any], now: float) -> HeartbeatResult:
     """The steady update for an online node, else the logged transition to online."""
     if node.liveness == liveness.ONLINE:
-        return HeartbeatResult(node_store.record_heartbeat(caller.node_id, caller.credential_sha256, values), None)
+        return HeartbeatResult(stores.nodes.record_heartbeat(caller.node_id, caller.credential_sha256, values), None)
     previous = node.liveness
-    transition = {**values, "liveness_changed_at": round(now, 3)}
-    event = outbox_item(
-        event_type="node.liveness_changed",
-        now=now,
-        subject={"node_id": caller.node_id, "from": previous, "to": liveness.ONLINE, "cause": "heartbeat"},
-        changes=[
-            update_change(NodeModel, caller.node_id, _logged_liveness(transition)),
-            fleet_state_store.online_nodes_log_change(+1),
-        ],
-        retention_seconds=settings.outbox_retention_seconds,
+    event = Event(
+        "node.liveness_changed",
+        {"node_id": caller.node_id, "from": previous, "to": liveness.ONLINE, "cause": "heartbeat"},
+        now,
     )
-    node_store.record_transition_heartbeat(caller.node_id, caller.credential_sha256, previous, transition, event)
+    transition = {**values, "liveness_changed_at": round(now, 3)}
+    stores.nodes.record_transition_heartbeat(caller.node_id, caller.credential_sha256, previous, transition, event)
     node.liveness = liveness.ONLINE
     return HeartbeatResult(node, previous)
 
 
-def _logged_liveness(values: dict[str, Any]) -> dict[str, Any]:
-    """What a liveness transition puts in the state log: not the telemetry it carried."""
-    return {key: values[key] for key in ("liveness", "liveness_shard", "liveness_changed_at", "last_heartbeat_at")}
-
-
-def replace_inventory(settings: Settings, caller: NodeCaller, body: dict[str, Any], now: float) -> InventoryModel:
+def replace_inventory(stores: Stores, settings: Settings, caller: NodeCaller, body: dict[str, Any], now: float) -> Inventory:
     """Replace a node's inventory, then reconcile its GPU claims and duplicate flags.
 
     The caller is read and checked before anything is written (an unknown caller costs one read,
@@ -127,37 +117,31 @@ def replace_inventory(settings: Settings, caller: NodeCaller, body: dict[str, An
     require_compatible(Component.AGENT, body)
     validate(body, "REPLACE_INVENTORY")
     validate_inventory(body["inventory"])
-    node = _require_holder(node_store.get(caller.node_id), caller)
+    node = _require_holder(stores.nodes.get(caller.node_id), caller)
     uuids = duplicate_identity.gpu_uuids(body["inventory"])
     for _ in range(_TRANSITION_ATTEMPTS):
-        previous = node_store.get_inventory(caller.node_id)
+        previous = stores.nodes.get_inventory(caller.node_id)
         values = {
             "inventory": body["inventory"],
             "updated_at": round(now, 3),
             "revision": uuid.uuid4().hex,
             **_rate_window(settings, previous, now),
         }
-        event = outbox_item(
-            event_type="inventory.replaced",
-            now=now,
-            subject={"node_id": caller.node_id},
-            changes=[update_change(InventoryModel, caller.node_id, values)],
-            retention_seconds=settings.outbox_retention_seconds,
-        )
+        event = Event("inventory.replaced", {"node_id": caller.node_id}, now)
         try:
-            node_store.replace_inventory(
+            stores.nodes.replace_inventory(
                 caller.node_id, caller.credential_sha256, values, previous.revision if previous else None, event
             )
         except GuardFailed:
-            node = _require_holder(node_store.get(caller.node_id), caller)  # revoked meanwhile: 401
+            node = _require_holder(stores.nodes.get(caller.node_id), caller)  # revoked meanwhile: 401
             continue  # another replacement moved first: judge the rate again from a fresh read
-        duplicate_identity.reconcile_claims(settings, caller.node_id, values["revision"], uuids, now)
-        duplicate_identity.detect_and_flag(settings, caller.node_id, uuids, set(node.duplicate_partners or ()), now)
-        return InventoryModel(caller.node_id, inventory=body["inventory"], updated_at=values["updated_at"])
+        duplicate_identity.reconcile_claims(stores, caller.node_id, values["revision"], uuids, now)
+        duplicate_identity.detect_and_flag(stores, settings, caller.node_id, uuids, set(node.duplicate_partners or ()), now)
+        return Inventory(caller.node_id, inventory=body["inventory"], updated_at=values["updated_at"])
     raise Conflict("inventory_conflict", "the inventory changed concurrently; retry")
 
 
-def _rate_window(settings: Settings, previous: InventoryModel | None, now: float) -> dict[str, Any]:
+def _rate_window(settings: Settings, previous: Inventory | None, now: float) -> dict[str, Any]:
     """This replacement's place in the node's rate window, or 429 when the window is full."""
     start = previous.rate_window_start if previous else None
     if start is None or now - start >= INVENTORY_RATE_WINDOW_SECONDS or now < start:
@@ -173,18 +157,11 @@ def _rate_window(settings: Settings, previous: InventoryModel | None, now: float
     return {"rate_window_start": start, "rate_window_count": count + 1}
 
 
-def revoke_credential(settings: Settings, node_id: str, now: float) -> NodeModel:
-    get(node_id)
+def revoke_credential(stores: Stores, node_id: str, now: float) -> Node:
+    get(stores, node_id)
     values = {"credential_state": "revoked", "credential_revoked_at": round(now, 3)}
-    event = outbox_item(
-        event_type="credential.revoked",
-        now=now,
-        subject={"node_id": node_id},
-        changes=[update_change(NodeModel, node_id, values)],
-        retention_seconds=settings.outbox_retention_seconds,
-    )
     try:
-        node_store.revoke_credential(node_id, values, event)
+        stores.nodes.revoke_credential(node_id, values, Event("credential.revoked", {"node_id": node_id}, now))
     except GuardFailed:
         raise conflict("credential_already_revoked", "the node's credential is already revoked") from None
-    return get(node_id)
+    return get(stores, node_id)

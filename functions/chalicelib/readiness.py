@@ -11,10 +11,11 @@ from dataclasses import dataclass
 from modelforge_protocol import credentials
 from modelforge_protocol.versions import Component, Verdict, next_step, verdict
 
-from . import duplicate_identity, enrollments, liveness, node_store
+from . import duplicate_identity, enrollments, liveness
 from .errors import not_found
-from .models import InventoryModel, NodeModel
+from .records import Inventory, Node
 from .settings import Settings
+from .stores import Stores
 from .timestamps import iso
 
 HEARTBEAT_HINT = "check the agent log for ConnectError on POST /api/v1/agent/heartbeat"
@@ -47,7 +48,7 @@ def _check(name: str, ok: bool, detail: str, step: str) -> Check:
     return Check(name, ok, detail, None if ok else step)
 
 
-def _connection(node: NodeModel, settings: Settings, now: float) -> Check:
+def _connection(node: Node, settings: Settings, now: float) -> Check:
     if node.last_heartbeat_at is None:
         return _check("connection", False, "the agent enrolled but has never sent a heartbeat",
                       f"start the agent with its persisted identity; {HEARTBEAT_HINT}")
@@ -60,7 +61,7 @@ def _connection(node: NodeModel, settings: Settings, now: float) -> Check:
     )  # fmt: skip
 
 
-def _inventory_age(node: NodeModel, inventory: InventoryModel | None, settings: Settings, now: float) -> Check:
+def _inventory_age(node: Node, inventory: Inventory | None, settings: Settings, now: float) -> Check:
     limit = settings.readiness_inventory_max_age_seconds
     hint = "check the agent log for ConnectError on POST /api/v1/agent/inventory"
     if inventory is None:
@@ -77,7 +78,7 @@ def _inventory_age(node: NodeModel, inventory: InventoryModel | None, settings: 
     return _check("inventory_age", True, f"inventory {age:.0f}s old (max {limit}s), {gpus} GPU(s)", "")
 
 
-def _protocol(node: NodeModel) -> Check:
+def _protocol(node: Node) -> Check:
     judged = verdict(Component.AGENT, int(node.protocol_version))
     return _check(
         "protocol_compatibility", judged is Verdict.COMPATIBLE,
@@ -85,7 +86,7 @@ def _protocol(node: NodeModel) -> Check:
     )  # fmt: skip
 
 
-def _health(node: NodeModel) -> Check:
+def _health(node: Node) -> Check:
     health = node.health or {}
     status = health.get("status")
     if status is None:
@@ -94,7 +95,7 @@ def _health(node: NodeModel) -> Check:
                   "read the agent's log on the node for the reason it reports itself unhealthy")  # fmt: skip
 
 
-def _telemetry_age(node: NodeModel, inventory: InventoryModel | None, settings: Settings, now: float) -> Check:
+def _telemetry_age(node: Node, inventory: Inventory | None, settings: Settings, now: float) -> Check:
     if node.last_heartbeat_at is None or node.telemetry is None:
         return _check("telemetry_age", False, "no telemetry has been received", f"start the agent; {HEARTBEAT_HINT}")
     age = now - node.last_heartbeat_at
@@ -108,9 +109,9 @@ def _telemetry_age(node: NodeModel, inventory: InventoryModel | None, settings: 
     return _check("telemetry_age", True, f"telemetry {age:.0f}s old for {len(node.telemetry)} GPU(s)", "")
 
 
-def _identity_unique(node: NodeModel, inventory: InventoryModel | None, settings: Settings, now: float) -> Check:
+def _identity_unique(stores: Stores, node: Node, inventory: Inventory | None, settings: Settings, now: float) -> Check:
     uuids = duplicate_identity.gpu_uuids(inventory.inventory if inventory else None)
-    others = duplicate_identity.live_duplicates(settings, node.node_id, uuids, now)
+    others = duplicate_identity.live_duplicates(stores, settings, node.node_id, uuids, now)
     if not others:
         return _check("identity_unique", True, "no other live node reports this node's GPUs", "")
     names = ", ".join(sorted(others))
@@ -124,27 +125,27 @@ def _identity_unique(node: NodeModel, inventory: InventoryModel | None, settings
     )  # fmt: skip
 
 
-def check(settings: Settings, target_id: str, now: float) -> Readiness:
+def check(stores: Stores, settings: Settings, target_id: str, now: float) -> Readiness:
     """Readiness of a node id, or of the node an enrollment id produced."""
     if credentials.ENROLLMENT_ID_RE.fullmatch(target_id):
-        enrollment = enrollments.get(target_id)
+        enrollment = enrollments.get(stores, target_id)
         if enrollment.node_id is None:
             state = enrollments.public_state(enrollment, now)
             waiting = _check("connection", False, f"enrollment is {state}: no node has enrolled with this token yet",
                              "start the agent on the node with this enrollment's token (before it expires)")  # fmt: skip
             return Readiness(node_id=None, enrollment_id=target_id, checks=[waiting])
         target_id = enrollment.node_id
-    node = node_store.get(target_id) if credentials.NODE_ID_RE.fullmatch(target_id) else None
+    node = stores.nodes.get(target_id) if credentials.NODE_ID_RE.fullmatch(target_id) else None
     if node is None:
         raise not_found("node")
-    inventory = node_store.get_inventory(node.node_id)
+    inventory = stores.nodes.get_inventory(node.node_id)
     checks = [
         _connection(node, settings, now),
         _inventory_age(node, inventory, settings, now),
         _protocol(node),
         _health(node),
         _telemetry_age(node, inventory, settings, now),
-        _identity_unique(node, inventory, settings, now),
+        _identity_unique(stores, node, inventory, settings, now),
     ]
     status = liveness.derive(node.last_heartbeat_at, now, settings.stale_after_seconds, settings.offline_after_seconds)
     return Readiness(node_id=node.node_id, enrollment_id=node.enrollment_id, checks=checks, status=status)

@@ -16,6 +16,7 @@ from typing import Any
 from pynamodb.models import Model
 
 from .models import MODELS_BY_LOGICAL_NAME, OutboxModel
+from .records import Event
 from .resources import STATE_LOG_PREFIX
 
 _LOGICAL_NAME = {model: name for name, model in MODELS_BY_LOGICAL_NAME.items()}
@@ -107,6 +108,17 @@ def outbox_item(
         occurred_at=round(now, 3),
         payload=json.dumps(payload, sort_keys=True, separators=(",", ":")),
         expires_at=datetime.fromtimestamp(int(now) + retention_seconds, tz=timezone.utc),
+    )
+
+
+def event_item(event: Event, changes: list[dict[str, Any]], retention_seconds: int) -> OutboxModel:
+    """The outbox item of ``event``, recording ``changes``."""
+    return outbox_item(
+        event_type=event.type,
+        now=event.at,
+        subject=event.subject,
+        changes=changes,
+        retention_seconds=retention_seconds,
     )
 
 

@@ -21,11 +21,11 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
-from . import fleet_state_store, liveness, node_store
+from . import liveness
 from .errors import GuardFailed
-from .models import FleetStateModel, NodeModel
+from .records import MASS_STALE_HOLD, ONLINE_NODES, Event, FleetState
 from .settings import Settings
-from .state_log import outbox_item, put_change, update_change
+from .stores import Stores
 
 log = logging.getLogger("modelforge.sweep")
 
@@ -42,21 +42,21 @@ class SweepReport:
     held: bool
 
 
-def run(settings: Settings, now: float, *, clock: Callable[[], float] = time.time) -> SweepReport:
+def run(stores: Stores, settings: Settings, now: float, *, clock: Callable[[], float] = time.time) -> SweepReport:
     """One sweep at ``now``. ``clock`` stamps the events of the fleet-wide items (hold, counter)
     with the time of their write, so that replay orders them after every change they read."""
     stale_cutoff = now - settings.stale_after_seconds
     offline_cutoff = now - settings.offline_after_seconds
-    to_stale = node_store.late_nodes(liveness.ONLINE, stale_cutoff, liveness.SHARDS)
-    to_offline = node_store.late_nodes(liveness.STALE, offline_cutoff, liveness.SHARDS)
+    to_stale = stores.nodes.late_nodes(liveness.ONLINE, stale_cutoff, liveness.SHARDS)
+    to_offline = stores.nodes.late_nodes(liveness.STALE, offline_cutoff, liveness.SHARDS)
     items_read = len(to_stale) + len(to_offline)
 
     decided, online_count = False, None
     if len(to_stale) >= MASS_STALE_MIN_NODES:
-        online_count, read = _online_nodes(settings, now, clock, at_least=len(to_stale))
+        online_count, read = _online_nodes(stores, now, clock, at_least=len(to_stale))
         items_read += read
         decided = len(to_stale) > settings.mass_stale_fraction * online_count
-    held = _record_hold(settings, now, clock, decided, {"would_go_stale": len(to_stale), "online": online_count})
+    held = _record_hold(stores, now, clock, decided, {"would_go_stale": len(to_stale), "online": online_count})
     if held:
         return SweepReport(items_read, len(to_stale), len(to_offline), 0, 0, True)
 
@@ -66,49 +66,43 @@ def run(settings: Settings, now: float, *, clock: Callable[[], float] = time.tim
         (to_offline, liveness.STALE, liveness.OFFLINE, offline_cutoff),
     ):
         for node_id in node_ids:
-            if _transition(settings, now, node_id, source, target, cutoff):
+            if _transition(stores, now, node_id, source, target, cutoff):
                 transitioned += 1
             else:
                 skipped += 1
     return SweepReport(items_read, len(to_stale), len(to_offline), transitioned, skipped, False)
 
 
-def _online_nodes(settings: Settings, now: float, clock: Callable[[], float], at_least: int) -> tuple[int, int]:
+def _online_nodes(stores: Stores, now: float, clock: Callable[[], float], at_least: int) -> tuple[int, int]:
     """(online nodes, items read): one counter item; a full recount only if the counter is
     missing or cannot be right (fewer online nodes than are about to go stale)."""
-    counter = fleet_state_store.get(fleet_state_store.ONLINE_NODES)
+    counter = stores.fleet.get(ONLINE_NODES)
     counted = None if counter is None or counter.count is None else int(counter.count)
     if counted is not None and counted >= at_least:
         return counted, 1
-    recount = node_store.count_in_state(liveness.ONLINE, liveness.SHARDS)
-    _repair_online_counter(settings, now, clock, counter, recount)
+    recount = stores.nodes.count_in_state(liveness.ONLINE, liveness.SHARDS)
+    _repair_online_counter(stores, now, clock, counter, recount)
     return recount, 1 + recount
 
 
-def repair_online_counter(settings: Settings, now: float, *, clock: Callable[[], float] = time.time) -> int:
+def repair_online_counter(stores: Stores, now: float, *, clock: Callable[[], float] = time.time) -> int:
     """Count the online index and set the counter to it (e.g. after nodes were written straight
     into the table); the count, whether or not the repair was written."""
-    counter = fleet_state_store.get(fleet_state_store.ONLINE_NODES)
-    recount = node_store.count_in_state(liveness.ONLINE, liveness.SHARDS)
-    _repair_online_counter(settings, now, clock, counter, recount)
+    counter = stores.fleet.get(ONLINE_NODES)
+    recount = stores.nodes.count_in_state(liveness.ONLINE, liveness.SHARDS)
+    _repair_online_counter(stores, now, clock, counter, recount)
     return recount
 
 
 def _repair_online_counter(
-    settings: Settings, now: float, clock: Callable[[], float], counter: FleetStateModel | None, recount: int
+    stores: Stores, now: float, clock: Callable[[], float], counter: FleetState | None, recount: int
 ) -> bool:
     """Apply the repair, guarded by the counter's revision as read before the count; False when
     a transition moved the counter meanwhile (its own ADD keeps it right: skip)."""
     was = None if counter is None or counter.count is None else int(counter.count)
-    event = outbox_item(
-        event_type="sweep.online_counter_repaired",
-        now=_write_time(now, clock),
-        subject={"control": fleet_state_store.ONLINE_NODES},
-        changes=[fleet_state_store.online_nodes_repair_change(counter, recount, now)],
-        retention_seconds=settings.outbox_retention_seconds,
-    )
+    event = Event("sweep.online_counter_repaired", {"control": ONLINE_NODES}, _write_time(now, clock))
     try:
-        fleet_state_store.recount_online_nodes(counter, recount, now, event)
+        stores.fleet.recount_online_nodes(counter, recount, now, event)
     except GuardFailed:
         log.info(
             "online node counter moved during the recount; repair skipped",
@@ -119,23 +113,16 @@ def _repair_online_counter(
     return True
 
 
-def _transition(settings: Settings, now: float, node_id: str, source: str, target: str, cutoff: float) -> bool:
+def _transition(stores: Stores, now: float, node_id: str, source: str, target: str, cutoff: float) -> bool:
     online_delta = -1 if source == liveness.ONLINE else 0
     values = {
         "liveness": target,
         "liveness_shard": liveness.index_partition(target, node_id),
         "liveness_changed_at": round(now, 3),
     }
-    event = outbox_item(
-        event_type="node.liveness_changed",
-        now=now,
-        subject={"node_id": node_id, "from": source, "to": target, "cause": "sweep"},
-        changes=[update_change(NodeModel, node_id, values)]
-        + ([fleet_state_store.online_nodes_log_change(online_delta)] if online_delta else []),
-        retention_seconds=settings.outbox_retention_seconds,
-    )
+    event = Event("node.liveness_changed", {"node_id": node_id, "from": source, "to": target, "cause": "sweep"}, now)
     try:
-        node_store.set_liveness(node_id, source, cutoff, values, event, online_delta)
+        stores.nodes.set_liveness(node_id, source, cutoff, values, event, online_delta)
     except GuardFailed:
         return False  # a heartbeat arrived (or another sweep moved it) first
     log.info(
@@ -146,17 +133,17 @@ def _transition(settings: Settings, now: float, node_id: str, source: str, targe
 
 
 def _record_hold(
-    settings: Settings, now: float, clock: Callable[[], float], held: bool, detail: dict[str, Any]
+    stores: Stores, now: float, clock: Callable[[], float], held: bool, detail: dict[str, Any]
 ) -> bool:
     """Write the hold item only when it changes, guarded by the revision read; log the change once.
 
     Whether the hold is in force: ``held``, or another sweep's hold that moved first."""
-    current = fleet_state_store.get(fleet_state_store.MASS_STALE_HOLD)
+    current = stores.fleet.get(MASS_STALE_HOLD)
     if bool(current and current.active) == held:
         return held
-    read_revision = fleet_state_store.revision_of(current)
-    item = FleetStateModel(
-        fleet_state_store.MASS_STALE_HOLD,
+    read_revision = None if current is None or current.revision is None else int(current.revision)
+    item = FleetState(
+        MASS_STALE_HOLD,
         active=held,
         since=round(now, 3) if held else None,
         detail=detail,
@@ -164,18 +151,12 @@ def _record_hold(
         revision=(read_revision or 0) + 1,
     )
     event_type = "sweep.mass_stale_held" if held else "sweep.mass_stale_released"
-    event = outbox_item(
-        event_type=event_type,
-        now=_write_time(now, clock),
-        subject={"control": fleet_state_store.MASS_STALE_HOLD},
-        changes=[put_change(item)],
-        retention_seconds=settings.outbox_retention_seconds,
-    )
+    event = Event(event_type, {"control": MASS_STALE_HOLD}, _write_time(now, clock))
     try:
-        fleet_state_store.put(item, event)
+        stores.fleet.put(item, event)
     except GuardFailed:
         # another sweep wrote the hold since we read it: its write stands, ours is skipped
-        latest = fleet_state_store.get(fleet_state_store.MASS_STALE_HOLD)
+        latest = stores.fleet.get(MASS_STALE_HOLD)
         log.info("mass stale hold moved by another sweep; skipped", extra={"event": "mass_stale_hold_skipped"})
         return held or bool(latest and latest.active)
     log.warning(

@@ -46,8 +46,11 @@ def run_transaction(build: Callable[[TransactWrite], None]) -> None:
             build(transaction)
     except TransactWriteError as error:
         reasons = error.cancellation_reasons or []
-        if any(reason is not None and reason.code == "ConditionalCheckFailed" for reason in reasons):
-            raise GuardFailed(str(error.cause_response_code)) from None
+        failed = tuple(
+            index for index, reason in enumerate(reasons) if reason is not None and reason.code == "ConditionalCheckFailed"
+        )
+        if failed:
+            raise GuardFailed(str(error.cause_response_code), failed=failed) from None
         raise
 
 

@@ -9,13 +9,13 @@ from modelforge_protocol.versions import ACCEPTED, Component, verdict
 
 from . import liveness
 from .enrollments import public_state
-from .models import TELEMETRY_COLUMNS, FleetStateModel, EnrollmentModel, InventoryModel, NodeModel
+from .records import TELEMETRY_COLUMNS, Enrollment, FleetState, Inventory, Node
 from .readiness import Check, Readiness
 from .settings import Settings
 from .timestamps import iso
 
 
-def enrollment(item: EnrollmentModel, now: float) -> dict[str, Any]:
+def enrollment(item: Enrollment, now: float) -> dict[str, Any]:
     return {
         "enrollment_id": item.enrollment_id,
         "display_name": item.display_name,
@@ -29,13 +29,13 @@ def enrollment(item: EnrollmentModel, now: float) -> dict[str, Any]:
     }
 
 
-def inventory(item: InventoryModel | None) -> dict[str, Any] | None:
+def inventory(item: Inventory | None) -> dict[str, Any] | None:
     if item is None:
         return None
     return {**item.inventory, "updated_at": iso(item.updated_at)}
 
 
-def telemetry(node: NodeModel) -> dict[str, Any] | None:
+def telemetry(node: Node) -> dict[str, Any] | None:
     if node.telemetry is None:
         return None
     return {
@@ -44,7 +44,7 @@ def telemetry(node: NodeModel) -> dict[str, Any] | None:
     }
 
 
-def liveness_hold(hold: FleetStateModel | None) -> dict[str, Any] | None:
+def liveness_hold(hold: FleetState | None) -> dict[str, Any] | None:
     """The sweep's mass-outage hold, when active: persisted transitions are paused."""
     if hold is None or not hold.active:
         return None
@@ -58,11 +58,11 @@ def liveness_hold(hold: FleetStateModel | None) -> dict[str, Any] | None:
 
 
 def node(
-    item: NodeModel,
-    inventory_item: InventoryModel | None,
+    item: Node,
+    inventory_item: Inventory | None,
     settings: Settings,
     now: float,
-    hold: FleetStateModel | None = None,
+    hold: FleetState | None = None,
 ) -> dict[str, Any]:
     return {
         "node_id": item.node_id,

@@ -65,6 +65,16 @@ INVENTORY = _obj(
     ["gpus", "capabilities", "cpu", "memory_total_bytes"],
 )
 
+#: Every field of one GPU's telemetry, in the order the control plane stores them as a row.
+GPU_TELEMETRY_FIELDS = (
+    "index",
+    "utilization_percent",
+    "memory_used_bytes",
+    "memory_total_bytes",
+    "temperature_celsius",
+    "power_watts",
+)
+
 GPU_TELEMETRY = _obj(
     {
         "index": {"type": "integer", "minimum": 0, "maximum": MAX_GPUS - 1},
@@ -74,20 +84,36 @@ GPU_TELEMETRY = _obj(
         "temperature_celsius": {"type": "number", "minimum": -50, "maximum": 200},
         "power_watts": {"type": "number", "minimum": 0, "maximum": 100000},
     },
-    [
-        "index",
-        "utilization_percent",
-        "memory_used_bytes",
-        "memory_total_bytes",
-        "temperature_celsius",
-        "power_watts",
-    ],
+    list(GPU_TELEMETRY_FIELDS),
+)
+
+#: What the agent knows of its runtime worker (absent: the agent has no worker configured).
+WORKER_STATES = ("ok", "degraded", "unreachable", "incompatible")
+WORKER_HEALTH = _obj(
+    {
+        "status": {"enum": list(WORKER_STATES)},
+        "detail": {"type": "string", "maxLength": 512},
+        #: capabilities the worker has but cannot run, and why (``artifact_quarantined``)
+        "unavailable": {
+            "type": "array",
+            "maxItems": MAX_CAPABILITIES,
+            "items": _obj(
+                {
+                    "name": {"type": "string", "pattern": r"^[a-z0-9][a-z0-9._:/-]{0,63}\Z"},
+                    "reason": {"type": "string", "pattern": r"^[a-z0-9_]{1,64}\Z"},
+                },
+                ["name", "reason"],
+            ),
+        },
+    },
+    ["status"],
 )
 
 HEALTH = _obj(
     {
         "status": {"enum": list(HEALTH_STATES)},
         "detail": {"type": "string", "maxLength": 512},
+        "worker": WORKER_HEALTH,
     },
     ["status"],
 )

@@ -940,10 +940,10 @@ def test_enrollment_refusal_past_expiry_is_410_enrollment_token_expired_unit() -
     """Unit level: a pending token is refused as expired from the instant it expires."""
     from chalicelib import enrollments
     from chalicelib.errors import Gone
-    from chalicelib.models import EnrollmentModel
+    from chalicelib.records import Enrollment
 
-    item = EnrollmentModel(
-        "enr_" + "0" * 32,
+    item = Enrollment(
+        enrollment_id="enr_" + "0" * 32,
         token_sha256="0" * 64,
         display_name="x",
         state=enrollments.PENDING,

@@ -10,6 +10,7 @@ from chalicelib.auth import NodeCaller
 from modelforge_protocol.credentials import sha256_hex
 
 from tests.support.api import AgentIdentity, ControlPlane, gpu_inventory
+from tests.support.stores import stores
 
 
 def _checks(answer: dict) -> dict[str, dict]:
@@ -90,7 +91,7 @@ def test_readiness_stale_inventory_names_the_inventory_call_in_its_next_step(cp:
     assert cp.heartbeat(identity).status_code == 200
     settings = dataclasses.replace(instance.get().settings, readiness_inventory_max_age_seconds=10)
     later = time.time() + 11
-    answer = views.readiness(readiness.check(settings, identity.node_id, later), later)
+    answer = views.readiness(readiness.check(stores(), settings, identity.node_id, later), later)
     inventory = _checks(answer)["inventory_age"]
     assert not inventory["ok"] and "older than 10s" in inventory["detail"]
     assert "ConnectError on POST /api/v1/agent/inventory" in inventory["next_step"]
@@ -132,7 +133,7 @@ def test_an_offline_node_is_not_a_duplicate(cp: ControlPlane) -> None:
     assert cp.enroll(cp.mint()["token"], old, accelerator_mode="nvidia", inventory=shared).status_code == 201
     caller = NodeCaller(node_id=old.node_id, credential_sha256=sha256_hex(old.credential))  # type: ignore[arg-type]
     settings = instance.get().settings
-    nodes.heartbeat(settings, caller, cp.heartbeat_body(gpus=1), time.time() - settings.offline_after_seconds - 5)
+    nodes.heartbeat(stores(), settings, caller, cp.heartbeat_body(gpus=1), time.time() - settings.offline_after_seconds - 5)
     new = AgentIdentity()
     assert cp.enroll(cp.mint()["token"], new, accelerator_mode="nvidia", inventory=shared).status_code == 201
     assert cp.node(new.node_id)["duplicate_suspected"] == []

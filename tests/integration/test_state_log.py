@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 import boto3
-from chalicelib.models import HEARTBEAT_FIELDS
+from chalicelib.records import HEARTBEAT_FIELDS
 from chalicelib.state_log import state_log_key
 from modelforge_cli import provision
 from modelforge_cli.replay import TABLE_ENV
@@ -157,13 +157,14 @@ def _wait_until_shipped(endpoint: str, names: dict[str, str]) -> None:
 #: as a deployment from before the counter (or a counter removed by hand) has none.
 _SWEEPS = """
 import dataclasses, json, sys
-from chalicelib import fleet_state_store, instance, sweep
+from chalicelib import instance, sweep
 from chalicelib.models import FleetStateModel
+from chalicelib.records import ONLINE_NODES
 for step in json.loads(sys.argv[1]):
     if step.get("drop_counter"):
-        FleetStateModel(fleet_state_store.ONLINE_NODES).delete()
+        FleetStateModel(ONLINE_NODES).delete()
     settings = dataclasses.replace(instance.get().settings, mass_stale_fraction=step["fraction"])
-    print(json.dumps(sweep.report_dict(sweep.run(settings, step["now"]))))
+    print(json.dumps(sweep.report_dict(sweep.run(instance.get().stores, settings, step["now"]))))
 """
 
 

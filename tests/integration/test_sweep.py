@@ -10,12 +10,14 @@ import logging
 import time
 
 import pytest
-from chalicelib import fleet_state_store, liveness, node_store, nodes, instance, sweep
+from chalicelib import instance, liveness, node_store, nodes, sweep
+from chalicelib.records import MASS_STALE_HOLD
 from chalicelib.auth import NodeCaller
 from modelforge_protocol.credentials import sha256_hex
 
 from tests.support.api import AgentIdentity, ControlPlane
 from tests.support.snapshots import bucket_objects, scan_table
+from tests.support.stores import online_nodes, stores
 
 
 def _settings(**changes):  # type: ignore[no-untyped-def]
@@ -49,7 +51,7 @@ def _past_clock() -> float:
 def _beat_at(identity: AgentIdentity, cp: ControlPlane, when: float) -> None:
     """A heartbeat through the real service at a chosen server time."""
     caller = NodeCaller(node_id=identity.node_id, credential_sha256=sha256_hex(identity.credential))  # type: ignore[arg-type]
-    nodes.heartbeat(instance.get().settings, caller, cp.heartbeat_body(), when)
+    nodes.heartbeat(stores(), instance.get().settings, caller, cp.heartbeat_body(), when)
 
 
 def test_sweep_marks_silent_nodes_stale_then_offline_and_a_heartbeat_brings_them_back(stack, cp: ControlPlane) -> None:
@@ -57,10 +59,10 @@ def test_sweep_marks_silent_nodes_stale_then_offline_and_a_heartbeat_brings_them
     identity = cp.enrolled_node()
     assert cp.heartbeat(identity).status_code == 200
     now = time.time()
-    sweep.run(settings, now + settings.stale_after_seconds + 1)
-    sweep.run(settings, now + settings.stale_after_seconds + 2)  # nothing more to do for this node
-    sweep.run(settings, now + settings.offline_after_seconds + 1)
-    sweep.run(settings, now + settings.offline_after_seconds + 2)  # offline nodes leave the index
+    sweep.run(stores(), settings, now + settings.stale_after_seconds + 1)
+    sweep.run(stores(), settings, now + settings.stale_after_seconds + 2)  # nothing more to do for this node
+    sweep.run(stores(), settings, now + settings.offline_after_seconds + 1)
+    sweep.run(stores(), settings, now + settings.offline_after_seconds + 2)  # offline nodes leave the index
     beat = cp.heartbeat(identity)
     assert beat.status_code == 200 and beat.json()["status"] == "online"
     transitions = [(e["subject"]["from"], e["subject"]["to"], e["subject"]["cause"]) for e in _liveness_events(stack, identity.node_id)]
@@ -88,14 +90,14 @@ def test_sweep_skips_a_node_whose_heartbeat_arrived_after_it_read(stack, cp: Con
         _beat_at(identity, cp, later - 1)  # arrives after the sweep read the index
         return [identity.node_id]
 
-    monkeypatch.setattr(sweep.node_store, "late_nodes", late_then_heartbeat)
-    counter = fleet_state_store.online_nodes()
-    report = sweep.run(settings, later)
+    monkeypatch.setattr(stores().nodes, "late_nodes", late_then_heartbeat)
+    counter = online_nodes()
+    report = sweep.run(stores(), settings, later)
     assert report.stale_candidates == 1 and report.skipped == 1 and report.transitioned == 0
-    assert node_store.get(identity.node_id).liveness == "online"  # type: ignore[union-attr]
+    assert stores().nodes.get(identity.node_id).liveness == "online"  # type: ignore[union-attr]
     # the failed guard wrote nothing: no event, and the online counter kept the node
     assert [e["subject"]["to"] for e in _outbox_liveness_events(stack, identity.node_id)] == ["online"]
-    assert fleet_state_store.online_nodes() == counter
+    assert online_nodes() == counter
 
 
 def test_sweep_leaves_a_stale_node_online_when_its_heartbeat_lands_between_read_and_write(stack, cp: ControlPlane, monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -104,9 +106,9 @@ def test_sweep_leaves_a_stale_node_online_when_its_heartbeat_lands_between_read_
     clock = _past_clock()
     identity = cp.enrolled_node()
     _beat_at(identity, cp, clock - settings.offline_after_seconds - 10)
-    went_stale = sweep.run(settings, clock - settings.offline_after_seconds + settings.stale_after_seconds)
-    assert went_stale.transitioned == 1 and node_store.get(identity.node_id).liveness == "stale"  # type: ignore[union-attr]
-    late_nodes = node_store.late_nodes
+    went_stale = sweep.run(stores(), settings, clock - settings.offline_after_seconds + settings.stale_after_seconds)
+    assert went_stale.transitioned == 1 and stores().nodes.get(identity.node_id).liveness == "stale"  # type: ignore[union-attr]
+    late_nodes = stores().nodes.late_nodes
 
     def late_then_heartbeat(state, cutoff, shards):  # type: ignore[no-untyped-def]
         found = late_nodes(state, cutoff, shards)
@@ -114,16 +116,16 @@ def test_sweep_leaves_a_stale_node_online_when_its_heartbeat_lands_between_read_
             _beat_at(identity, cp, clock - 1)  # arrives after the sweep read the index
         return found
 
-    monkeypatch.setattr(sweep.node_store, "late_nodes", late_then_heartbeat)
-    counter = fleet_state_store.online_nodes()
-    report = sweep.run(settings, clock)
+    monkeypatch.setattr(stores().nodes, "late_nodes", late_then_heartbeat)
+    counter = online_nodes()
+    report = sweep.run(stores(), settings, clock)
     monkeypatch.undo()
     assert report.offline_candidates == 1 and report.skipped == 1 and report.transitioned == 0
-    assert node_store.get(identity.node_id).liveness == "online"  # type: ignore[union-attr]
+    assert stores().nodes.get(identity.node_id).liveness == "online"  # type: ignore[union-attr]
     # no stale -> offline event; the counter moved by the heartbeat's +1 only
     steps = [(e["subject"]["from"], e["subject"]["to"]) for e in _outbox_liveness_events(stack, identity.node_id)]
     assert sorted(steps) == sorted([("pending", "online"), ("online", "stale"), ("stale", "online")])
-    assert fleet_state_store.online_nodes() == counter + 1  # type: ignore[operator]
+    assert online_nodes() == counter + 1  # type: ignore[operator]
 
 
 def test_sweep_reads_only_late_nodes_not_the_whole_fleet(stack, cp: ControlPlane) -> None:  # type: ignore[no-untyped-def]
@@ -136,12 +138,12 @@ def test_sweep_reads_only_late_nodes_not_the_whole_fleet(stack, cp: ControlPlane
     for identity in fresh:
         _beat_at(identity, cp, clock - 1)
     table_size = len(scan_table(stack.aws_endpoint_url, stack.names["MODELFORGE_NODES_TABLE"]))
-    report = sweep.run(settings, clock)
+    report = sweep.run(stores(), settings, clock)
     # the index gave the sweep the two silent nodes and nothing else: not the fresh ones, not the
     # rest of the table (every other node's heartbeat is later than this clock)
     assert dataclasses.astuple(report) == (2, 2, 0, 2, 0, False)
     assert table_size > len(fleet)
-    assert [node_store.get(i.node_id).liveness for i in fleet] == ["stale"] * 2 + ["online"] * 4  # type: ignore[union-attr]
+    assert [stores().nodes.get(i.node_id).liveness for i in fleet] == ["stale"] * 2 + ["online"] * 4  # type: ignore[union-attr]
 
 
 def test_mass_stale_holds_transitions_says_so_in_reads_and_releases(stack, cp: ControlPlane, caplog: pytest.LogCaptureFixture) -> None:
@@ -151,17 +153,17 @@ def test_mass_stale_holds_transitions_says_so_in_reads_and_releases(stack, cp: C
         assert cp.heartbeat(identity).status_code == 200
     outage = time.time() + settings.stale_after_seconds + 5  # everyone silent: the control plane's fault
     with caplog.at_level(logging.WARNING, logger="modelforge.sweep"):
-        first = sweep.run(settings, outage)
-        second = sweep.run(settings, outage + 1)
+        first = sweep.run(stores(), settings, outage)
+        second = sweep.run(stores(), settings, outage + 1)
     assert first.held and second.held and first.transitioned == 0
     assert [r.getMessage() for r in caplog.records].count("mass stale held: liveness transitions paused") == 1
     node = cp.node(fleet[0].node_id)
     assert node["liveness_hold"]["reason"] == "mass_stale_held"
-    assert node_store.get(fleet[0].node_id).liveness == "online"  # type: ignore[union-attr]
+    assert stores().nodes.get(fleet[0].node_id).liveness == "online"  # type: ignore[union-attr]
 
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="modelforge.sweep"):
-        released = sweep.run(settings, time.time())
+        released = sweep.run(stores(), settings, time.time())
     assert not released.held
     assert "mass stale released" in [r.getMessage() for r in caplog.records]
     assert cp.node(fleet[0].node_id)["liveness_hold"] is None
@@ -179,22 +181,22 @@ def test_sweep_does_not_hold_when_fewer_than_ten_nodes_go_stale(stack, cp: Contr
     settings = _settings(mass_stale_fraction=0.0)  # every late node is "too many" to the fraction
     clock = _past_clock()
     nine = _late_fleet(cp, sweep.MASS_STALE_MIN_NODES - 1, clock, settings.stale_after_seconds)
-    report = sweep.run(settings, clock)
+    report = sweep.run(stores(), settings, clock)
     assert (report.stale_candidates, report.transitioned, report.held) == (9, 9, False)
-    assert {node_store.get(i.node_id).liveness for i in nine} == {"stale"}  # type: ignore[union-attr]
+    assert {stores().nodes.get(i.node_id).liveness for i in nine} == {"stale"}  # type: ignore[union-attr]
     assert not _hold_active()
 
     clock = _past_clock()
     ten = _late_fleet(cp, sweep.MASS_STALE_MIN_NODES, clock, settings.stale_after_seconds)
-    held = sweep.run(settings, clock)
+    held = sweep.run(stores(), settings, clock)
     assert (held.stale_candidates, held.transitioned, held.held) == (10, 0, True)
-    assert {node_store.get(i.node_id).liveness for i in ten} == {"online"}  # type: ignore[union-attr]
-    released = sweep.run(_settings(mass_stale_fraction=1.0), clock)
+    assert {stores().nodes.get(i.node_id).liveness for i in ten} == {"online"}  # type: ignore[union-attr]
+    released = sweep.run(stores(), _settings(mass_stale_fraction=1.0), clock)
     assert (released.transitioned, released.held) == (10, False) and not _hold_active()
 
 
 def _hold_active() -> bool:
-    hold = fleet_state_store.get(fleet_state_store.MASS_STALE_HOLD)
+    hold = stores().fleet.get(MASS_STALE_HOLD)
     return bool(hold and hold.active)
 
 
@@ -215,7 +217,7 @@ def test_the_local_scheduler_event_runs_the_deployed_sweep_handler(stack, cp: Co
         "skipped": 0,
         "held": False,
     }
-    assert node_store.get(identity.node_id).liveness == "stale"  # type: ignore[union-attr]
+    assert stores().nodes.get(identity.node_id).liveness == "stale"  # type: ignore[union-attr]
 
 
 def test_online_now_condition_refuses_work_for_a_node_that_is_not_online(stack, cp: ControlPlane) -> None:
@@ -237,20 +239,18 @@ def test_online_now_condition_refuses_work_for_a_node_that_is_not_online(stack, 
 
 
 def test_online_counter_follows_transitions_so_the_guard_reads_one_item(stack, cp: ControlPlane) -> None:
-    from chalicelib import fleet_state_store
-
     settings = _settings(mass_stale_fraction=1.0)
-    sweep.run(settings, time.time())
-    before = fleet_state_store.online_nodes() or 0
+    sweep.run(stores(), settings, time.time())
+    before = online_nodes() or 0
     identity = cp.enrolled_node()
     assert cp.heartbeat(identity).status_code == 200  # pending -> online
-    assert fleet_state_store.online_nodes() == before + 1
+    assert online_nodes() == before + 1
     assert cp.heartbeat(identity).status_code == 200  # steady state: no change
-    assert fleet_state_store.online_nodes() == before + 1
+    assert online_nodes() == before + 1
     late = time.time() + settings.stale_after_seconds + 1
     for other in [cp.enrolled_node() for _ in range(3)]:
         _beat_at(other, cp, late - 1)  # these stay online at `late`
-    counted = fleet_state_store.online_nodes()
-    report = sweep.run(settings, late)
+    counted = online_nodes()
+    report = sweep.run(stores(), settings, late)
     assert report.transitioned >= 1
-    assert fleet_state_store.online_nodes() == counted - report.stale_candidates + report.skipped
+    assert online_nodes() == counted - report.stale_candidates + report.skipped

@@ -10,11 +10,14 @@ import threading
 import time
 from typing import Any, Callable
 
-from chalicelib import fleet_state_store, liveness, node_store, instance, sweep
+from chalicelib import instance, liveness, sweep
+from chalicelib.item_records import item_of
 from chalicelib.models import FleetStateModel
+from chalicelib.records import MASS_STALE_HOLD, ONLINE_NODES, FleetState
 
 from tests.support.api import ControlPlane
 from tests.support.snapshots import scan_table
+from tests.support.stores import online_nodes, revision_of, stores
 
 ROUNDS = 4
 WRITERS = 3
@@ -30,7 +33,7 @@ def _control_events(stack, types: tuple[str, ...]) -> dict[str, dict[str, Any]]:
 
 
 def _hold_active() -> bool:
-    item = fleet_state_store.get(fleet_state_store.MASS_STALE_HOLD)
+    item = stores().fleet.get(MASS_STALE_HOLD)
     return bool(item and item.active)
 
 
@@ -55,22 +58,23 @@ def _in_threads(count: int, work: Callable[[int], Any]) -> list[Any]:
 
 
 def _sweeps_at_once(settings: Any, now: float) -> list[sweep.SweepReport]:
-    return _in_threads(WRITERS, lambda index: sweep.run(settings, now + index / 10))
+    return _in_threads(WRITERS, lambda index: sweep.run(stores(), settings, now + index / 10))
 
 
 def _read_then_wait(monkeypatch, name: str, barrier: threading.Barrier) -> None:  # type: ignore[no-untyped-def]
     """Each thread's first read of ``name`` waits until every thread has read it."""
-    original = fleet_state_store.get
+    fleet = stores().fleet
+    original = fleet.get
     first = threading.local()
 
-    def get(wanted: str) -> FleetStateModel | None:
+    def get(wanted: str) -> FleetState | None:
         item = original(wanted)
         if wanted == name and not getattr(first, "done", False):
             first.done = True
             barrier.wait(timeout=30)
         return item
 
-    monkeypatch.setattr(fleet_state_store, "get", get)
+    monkeypatch.setattr(fleet, "get", get)
 
 
 def test_overlapping_sweeps_write_the_mass_stale_hold_once_and_the_losers_change_nothing(stack, monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -86,10 +90,10 @@ def test_overlapping_sweeps_write_the_mass_stale_hold_once_and_the_losers_change
     for round_ in range(ROUNDS):
         hold = round_ % 2 == 0  # hold, release, hold, release: the session ends released
         holding.set() if hold else holding.clear()
-        before = fleet_state_store.get(fleet_state_store.MASS_STALE_HOLD)
+        before = stores().fleet.get(MASS_STALE_HOLD)
         known = _control_events(stack, HOLD_EVENTS)
-        monkeypatch.setattr(sweep.node_store, "late_nodes", late_nodes)
-        _read_then_wait(monkeypatch, fleet_state_store.MASS_STALE_HOLD, threading.Barrier(WRITERS))
+        monkeypatch.setattr(stores().nodes, "late_nodes", late_nodes)
+        _read_then_wait(monkeypatch, MASS_STALE_HOLD, threading.Barrier(WRITERS))
         reports = _sweeps_at_once(settings, time.time())
         monkeypatch.undo()
 
@@ -99,16 +103,16 @@ def test_overlapping_sweeps_write_the_mass_stale_hold_once_and_the_losers_change
         # the stored hold is exactly the winner's write, one revision after the one everyone read
         (winner,) = new.values()
         (change,) = winner["changes"]
-        after = fleet_state_store.get(fleet_state_store.MASS_STALE_HOLD)
-        assert after is not None and after.serialize() == change["item"], round_
-        assert after.revision == (fleet_state_store.revision_of(before) or 0) + 1
+        after = stores().fleet.get(MASS_STALE_HOLD)
+        assert after is not None and item_of(after, FleetStateModel).serialize() == change["item"], round_
+        assert after.revision == revision_of(before) + 1
         assert _hold_active() == hold
     assert not _hold_active()
 
 
 def _drift_counter(value: int) -> None:
     """What the repair exists for: a counter that drifted outside the log (e.g. an older deployment)."""
-    FleetStateModel(fleet_state_store.ONLINE_NODES).update(actions=[FleetStateModel.count.set(value)])
+    FleetStateModel(ONLINE_NODES).update(actions=[FleetStateModel.count.set(value)])
 
 
 def _sweep_that_must_repair(monkeypatch, online: int) -> Any:  # type: ignore[no-untyped-def]
@@ -116,7 +120,7 @@ def _sweep_that_must_repair(monkeypatch, online: int) -> Any:  # type: ignore[no
     says are online) and never hold; the late ids name no node, so no transition is written."""
     fake_late = [f"node_repair{index:025x}" for index in range(max(online + 5, sweep.MASS_STALE_MIN_NODES))]
     monkeypatch.setattr(
-        sweep.node_store,
+        stores().nodes,
         "late_nodes",
         lambda state, cutoff, shards: list(fake_late) if state == liveness.ONLINE else [],
     )
@@ -127,7 +131,7 @@ def _repair_with_a_heartbeat_after_the_count(cp: ControlPlane, newcomer: Any, se
     """A sweep repairs the counter while ``newcomer`` comes online: after the sweep counted the
     index, before it writes the counter."""
     counted, beaten = threading.Event(), threading.Event()
-    count_in_state = node_store.count_in_state
+    count_in_state = stores().nodes.count_in_state
 
     def count_then_let_a_heartbeat_in(state: str, shards: int) -> int:
         found = count_in_state(state, shards)
@@ -142,8 +146,8 @@ def _repair_with_a_heartbeat_after_the_count(cp: ControlPlane, newcomer: Any, se
         finally:
             beaten.set()
 
-    monkeypatch.setattr(sweep.node_store, "count_in_state", count_then_let_a_heartbeat_in)
-    return _in_threads(2, lambda index: sweep.run(settings, time.time()) if index == 0 else heartbeat())
+    monkeypatch.setattr(stores().nodes, "count_in_state", count_then_let_a_heartbeat_in)
+    return _in_threads(2, lambda index: sweep.run(stores(), settings, time.time()) if index == 0 else heartbeat())
 
 
 def test_a_counter_repair_racing_a_heartbeat_yields_and_the_heartbeat_is_counted(
@@ -153,7 +157,7 @@ def test_a_counter_repair_racing_a_heartbeat_yields_and_the_heartbeat_is_counted
         assert cp.heartbeat(identity).status_code == 200  # at least two online nodes
     for round_ in range(ROUNDS):
         newcomer = cp.enrolled_node()
-        online = node_store.count_in_state(liveness.ONLINE, liveness.SHARDS)
+        online = stores().nodes.count_in_state(liveness.ONLINE, liveness.SHARDS)
         _drift_counter(0)
         known = _control_events(stack, (REPAIR_EVENT,))
         settings = _sweep_that_must_repair(monkeypatch, online)
@@ -162,11 +166,11 @@ def test_a_counter_repair_racing_a_heartbeat_yields_and_the_heartbeat_is_counted
 
         assert statuses[1] == 200
         # the heartbeat's +1 survived: the repair, computed from an older count, wrote nothing
-        assert fleet_state_store.online_nodes() == 1, round_
+        assert online_nodes() == 1, round_
         assert not set(_control_events(stack, (REPAIR_EVENT,))) - set(known), round_
         # with nobody racing it, the next repair sets the counter to the index's count, logged
-        assert sweep.repair_online_counter(instance.get().settings, time.time()) == online + 1
-        assert fleet_state_store.online_nodes() == online + 1
+        assert sweep.repair_online_counter(stores(), time.time()) == online + 1
+        assert online_nodes() == online + 1
         (repair,) = [event for key, event in _control_events(stack, (REPAIR_EVENT,)).items() if key not in known]
         assert repair["changes"][0]["set"]["count"] == {"N": str(online + 1)}
 
@@ -175,17 +179,17 @@ def test_overlapping_counter_repairs_write_once(stack, cp: ControlPlane, monkeyp
     identity = cp.enrolled_node()
     assert cp.heartbeat(identity).status_code == 200
     for round_ in range(ROUNDS):
-        online = node_store.count_in_state(liveness.ONLINE, liveness.SHARDS)
+        online = stores().nodes.count_in_state(liveness.ONLINE, liveness.SHARDS)
         _drift_counter(0)
-        before = fleet_state_store.get(fleet_state_store.ONLINE_NODES)
+        before = stores().fleet.get(ONLINE_NODES)
         known = _control_events(stack, (REPAIR_EVENT,))
         settings = _sweep_that_must_repair(monkeypatch, online)
-        _read_then_wait(monkeypatch, fleet_state_store.ONLINE_NODES, threading.Barrier(WRITERS))
+        _read_then_wait(monkeypatch, ONLINE_NODES, threading.Barrier(WRITERS))
         _sweeps_at_once(settings, time.time())
         monkeypatch.undo()
 
         new = [event for key, event in _control_events(stack, (REPAIR_EVENT,)).items() if key not in known]
         assert len(new) == 1, round_
-        after = fleet_state_store.get(fleet_state_store.ONLINE_NODES)
+        after = stores().fleet.get(ONLINE_NODES)
         assert after is not None and after.count == online
-        assert after.revision == (fleet_state_store.revision_of(before) or 0) + 1
+        assert after.revision == revision_of(before) + 1

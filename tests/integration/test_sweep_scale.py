@@ -14,11 +14,12 @@ import secrets
 import time
 from types import ModuleType
 
-from chalicelib import liveness, node_store, instance, sweep
+from chalicelib import instance, liveness, sweep
 from modelforge_cli.emulator import operations_delta
 
 from tests.support import bench_scripts
 from tests.support.snapshots import scan_table
+from tests.support.stores import online_nodes, stores
 
 FLEET = 300
 STALE = 3
@@ -56,7 +57,7 @@ def test_sweep_reads_late_nodes_only_at_scale(counted_stack) -> None:  # type: i
     try:
         stack.drain_state_log()  # nothing of earlier tests is shipped inside the count
         before = _app_operations(stack)
-        report = sweep.run(settings, sweep_at)
+        report = sweep.run(stores(), settings, sweep_at)
         stack.drain_state_log()  # waits for a background poll in flight, then ships the sweep's events
         delta = operations_delta(before, _app_operations(stack))
         shipped = delta.pop("S3:PUT", 0)
@@ -82,5 +83,5 @@ def test_sweep_reads_late_nodes_only_at_scale(counted_stack) -> None:  # type: i
         bench.delete_nodes(client, table, node_ids)
         client.close()
         # the transitions took our never-counted nodes off the counter: count the index again
-        sweep.repair_online_counter(settings, time.time())
-    assert node_store.count_in_state(liveness.ONLINE, liveness.SHARDS) == sweep.fleet_state_store.online_nodes()
+        sweep.repair_online_counter(stores(), time.time())
+    assert stores().nodes.count_in_state(liveness.ONLINE, liveness.SHARDS) == online_nodes()

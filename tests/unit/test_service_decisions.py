@@ -1,13 +1,13 @@
 """Decisions the services make from what they read, without any store: readiness checks and the
-per-node inventory rate window. In-memory items only (PynamoDB models are plain objects until
-saved); the emulator tests prove the writes."""
+per-node inventory rate window, on plain records. The services' reads and writes are tested
+against the in-memory stores (test_*_service.py), and the emulator tests prove the wire."""
 
 from __future__ import annotations
 
 import pytest
 from chalicelib import nodes, readiness, resources
 from chalicelib.errors import RateLimited
-from chalicelib.models import InventoryModel, NodeModel
+from chalicelib.records import Inventory, Node
 from chalicelib.settings import INVENTORY_RATE_WINDOW_SECONDS, load_settings
 
 SETTINGS = load_settings(
@@ -23,8 +23,18 @@ NOW = 1_000_000.0
 GPU = {"index": 0, "uuid": "GPU-00000000-aaaa", "name": "H200", "memory_total_bytes": 1, "driver_version": "1", "cuda_version": "1"}
 
 
-def _node(**values: object) -> NodeModel:
+def _node(**values: object) -> Node:
     defaults: dict[str, object] = {
+        "display_name": "gpu-1",
+        "hostname": "gpu-1",
+        "production_eligible": False,
+        "created_at": NOW - 100,
+        "agent_version": "1.3.0",
+        "credential_sha256": "0" * 64,
+        "credential_state": "active",
+        "credential_issued_at": NOW - 100,
+        "liveness": "online",
+        "liveness_changed_at": NOW - 100,
         "accelerator_mode": "nvidia",
         "protocol_version": 1,
         "last_heartbeat_at": NOW - 5,
@@ -32,12 +42,12 @@ def _node(**values: object) -> NodeModel:
         "telemetry": [[0, 50.0, 1, 2, 40.0, 100.0]],
         "enrollment_id": "enr_" + "0" * 32,
     }
-    return NodeModel("node_" + "0" * 32, **{**defaults, **values})
+    return Node(node_id="node_" + "0" * 32, **{**defaults, **values})  # type: ignore[arg-type]
 
 
-def _inventory(gpus: list[dict[str, object]] | None = None, age: float = 10, capabilities: list[str] | None = None) -> InventoryModel:
+def _inventory(gpus: list[dict[str, object]] | None = None, age: float = 10, capabilities: list[str] | None = None) -> Inventory:
     document = {"gpus": [GPU] if gpus is None else gpus, "capabilities": ["cuda"] if capabilities is None else capabilities}
-    return InventoryModel("node_" + "0" * 32, inventory=document, updated_at=NOW - age)
+    return Inventory(node_id="node_" + "0" * 32, inventory=document, updated_at=NOW - age)
 
 
 # --- readiness checks ------------------------------------------------------------------------
@@ -65,7 +75,7 @@ def test_connection_is_ok_only_below_the_stale_threshold(age: float, ok: bool) -
     ],
     ids=["missing", "too-old", "nvidia-without-gpus", "no-capabilities", "fresh"],
 )
-def test_inventory_age_decisions(inventory: InventoryModel | None, ok: bool, says: str) -> None:
+def test_inventory_age_decisions(inventory: Inventory | None, ok: bool, says: str) -> None:
     check = readiness._inventory_age(_node(), inventory, SETTINGS, NOW)
     assert check.ok is ok and says in check.detail
 
@@ -97,7 +107,7 @@ def test_agent_health_is_ok_only_when_the_agent_says_ok(health: dict[str, str] |
     ],
     ids=["none", "stale", "missing-gpu", "fresh"],
 )
-def test_telemetry_age_decisions(node: NodeModel, ok: bool, says: str) -> None:
+def test_telemetry_age_decisions(node: Node, ok: bool, says: str) -> None:
     check = readiness._telemetry_age(node, _inventory(), SETTINGS, NOW)
     assert check.ok is ok and says in check.detail
 
@@ -112,7 +122,7 @@ def test_readiness_is_ready_only_when_every_check_passes() -> None:
 # --- the inventory rate window -----------------------------------------------------------------
 
 
-def _previous(start: float | None, count: int | None) -> InventoryModel:
+def _previous(start: float | None, count: int | None) -> Inventory:
     item = _inventory()
     item.rate_window_start, item.rate_window_count = start, count
     return item

@@ -1,0 +1,161 @@
+"""What services read and decide on: plain records of the control plane's state.
+
+Stores (``stores.py`` names what each must do) load these from their tables and write the values
+services hand back; nothing here knows DynamoDB. Field names are the stored attribute names, so a
+record reads the same as the item it came from and as the state log's changes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from modelforge_protocol.schemas import GPU_TELEMETRY_FIELDS
+
+
+@dataclass
+class Enrollment:
+    enrollment_id: str
+    token_sha256: str = field(repr=False)
+    display_name: str
+    #: pending | consumed | revoked ("expired" is derived from expires_at)
+    state: str
+    production_eligible: bool
+    created_at: float
+    expires_at: float
+    consumed_at: float | None = None
+    revoked_at: float | None = None
+    node_id: str | None = None
+    idempotency_key_sha256: str | None = field(default=None, repr=False)
+
+
+@dataclass
+class Node:
+    """Identity, the one credential, liveness and the latest telemetry of a node."""
+
+    node_id: str
+    enrollment_id: str
+    display_name: str
+    hostname: str
+    accelerator_mode: str
+    production_eligible: bool
+    created_at: float
+    agent_version: str
+    protocol_version: int
+    credential_sha256: str = field(repr=False)
+    #: active | revoked
+    credential_state: str
+    credential_issued_at: float
+    #: persisted liveness: pending | online | stale | offline (reads derive it from time)
+    liveness: str
+    liveness_changed_at: float
+    credential_revoked_at: float | None = None
+    last_heartbeat_at: float | None = None
+    health: dict[str, Any] | None = None
+    #: per-GPU rows in TELEMETRY_COLUMNS order
+    telemetry: list[list[float]] | None = None
+    #: work items queued for this node and not yet claimed
+    pending_work: int | None = None
+    #: "<liveness>#<shard>" while online or stale (the sweep's index partition), else None
+    liveness_shard: str | None = None
+    heartbeat_bucket: int | None = None
+    #: other nodes that reported one of this node's GPU UUIDs while live (duplicate identity)
+    duplicate_partners: set[str] | None = None
+    duplicate_suspected_at: float | None = None
+
+
+@dataclass
+class Inventory:
+    node_id: str
+    inventory: dict[str, Any]
+    updated_at: float
+    #: changes with every replacement: guards the next replacement and its claim writes
+    revision: str | None = None
+    #: the GPU UUIDs that have a claim for this node (changed only together with the claims)
+    claimed_uuids: set[str] | None = None
+    #: per-node rate limit of replacements: the current window's start and count
+    rate_window_start: float | None = None
+    rate_window_count: int | None = None
+
+
+@dataclass
+class FleetState:
+    """One fleet-wide item: the sweep's mass-outage hold, or the online-node counter."""
+
+    name: str
+    active: bool | None = None
+    since: float | None = None
+    detail: dict[str, Any] | None = None
+    updated_at: float | None = None
+    count: int | None = None
+    #: one more with every write: a read-decide-write is guarded by "still the revision I read"
+    revision: int | None = None
+
+
+@dataclass
+class WorkItem:
+    """One unit of work for a capability, and its lease (see work.py for the states)."""
+
+    work_id: str
+    capability: str
+    #: queued | leased | succeeded | dead | cancelled
+    status: str
+    created_at: float
+    updated_at: float
+    #: claims so far (each claim is an attempt)
+    attempts: int
+    max_attempts: int
+    lease_seconds: int
+    #: one more with every claim: the fencing token a lease holder presents
+    epoch: int
+    #: the input object in the bucket, and its digest and size
+    input_key: str
+    input_sha256: str
+    input_size: int
+    #: each failed attempt: {"attempt", "epoch", "node_id", "reason", "retryable", "at"}
+    errors: list[dict[str, Any]] | None = None
+    #: the node holding (or that last held) the lease
+    node_id: str | None = None
+    lease_expires_at: float | None = None
+    #: {"sha256", "size", "key"} once succeeded
+    result: dict[str, Any] | None = None
+    finished_at: float | None = None
+    idempotency_key_sha256: str | None = field(default=None, repr=False)
+    #: index keys, present only in the state that an index serves: "<capability>" while queued
+    #: (by_queue), "leased" while leased (by_lease), the holder's node id while leased (by_holder)
+    queue_key: str | None = None
+    queued_at: float | None = None
+    lease_partition: str | None = None
+    lease_holder: str | None = None
+
+
+@dataclass(frozen=True)
+class Event:
+    """A state-log event a write records: its type and subject. The store that makes the write
+    adds the changes it made, and writes the event in the same transaction."""
+
+    type: str
+    subject: dict[str, str]
+    #: when it happened (the event's time; replay applies events in time order)
+    at: float
+
+
+#: Column order of Node.telemetry rows: every field of the protocol's GPU telemetry.
+TELEMETRY_COLUMNS = GPU_TELEMETRY_FIELDS
+
+#: Node attributes that only heartbeats change: not in the state log (only transitions are), so a
+#: table rebuilt by replay has them as of the last logged transition.
+HEARTBEAT_FIELDS = (
+    "last_heartbeat_at",
+    "heartbeat_bucket",
+    "health",
+    "telemetry",
+    "agent_version",
+    "protocol_version",
+)
+
+#: The names of the fleet-wide items.
+MASS_STALE_HOLD = "mass_stale_hold"
+#: How many nodes are persisted online: kept by every transition into or out of online, so the
+#: sweep's mass-outage guard reads one item instead of every online node.
+ONLINE_NODES = "online_nodes"
