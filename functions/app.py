@@ -12,7 +12,7 @@ import time
 from typing import Any, Callable
 
 from chalice import Chalice, Rate, Response
-from chalicelib import enrollments, instance, nodes, paging, readiness, state_log_store, sweep, views
+from chalicelib import enrollments, instance, nodes, paging, readiness, state_log_store, sweep, views, work
 from chalicelib.records import MASS_STALE_HOLD
 from chalicelib.auth import require_admin, require_node
 from chalicelib.errors import (
@@ -30,6 +30,7 @@ from chalicelib.errors import (
 from chalicelib.settings import SettingsError
 from chalicelib.validation import ascii_int, parse_json_object, validate, validate_query
 from modelforge_logging import jsonlog
+from modelforge_protocol import work as work_protocol
 from modelforge_protocol.versions import (
     AGENT_PROTOCOL_VERSION,
     CONTROL_PLANE_RELEASE,
@@ -139,10 +140,12 @@ def _request() -> Any:
     return app.current_request
 
 
-def _body(allow_empty: bool = False) -> dict[str, Any]:
+def _body(allow_empty: bool = False, max_bytes: int | None = None) -> dict[str, Any]:
     """The JSON body of a POST; POST endpoints take no query parameters."""
     validate_query(_request().query_params, set())
-    return parse_json_object(_request().raw_body, allow_empty=allow_empty)
+    if max_bytes is None:
+        return parse_json_object(_request().raw_body, allow_empty=allow_empty)
+    return parse_json_object(_request().raw_body, allow_empty=allow_empty, max_bytes=max_bytes)
 
 
 def _admin() -> instance.Instance:
@@ -296,12 +299,14 @@ def enroll() -> Response:
 def heartbeat() -> dict[str, Any]:
     inst = instance.get()
     caller = require_node(_request().headers)
-    result = nodes.heartbeat(inst.stores, inst.settings, caller, _body(), _now(), inst.known_callers)
+    now = _now()
+    result = nodes.heartbeat(inst.stores, inst.settings, caller, _body(), now, inst.known_callers)
+    waiting = inst.work_hint.waiting(result.node.capabilities or (), inst.stores.work.any_queued, now)
     return {
         "node_id": caller.node_id,
         "status": result.node.liveness,
         "heartbeat_interval_seconds": inst.settings.heartbeat_interval_seconds,
-        "work_waiting": bool(result.node.pending_work),
+        "work_waiting": waiting,
     }
 
 
@@ -311,6 +316,86 @@ def replace_inventory() -> dict[str, Any]:
     caller = require_node(_request().headers)
     inventory = nodes.replace_inventory(inst.stores, inst.settings, caller, _body(), _now())
     return {"node_id": caller.node_id, "inventory": views.inventory(inventory)}
+
+
+# --- work ----------------------------------------------------------------------------------
+
+
+def _work_view(inst: instance.Instance, item: Any) -> dict[str, Any]:
+    url = None
+    if item.result is not None:
+        url = inst.stores.objects.presigned_get(item.result["key"], work.RESULT_URL_SECONDS)
+    return views.work_item(item, url)
+
+
+@endpoint("/api/v1/admin/work", "POST")
+def submit_work() -> Response:
+    inst = _admin()
+    submitted = work.submit(inst.stores, _body(max_bytes=work_protocol.MAX_SUBMIT_BODY_BYTES), _now())
+    return Response(body=_work_view(inst, submitted.item), status_code=201 if submitted.created else 200)
+
+
+@endpoint("/api/v1/admin/work", "GET")
+def list_work() -> dict[str, Any]:
+    inst = _admin()
+    params = validate_query(_request().query_params, {"limit", "next_token", "status", "capability"})
+    status, capability = params.get("status"), params.get("capability")
+    if status is not None and status not in work_protocol.WORK_STATES:
+        raise invalid_request(f"status must be one of {', '.join(work_protocol.WORK_STATES)}")
+    if capability is not None and capability not in work_protocol.CAPABILITIES:
+        raise invalid_request(f"capability must be one of {', '.join(work_protocol.CAPABILITIES)}")
+    limit = ascii_int(params.get("limit", str(MAX_PAGE)), 1, MAX_PAGE)
+    if limit is None:
+        raise invalid_request(f"limit must be an integer from 1 to {MAX_PAGE}")
+    start = paging.decode(params.get("next_token"), "work_id")
+    items, last = inst.stores.work.list_page(limit, start, status, capability)
+    return {"work": [_work_view(inst, item) for item in items], "next_token": paging.encode(last)}
+
+
+@endpoint("/api/v1/admin/work/{work_id}", "GET")
+def get_work(work_id: str) -> dict[str, Any]:
+    inst = _admin()
+    validate_query(_request().query_params, set())
+    return _work_view(inst, work.get(inst.stores, work_id))
+
+
+@endpoint("/api/v1/admin/work/{work_id}/cancel", "POST")
+def cancel_work(work_id: str) -> dict[str, Any]:
+    inst = _admin()
+    validate(_body(allow_empty=True), "EMPTY")
+    return _work_view(inst, work.cancel(inst.stores, work_id, _now()))
+
+
+@endpoint("/api/v1/agent/work/claim", "POST")
+def claim_work() -> Response:
+    inst = instance.get()
+    caller = require_node(_request().headers)
+    validate(_body(allow_empty=True), "EMPTY")
+    claimed = work.claim(inst.stores, inst.settings, caller, _now())
+    if claimed is None:
+        return Response(body="", status_code=204)
+    return Response(body=views.work_claim(claimed.item, claimed.input_url, claimed.result_upload_url), status_code=200)
+
+
+@endpoint("/api/v1/agent/work/{work_id}/renew", "POST")
+def renew_work(work_id: str) -> dict[str, Any]:
+    inst = instance.get()
+    caller = require_node(_request().headers)
+    return views.lease(work.renew(inst.stores, caller, work_id, _body(), _now(), inst.known_callers))
+
+
+@endpoint("/api/v1/agent/work/{work_id}/complete", "POST")
+def complete_work(work_id: str) -> dict[str, Any]:
+    inst = instance.get()
+    caller = require_node(_request().headers)
+    return views.lease(work.complete(inst.stores, caller, work_id, _body(), _now(), inst.known_callers))
+
+
+@endpoint("/api/v1/agent/work/{work_id}/fail", "POST")
+def fail_work(work_id: str) -> dict[str, Any]:
+    inst = instance.get()
+    caller = require_node(_request().headers)
+    return views.lease(work.fail(inst.stores, caller, work_id, _body(), _now(), inst.known_callers))
 
 
 # --- scheduled and stream functions ------------------------------------------------------

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hmac
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Mapping, Protocol, TypeVar
 
 from modelforge_protocol.credentials import (
     ADMIN_TOKEN_HEADER,
@@ -54,6 +54,23 @@ def require_node(headers: Mapping[str, str]) -> NodeCaller:
     if scheme.lower() != "bearer" or not NODE_CREDENTIAL_RE.fullmatch(credential) or not NODE_ID_RE.fullmatch(node_id):
         raise Unauthenticated("credential_invalid", "the node credential is not valid")
     return NodeCaller(node_id=node_id, credential_sha256=sha256_hex(credential))
+
+
+class _HasCredential(Protocol):
+    credential_sha256: str
+    credential_state: str
+
+
+H = TypeVar("H", bound=_HasCredential)
+
+
+def require_holder(node: H | None, caller: NodeCaller) -> H:
+    """The node exists and the caller holds its active credential; else say which is wrong."""
+    if node is None or not hmac.compare_digest(node.credential_sha256, caller.credential_sha256):
+        raise credential_invalid()
+    if node.credential_state != "active":
+        raise credential_revoked()
+    return node
 
 
 def credential_invalid() -> Unauthenticated:

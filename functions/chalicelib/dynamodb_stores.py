@@ -1,17 +1,24 @@
-"""The production stores: DynamoDB tables through PynamoDB."""
+"""The production stores: DynamoDB tables through PynamoDB, and objects in S3."""
 
 from __future__ import annotations
+
+from typing import Any, Callable
 
 from .enrollment_store import DynamoEnrollmentStore
 from .fleet_state_store import DynamoFleetStateStore
 from .node_store import DynamoNodeStore
+from .object_store import S3ObjectStore
 from .stores import Stores
+from .work_store import DynamoWorkStore
 
 
-def dynamodb_stores(retention_seconds: int) -> Stores:
-    """Stores over the tables ``models.bind_tables`` bound; events kept ``retention_seconds``."""
+def dynamodb_stores(retention_seconds: int, s3_client: Callable[[], Any], bucket: str) -> Stores:
+    """Stores over the tables ``models.bind_tables`` bound (events kept ``retention_seconds``) and
+    the work objects in ``bucket`` (the S3 client made by ``s3_client`` when first needed)."""
     return Stores(
         enrollments=DynamoEnrollmentStore(retention_seconds),
         nodes=DynamoNodeStore(retention_seconds),
         fleet=DynamoFleetStateStore(retention_seconds),
+        work=DynamoWorkStore(retention_seconds),
+        objects=S3ObjectStore(s3_client, bucket),
     )

@@ -154,6 +154,7 @@ def enroll(stores: Stores, settings: Settings, body: dict[str, Any], now: float)
         credential_issued_at=round(now, 3),
         liveness="pending",
         liveness_changed_at=round(now, 3),
+        capabilities=set(body["inventory"]["capabilities"]) or None,
     )
     uuids = duplicate_identity.gpu_uuids(body["inventory"])
     inventory = Inventory(

@@ -16,6 +16,7 @@ from .known_callers import KnownCallers
 from .models import bind_tables
 from .settings import Settings, load_settings
 from .stores import Stores
+from .work_hint import WorkHint
 from .transactions import reset_connection
 
 
@@ -26,13 +27,21 @@ class Instance:
     stores: Stores
     #: node credentials this instance has verified (a cost saving: see known_callers.py)
     known_callers: KnownCallers = field(default_factory=KnownCallers)
+    #: which capabilities had queued work lately (the heartbeat's hint: see work_hint.py)
+    work_hint: WorkHint = field(default_factory=WorkHint)
 
-    @functools.cached_property
+    @property
     def s3(self) -> Any:
-        """The S3 client, made when first needed (only the state-log function writes to S3)."""
-        import boto3
+        return _s3_client()
 
-        return boto3.client("s3")
+
+@functools.lru_cache(maxsize=1)
+def _s3_client() -> Any:
+    """The S3 client, made when first needed (not at cold start: the state-log function and the
+    work routes use it)."""
+    import boto3
+
+    return boto3.client("s3")
 
 
 _instance: Instance | None = None
@@ -46,7 +55,8 @@ def get() -> Instance:
             jsonlog.configure(os.environ.get("MODELFORGE_LOG_LEVEL", "INFO").upper())
             settings = load_settings()
             bind_tables(settings)
-            _instance = Instance(settings=settings, stores=dynamodb_stores(settings.outbox_retention_seconds))
+            stores = dynamodb_stores(settings.outbox_retention_seconds, _s3_client, settings.state_log_bucket)
+            _instance = Instance(settings=settings, stores=stores)
         return _instance
 
 
@@ -56,3 +66,4 @@ def reset() -> None:
     with _lock:
         _instance = None
         reset_connection()
+        _s3_client.cache_clear()

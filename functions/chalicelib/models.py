@@ -17,7 +17,7 @@ from pynamodb.attributes import (
     UnicodeAttribute,
     UnicodeSetAttribute,
 )
-from pynamodb.indexes import GlobalSecondaryIndex, KeysOnlyProjection
+from pynamodb.indexes import AllProjection, GlobalSecondaryIndex, KeysOnlyProjection
 from pynamodb.models import Model
 
 from . import resources
@@ -103,6 +103,9 @@ class NodeModel(Model):
     duplicate_partners = UnicodeSetAttribute(null=True)
     #: when the duplicate flag was raised (kept while any partner remains)
     duplicate_suspected_at = NumberAttribute(null=True)
+    #: what the node serves (its inventory's capabilities), set with each inventory: claims and
+    #: the heartbeat's work hint read it from here, in the item they already read or write
+    capabilities = UnicodeSetAttribute(null=True)
     by_liveness = LivenessIndex()
 
 
@@ -155,6 +158,72 @@ class FleetStateModel(Model):
     revision = NumberAttribute(null=True)
 
 
+class QueueIndex(GlobalSecondaryIndex):
+    """Queued items by capability, oldest first: what a claim reads. Sparse (queued items only)."""
+
+    class Meta:
+        index_name = "by_queue"
+        projection = AllProjection()
+
+    queue_key = UnicodeAttribute(hash_key=True)
+    queued_at = NumberAttribute(range_key=True)
+
+
+class LeaseIndex(GlobalSecondaryIndex):
+    """Leased items by expiry: the sweep's expired leases. Sparse (leased items only)."""
+
+    class Meta:
+        index_name = "by_lease"
+        projection = AllProjection()
+
+    lease_partition = UnicodeAttribute(hash_key=True)
+    lease_expires_at = NumberAttribute(range_key=True)
+
+
+class HolderIndex(GlobalSecondaryIndex):
+    """Leased items by holder: released at once when the sweep marks the holder offline."""
+
+    class Meta:
+        index_name = "by_holder"
+        projection = AllProjection()
+
+    lease_holder = UnicodeAttribute(hash_key=True)
+    lease_expires_at = NumberAttribute(range_key=True)
+
+
+class WorkModel(Model):
+    """One work item: its state, lease and fencing epoch; the input and result live in S3."""
+
+    class Meta:
+        table_name = UNBOUND
+
+    work_id = UnicodeAttribute(hash_key=True)
+    capability = UnicodeAttribute()
+    status = UnicodeAttribute()
+    created_at = NumberAttribute()
+    updated_at = NumberAttribute()
+    attempts = NumberAttribute()
+    max_attempts = NumberAttribute()
+    lease_seconds = NumberAttribute()
+    epoch = NumberAttribute()
+    input_key = UnicodeAttribute()
+    input_sha256 = UnicodeAttribute()
+    input_size = NumberAttribute()
+    errors = JSONAttribute(null=True)
+    node_id = UnicodeAttribute(null=True)
+    lease_expires_at = NumberAttribute(null=True)
+    result = JSONAttribute(null=True)
+    finished_at = NumberAttribute(null=True)
+    idempotency_key_sha256 = UnicodeAttribute(null=True)
+    queue_key = UnicodeAttribute(null=True)
+    queued_at = NumberAttribute(null=True)
+    lease_partition = UnicodeAttribute(null=True)
+    lease_holder = UnicodeAttribute(null=True)
+    by_queue = QueueIndex()
+    by_lease = LeaseIndex()
+    by_holder = HolderIndex()
+
+
 class OutboxModel(Model):
     """One state-log event, written in the same transaction as the transition it records."""
 
@@ -176,6 +245,7 @@ MODELS_BY_LOGICAL_NAME: dict[str, type[Model]] = {
     resources.INVENTORIES.name: InventoryModel,
     resources.GPU_CLAIMS.name: GpuClaimModel,
     resources.CONTROL.name: FleetStateModel,
+    resources.WORK.name: WorkModel,
     resources.OUTBOX.name: OutboxModel,
 }
 

@@ -155,7 +155,13 @@ class DynamoNodeStore:
     # --- inventory and claims ------------------------------------------------------------
 
     def replace_inventory(
-        self, node_id: str, credential_sha256: str, values: dict[str, Any], previous_revision: str | None, event: Event
+        self,
+        node_id: str,
+        credential_sha256: str,
+        values: dict[str, Any],
+        previous_revision: str | None,
+        event: Event,
+        capabilities: set[str] | None = None,
     ) -> None:
         """Three items, whatever the inventory holds: claims are reconciled afterwards
         (``change_claims``), so a transaction never nears DynamoDB's item limit."""
@@ -164,10 +170,17 @@ class DynamoNodeStore:
             if previous_revision is None
             else InventoryModel.revision == previous_revision
         )
-        outbox = self._event(event, [update_change(InventoryModel, node_id, values)])
+        node_values = {"capabilities": capabilities or None}
+        outbox = self._event(
+            event, [update_change(InventoryModel, node_id, values), update_change(NodeModel, node_id, node_values)]
+        )
 
         def build(transaction: TransactWrite) -> None:
-            transaction.condition_check(NodeModel, node_id, condition=_holds_credential(credential_sha256))
+            transaction.update(
+                NodeModel(node_id),
+                actions=update_actions(NodeModel, node_values),
+                condition=_holds_credential(credential_sha256),
+            )
             transaction.update(
                 InventoryModel(node_id),
                 actions=update_actions(InventoryModel, values),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hmac
 import math
 import uuid
 from dataclasses import dataclass
@@ -12,7 +11,7 @@ from modelforge_protocol import credentials
 from modelforge_protocol.versions import Component
 
 from . import duplicate_identity, liveness
-from .auth import NodeCaller, credential_invalid, credential_revoked
+from .auth import NodeCaller, require_holder
 from .errors import Conflict, GuardFailed, RateLimited, conflict, not_found
 from .known_callers import KnownCallers
 from .protocol_check import require_compatible
@@ -37,15 +36,6 @@ def _telemetry_rows(body: dict[str, Any]) -> list[list[float]]:
     gpus = sorted(body["telemetry"]["gpus"], key=lambda gpu: gpu["index"])
     require_unique(gpus, "index", "telemetry/gpus")
     return [[gpu[column] for column in TELEMETRY_COLUMNS] for gpu in gpus]
-
-
-def _require_holder(node: Node | None, caller: NodeCaller) -> Node:
-    """The node exists and the caller holds its active credential; else say which is wrong."""
-    if node is None or not hmac.compare_digest(node.credential_sha256, caller.credential_sha256):
-        raise credential_invalid()
-    if node.credential_state != "active":
-        raise credential_revoked()
-    return node
 
 
 @dataclass(frozen=True)
@@ -81,13 +71,13 @@ def heartbeat(
             return HeartbeatResult(stores.nodes.record_heartbeat(caller.node_id, caller.credential_sha256, values), None)
         except GuardFailed:
             known.forget(key)  # revoked, or no longer online: read to answer precisely
-    node = _require_holder(stores.nodes.get(caller.node_id), caller)
+    node = require_holder(stores.nodes.get(caller.node_id), caller)
     known.remember(key)
     for _ in range(_TRANSITION_ATTEMPTS):
         try:
             return _record(stores, caller, node, values, now)
         except GuardFailed:
-            node = _require_holder(stores.nodes.get(caller.node_id), caller)  # moved meanwhile: judge again
+            node = require_holder(stores.nodes.get(caller.node_id), caller)  # moved meanwhile: judge again
     raise Conflict("heartbeat_conflict", "the node changed concurrently; retry the heartbeat")
 
 
@@ -117,7 +107,7 @@ def replace_inventory(stores: Stores, settings: Settings, caller: NodeCaller, bo
     require_compatible(Component.AGENT, body)
     validate(body, "REPLACE_INVENTORY")
     validate_inventory(body["inventory"])
-    node = _require_holder(stores.nodes.get(caller.node_id), caller)
+    node = require_holder(stores.nodes.get(caller.node_id), caller)
     uuids = duplicate_identity.gpu_uuids(body["inventory"])
     for _ in range(_TRANSITION_ATTEMPTS):
         previous = stores.nodes.get_inventory(caller.node_id)
@@ -130,10 +120,15 @@ def replace_inventory(stores: Stores, settings: Settings, caller: NodeCaller, bo
         event = Event("inventory.replaced", {"node_id": caller.node_id}, now)
         try:
             stores.nodes.replace_inventory(
-                caller.node_id, caller.credential_sha256, values, previous.revision if previous else None, event
+                caller.node_id,
+                caller.credential_sha256,
+                values,
+                previous.revision if previous else None,
+                event,
+                capabilities=set(body["inventory"]["capabilities"]),
             )
         except GuardFailed:
-            node = _require_holder(stores.nodes.get(caller.node_id), caller)  # revoked meanwhile: 401
+            node = require_holder(stores.nodes.get(caller.node_id), caller)  # revoked meanwhile: 401
             continue  # another replacement moved first: judge the rate again from a fresh read
         duplicate_identity.reconcile_claims(stores, caller.node_id, values["revision"], uuids, now)
         duplicate_identity.detect_and_flag(stores, settings, caller.node_id, uuids, set(node.duplicate_partners or ()), now)

@@ -109,6 +109,30 @@ def _telemetry_age(node: Node, inventory: Inventory | None, settings: Settings, 
     return _check("telemetry_age", True, f"telemetry {age:.0f}s old for {len(node.telemetry)} GPU(s)", "")
 
 
+def _worker(node: Node) -> Check:
+    """What the agent last said of its runtime worker (heartbeat health)."""
+    worker = (node.health or {}).get("worker")
+    if worker is None:
+        return _check("worker", True, "no runtime worker configured: the node serves no work", "")
+    unavailable = ", ".join(f"{entry['name']} ({entry['reason']})" for entry in worker.get("unavailable", []))
+    if worker.get("status") == "ok" and not unavailable:
+        return _check("worker", True, "the runtime worker is reachable, compatible and healthy", "")
+    detail = f"runtime worker {worker.get('status')}: {worker.get('detail') or 'no detail'}"
+    if unavailable:
+        detail += f"; unavailable: {unavailable}"
+    step = "read the runtime worker's log on the node (python3 -m modelforge_runtime_worker.main)"
+    if "artifact_quarantined" in unavailable:
+        step = (
+            "a model file failed its checksum and was moved to MODELFORGE_WORKER_QUARANTINE_ROOT: restore the "
+            "artifact root from the worker's release (or remove the file so the worker repopulates it), then restart the worker"
+        )
+    elif worker.get("status") == "unreachable":
+        step = "start the runtime worker and check MODELFORGE_AGENT_WORKER_URL points at its socket"
+    elif worker.get("status") == "incompatible":
+        step = "install a runtime worker whose protocol version this agent accepts (see COMPATIBILITY)"
+    return _check("worker", False, detail, step)
+
+
 def _identity_unique(stores: Stores, node: Node, inventory: Inventory | None, settings: Settings, now: float) -> Check:
     uuids = duplicate_identity.gpu_uuids(inventory.inventory if inventory else None)
     others = duplicate_identity.live_duplicates(stores, settings, node.node_id, uuids, now)
@@ -146,6 +170,7 @@ def check(stores: Stores, settings: Settings, target_id: str, now: float) -> Rea
         _health(node),
         _telemetry_age(node, inventory, settings, now),
         _identity_unique(stores, node, inventory, settings, now),
+        _worker(node),
     ]
     status = liveness.derive(node.last_heartbeat_at, now, settings.stale_after_seconds, settings.offline_after_seconds)
     return Readiness(node_id=node.node_id, enrollment_id=node.enrollment_id, checks=checks, status=status)

@@ -62,6 +62,8 @@ class Node:
     #: other nodes that reported one of this node's GPU UUIDs while live (duplicate identity)
     duplicate_partners: set[str] | None = None
     duplicate_suspected_at: float | None = None
+    #: what the node serves: its inventory's capabilities
+    capabilities: set[str] | None = None
 
 
 @dataclass

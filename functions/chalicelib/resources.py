@@ -35,14 +35,19 @@ GPU_CLAIMS = Resource("gpu_claims", "MODELFORGE_GPU_CLAIMS_TABLE", "GpuClaimsTab
 #: fleet-wide state (the sweep's mass-outage hold, the online-node counter); deployed name kept
 CONTROL = Resource("control", "MODELFORGE_CONTROL_TABLE", "ControlTable", "table")
 OUTBOX = Resource("outbox", "MODELFORGE_OUTBOX_TABLE", "OutboxTable", "table")
+WORK = Resource("work", "MODELFORGE_WORK_TABLE", "WorkTable", "table")
 STATE_LOG_BUCKET = Resource("state_log", "MODELFORGE_STATE_LOG_BUCKET", "StateLogBucket", "bucket")
 
-TABLES: tuple[Resource, ...] = (ENROLLMENTS, NODES, INVENTORIES, GPU_CLAIMS, CONTROL, OUTBOX)
+TABLES: tuple[Resource, ...] = (ENROLLMENTS, NODES, INVENTORIES, GPU_CLAIMS, CONTROL, WORK, OUTBOX)
 ALL: tuple[Resource, ...] = (*TABLES, STATE_LOG_BUCKET)
 #: The tables a replay of the state log rebuilds (the outbox is where the log comes from).
 REPLAYED_TABLES: tuple[Resource, ...] = tuple(table for table in TABLES if table is not OUTBOX)
 #: Where in the state-log bucket each event is written (``events/<event_id>.json``).
 STATE_LOG_PREFIX = "events/"
+#: Work inputs (``work-inputs/<work_id>.json``, written at submission) and results
+#: (``work-results/<work_id>/<epoch>.json``, uploaded by the lease holder), in the same bucket.
+WORK_INPUT_PREFIX = "work-inputs/"
+WORK_RESULT_PREFIX = "work-results/"
 
 
 def local_names(prefix: str) -> dict[str, str]:

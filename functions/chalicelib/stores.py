@@ -68,10 +68,17 @@ class NodeStore(Protocol):
         liveness fields and the counter change, not the telemetry."""
 
     def replace_inventory(
-        self, node_id: str, credential_sha256: str, values: dict[str, Any], previous_revision: str | None, event: Event
+        self,
+        node_id: str,
+        credential_sha256: str,
+        values: dict[str, Any],
+        previous_revision: str | None,
+        event: Event,
+        capabilities: set[str] | None = None,
     ) -> None:
-        """Set the inventory's ``values`` if the node holds this active credential and the
-        inventory's revision is still ``previous_revision`` (None: it has none)."""
+        """Set the inventory's ``values`` and the node's ``capabilities`` (empty or None: none) if
+        the node holds this active credential and the inventory's revision is still
+        ``previous_revision`` (None: it has none)."""
 
     def change_claims(self, node_id: str, revision: str, uuids: list[str], adding: bool, now: float, event: Event) -> None:
         """Create (``adding``) or delete the node's claims on ``uuids`` and record them in the
@@ -165,19 +172,20 @@ class WorkStore(Protocol):
     ) -> None:
         """One transaction: set ``values`` on the item if it is still queued at ``read_epoch``, and
         check that the node holds this active credential, is persisted online and heartbeated
-        after ``heartbeat_after``. GuardFailed with ``failed`` naming "work" and/or "node"."""
+        after ``heartbeat_after``. GuardFailed when either does not hold (the service reads the
+        node again to tell which)."""
 
     def update(
         self,
         work_id: str,
         guard: WorkGuard,
         values: dict[str, Any],
-        event: Event | None,
+        event: Event,
         holder_credential_sha256: str | None = None,
-    ) -> WorkItem:
-        """Set ``values`` (None removes) if ``guard`` holds, and, when given, the holder still has
-        this active credential; logs ``event`` in the same transaction (None: not logged, a lease
-        renewal). The item as written. GuardFailed otherwise."""
+    ) -> None:
+        """Set ``values`` (None removes) if ``guard`` holds and, when given, the holder
+        (``guard.node_id``) still has this active credential; logs ``event`` in the same
+        transaction. GuardFailed otherwise."""
 
     def expired_leases(self, now: float, limit: int) -> list[WorkItem]:
         """Leased items whose lease expired at or before ``now``, soonest first."""
@@ -211,3 +219,5 @@ class Stores:
     enrollments: EnrollmentStore
     nodes: NodeStore
     fleet: FleetStateStore
+    work: WorkStore
+    objects: ObjectStore

@@ -5,6 +5,10 @@ by heartbeat bucket. The sweep queries only buckets older than each threshold, s
 nodes that are late, not the whole fleet; the mass-outage guard reads one counter item. A failed guard means the node moved first (a heartbeat
 arrived): skip it, never overwrite.
 
+Work leases: each sweep takes back leases that expired (the ``by_lease`` index: one query), and a
+node it marks offline loses its leases at once (``work.release_node``); each release is fenced by
+the item's epoch, so a holder that renewed or finished first wins.
+
 Mass-outage guard: when more than ``mass_stale_fraction`` of the online nodes (and at least
 ``MASS_STALE_MIN_NODES`` of them) would go stale in one sweep, the likely cause is on the
 control-plane side (its network, a missed schedule). The sweep then holds every transition,
@@ -21,7 +25,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
-from . import liveness
+from . import liveness, work
 from .errors import GuardFailed
 from .records import MASS_STALE_HOLD, ONLINE_NODES, Event, FleetState
 from .settings import Settings
@@ -40,6 +44,10 @@ class SweepReport:
     transitioned: int
     skipped: int
     held: bool
+    #: work leases that expired and were taken back (re-queued or dead)
+    leases_expired: int = 0
+    #: work leases taken from nodes this sweep marked offline
+    leases_released: int = 0
 
 
 def run(stores: Stores, settings: Settings, now: float, *, clock: Callable[[], float] = time.time) -> SweepReport:
@@ -58,9 +66,11 @@ def run(stores: Stores, settings: Settings, now: float, *, clock: Callable[[], f
         decided = len(to_stale) > settings.mass_stale_fraction * online_count
     held = _record_hold(stores, now, clock, decided, {"would_go_stale": len(to_stale), "online": online_count})
     if held:
+        # leases too: renewals failed for the same reason heartbeats did, so the holders may be
+        # working still; their leases are taken back once the hold is released
         return SweepReport(items_read, len(to_stale), len(to_offline), 0, 0, True)
 
-    transitioned = skipped = 0
+    transitioned = skipped = released = 0
     for node_ids, source, target, cutoff in (
         (to_stale, liveness.ONLINE, liveness.STALE, stale_cutoff),
         (to_offline, liveness.STALE, liveness.OFFLINE, offline_cutoff),
@@ -68,9 +78,12 @@ def run(stores: Stores, settings: Settings, now: float, *, clock: Callable[[], f
         for node_id in node_ids:
             if _transition(stores, now, node_id, source, target, cutoff):
                 transitioned += 1
+                if target == liveness.OFFLINE:
+                    released += work.release_node(stores, node_id, now)
             else:
                 skipped += 1
-    return SweepReport(items_read, len(to_stale), len(to_offline), transitioned, skipped, False)
+    expired = work.release_expired(stores, now)
+    return SweepReport(items_read, len(to_stale), len(to_offline), transitioned, skipped, False, expired, released)
 
 
 def _online_nodes(stores: Stores, now: float, clock: Callable[[], float], at_least: int) -> tuple[int, int]:

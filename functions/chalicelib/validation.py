@@ -22,17 +22,16 @@ def _refuse_constant(name: str) -> None:
     raise ValueError(f"{name} is not JSON")
 
 
-def parse_json_object(raw_body: bytes | None, *, allow_empty: bool = False) -> dict[str, Any]:
-    """Decode a request body that must be one JSON object of bounded size.
+def parse_json_object(
+    raw_body: bytes | None, *, allow_empty: bool = False, max_bytes: int = schemas.MAX_BODY_BYTES
+) -> dict[str, Any]:
+    """Decode a request body that must be one JSON object of at most ``max_bytes``.
 
     NaN and Infinity are refused (they are not JSON, and every range check passes NaN), and
     so is nesting deep enough to exhaust the parser.
     """
-    if raw_body is not None and len(raw_body) > schemas.MAX_BODY_BYTES:
-        raise TooLarge(
-            "payload_too_large",
-            f"request body exceeds {schemas.MAX_BODY_BYTES} bytes",
-        )
+    if raw_body is not None and len(raw_body) > max_bytes:
+        raise TooLarge("payload_too_large", f"request body exceeds {max_bytes} bytes")
     if raw_body is None or raw_body.strip() == b"":
         if allow_empty:
             return {}
@@ -98,9 +97,23 @@ def _describe(error: ValidationError) -> str:
 
 def validate(body: dict[str, Any], schema_name: str) -> None:
     """Raise one invalid_request naming every problem (up to ten) in the body."""
-    errors = sorted(_validator(schema_name).iter_errors(body), key=lambda e: list(e.absolute_path))
+    _raise_problems(_validator(schema_name), body, None)
+
+
+def validate_with(document: Any, schema: dict[str, Any], where: str | None = None) -> None:
+    """``validate`` for a schema given as data (the work queue's, in ``modelforge_protocol.work``);
+    problems are named under ``where`` (a part of the body) when given."""
+    from jsonschema import Draft202012Validator
+
+    _raise_problems(Draft202012Validator(schema), document, where)
+
+
+def _raise_problems(validator: Draft202012Validator, document: Any, where: str | None) -> None:
+    errors = sorted(validator.iter_errors(document), key=lambda e: list(e.absolute_path))
     if errors:
         problems = [_describe(error) for error in errors[:10]]
+        if where is not None:
+            problems = [f"{where}/{problem}" if not problem.startswith("body:") else f"{where}:{problem[5:]}" for problem in problems]
         raise invalid_request("; ".join(problems), problems=problems)
 
 

@@ -9,7 +9,7 @@ from modelforge_protocol.versions import ACCEPTED, Component, verdict
 
 from . import liveness
 from .enrollments import public_state
-from .records import TELEMETRY_COLUMNS, Enrollment, FleetState, Inventory, Node
+from .records import TELEMETRY_COLUMNS, Enrollment, FleetState, Inventory, Node, WorkItem
 from .readiness import Check, Readiness
 from .settings import Settings
 from .timestamps import iso
@@ -90,6 +90,54 @@ def node(
         "duplicate_suspected_since": iso(item.duplicate_suspected_at),
         "liveness_hold": liveness_hold(hold),
         "created_at": iso(item.created_at),
+    }
+
+
+def work_item(item: WorkItem, result_url: str | None) -> dict[str, Any]:
+    """A work item for admins; ``result_url`` is a presigned GET of the result, once succeeded."""
+    answer: dict[str, Any] = {
+        "work_id": item.work_id,
+        "capability": item.capability,
+        "status": item.status,
+        "attempts": item.attempts,
+        "max_attempts": item.max_attempts,
+        "lease_seconds": item.lease_seconds,
+        "epoch": item.epoch,
+        # the holder while leased, and the last holder once done (a re-queued item has none yet)
+        "node_id": None if item.status == "queued" else item.node_id,
+        "lease_expires_at": iso(item.lease_expires_at),
+        "created_at": iso(item.created_at),
+        "updated_at": iso(item.updated_at),
+        "finished_at": iso(item.finished_at),
+        "input": {"sha256": item.input_sha256, "size": item.input_size},
+        "errors": [{**error, "at": iso(error.get("at"))} for error in item.errors or []],
+        "result": None,
+    }
+    if item.result is not None and result_url is not None:
+        answer["result"] = {"sha256": item.result["sha256"], "size": item.result["size"], "url": result_url}
+    return answer
+
+
+def work_claim(item: WorkItem, input_url: str, result_upload_url: str) -> dict[str, Any]:
+    """What a node gets with its lease (the URLs are bearer secrets: never logged)."""
+    return {
+        "work_id": item.work_id,
+        "capability": item.capability,
+        "epoch": item.epoch,
+        "lease_seconds": item.lease_seconds,
+        "lease_expires_at": iso(item.lease_expires_at),
+        "input_url": input_url,
+        "result_upload_url": result_upload_url,
+    }
+
+
+def lease(item: WorkItem) -> dict[str, Any]:
+    """The answer of renew, complete and fail."""
+    return {
+        "work_id": item.work_id,
+        "status": item.status,
+        "epoch": item.epoch,
+        "lease_expires_at": iso(item.lease_expires_at),
     }
 
 

@@ -35,6 +35,7 @@ def test_readiness_of_a_healthy_cpu_node_is_ready_with_every_check_named(cp: Con
         "agent_health",
         "telemetry_age",
         "identity_unique",
+        "worker",
     ]
     assert all(check["ok"] and check["next_step"] is None for check in answer["checks"])
     assert "stale after 60s" in _checks(answer)["connection"]["detail"]
@@ -153,7 +154,25 @@ def test_readiness_command_prints_a_table_and_exits_0_only_when_ready(cp: Contro
     assert cp.heartbeat(identity).status_code == 200
     ready = _cli(identity.node_id, cp.base_url, cp.admin_token)
     assert ready.returncode == 0, ready.stdout
-    for name in ("connection", "inventory_age", "protocol_compatibility", "agent_health", "telemetry_age", "identity_unique"):
+    for name in ("connection", "inventory_age", "protocol_compatibility", "agent_health", "telemetry_age", "identity_unique", "worker"):
         assert name in ready.stdout
     unknown = _cli("node_" + "0" * 32, cp.base_url, cp.admin_token)
     assert unknown.returncode == 2 and "node_not_found" in unknown.stderr
+
+
+def test_a_quarantined_worker_artifact_fails_the_worker_check_and_the_api_says_why(stack, cp: ControlPlane) -> None:  # type: ignore[no-untyped-def]
+    identity = cp.worker_node(("cpu", "diagnostic.echo"))
+    worker = {
+        "status": "degraded",
+        "detail": "1 capability unavailable",
+        "unavailable": [{"name": "ocr", "reason": "artifact_quarantined"}],
+    }
+    beat = cp.heartbeat(identity, health={"status": "degraded", "detail": "runtime worker degraded", "worker": worker})
+    assert beat.status_code == 200, beat.text
+    check = _checks(_readiness(cp, identity.node_id))["worker"]
+    assert check["ok"] is False and "ocr (artifact_quarantined)" in check["detail"]
+    assert "MODELFORGE_WORKER_QUARANTINE_ROOT" in check["next_step"]
+    assert cp.node(identity.node_id)["health"]["worker"]["unavailable"] == worker["unavailable"]
+    healthy = cp.heartbeat(identity, health={"status": "ok", "worker": {"status": "ok"}})
+    assert healthy.status_code == 200
+    assert _checks(_readiness(cp, identity.node_id))["worker"]["ok"] is True

@@ -379,11 +379,17 @@ class MemoryNodeStore:
             self.journal.wrote(event)
 
     def replace_inventory(
-        self, node_id: str, credential_sha256: str, values: dict[str, Any], previous_revision: str | None, event: Event
+        self,
+        node_id: str,
+        credential_sha256: str,
+        values: dict[str, Any],
+        previous_revision: str | None,
+        event: Event,
+        capabilities: set[str] | None = None,
     ) -> None:
         with self.journal.lock:
             self.journal.start_write("nodes.replace_inventory")
-            self._holds_credential(node_id, credential_sha256)
+            node = self._holds_credential(node_id, credential_sha256)
             stored = self.inventories.get(node_id)
             _require((stored.revision if stored else None) == previous_revision, "inventory revision")
             if stored is None:
@@ -393,6 +399,7 @@ class MemoryNodeStore:
                 self.inventories[node_id] = stored
             else:
                 _apply(stored, values)
+            node.capabilities = set(capabilities) if capabilities else None
             self.journal.wrote(event)
 
     def change_claims(self, node_id: str, revision: str, uuids: list[str], adding: bool, now: float, event: Event) -> None:
@@ -646,7 +653,7 @@ class MemoryWorkStore:
         work_id: str,
         guard: WorkGuard,
         values: dict[str, Any],
-        event: Event | None,
+        event: Event,
         holder_credential_sha256: str | None = None,
     ) -> WorkItem:
         with self.journal.lock:
@@ -668,10 +675,7 @@ class MemoryWorkStore:
             if holder_credential_sha256 is not None and guard.node_id is not None:
                 _require(self._node_holds(guard.node_id, holder_credential_sha256), "holder credential")
             _apply(item, values)
-            if event is None:
-                self.journal.wrote()
-            else:
-                self.journal.wrote(event)
+            self.journal.wrote(event)
             return _copy(item)
 
 

@@ -24,7 +24,7 @@ from tests.unit.service_bodies import (
     node_record,
 )
 
-CHECKS = ["connection", "inventory_age", "protocol_compatibility", "agent_health", "telemetry_age", "identity_unique"]
+CHECKS = ["connection", "inventory_age", "protocol_compatibility", "agent_health", "telemetry_age", "identity_unique", "worker"]
 
 
 @pytest.fixture()
@@ -130,7 +130,7 @@ def test_a_duplicate_names_the_other_node_and_the_flag_time(stores: MemoryStores
     agent = _ready_gpu_node(stores)
     _live_twin(stores, agent)
     [twin] = stores.nodes.records[agent.node_id].duplicate_partners or set()
-    check = readiness.check(stores, SETTINGS, agent.node_id, NOW).checks[-1]
+    check = next(c for c in readiness.check(stores, SETTINGS, agent.node_id, NOW).checks if c.name == "identity_unique")
     assert twin in check.detail and "flagged since" in check.detail
     assert check.next_step and "revoke-credential" in check.next_step
 
@@ -183,3 +183,29 @@ def test_readiness_telemetry_needs_a_gpu_node_to_report_every_gpu(stores: Memory
     agent = _ready_gpu_node(stores, gpus=2)
     nodes.heartbeat(stores, SETTINGS, agent.caller, heartbeat_body(telemetry=gpu_telemetry(1)), NOW - 1)
     assert _failing(readiness.check(stores, SETTINGS, agent.node_id, NOW)) == ["telemetry_age"]
+
+
+@pytest.mark.parametrize(
+    ("worker", "ok", "says", "step"),
+    [
+        (None, True, "no runtime worker configured", None),
+        ({"status": "ok"}, True, "reachable, compatible and healthy", None),
+        ({"status": "unreachable", "detail": "connection refused"}, False, "unreachable: connection refused", "MODELFORGE_AGENT_WORKER_URL"),
+        ({"status": "incompatible", "detail": "protocol 9"}, False, "incompatible", "COMPATIBILITY"),
+        (
+            {"status": "degraded", "unavailable": [{"name": "ocr", "reason": "artifact_quarantined"}]},
+            False,
+            "ocr (artifact_quarantined)",
+            "MODELFORGE_WORKER_QUARANTINE_ROOT",
+        ),
+    ],
+)
+def test_the_worker_check_follows_what_the_agent_says_of_its_worker(
+    stores: MemoryStores, worker: dict | None, ok: bool, says: str, step: str | None
+) -> None:
+    agent = _ready_gpu_node(stores)
+    node = stores.nodes.records[agent.node_id]
+    node.health = {"status": "ok" if ok else "degraded", **({"worker": worker} if worker is not None else {})}
+    check = next(c for c in readiness.check(stores, SETTINGS, agent.node_id, NOW).checks if c.name == "worker")
+    assert check.ok is ok and says in check.detail
+    assert (check.next_step is None) if step is None else (step in (check.next_step or ""))

@@ -136,6 +136,29 @@ class ControlPlane:
         assert response.status_code == 201, response.text
         return identity
 
+    def worker_node(self, capabilities: tuple[str, ...] = ("cpu", "ocr", "diagnostic.echo")) -> AgentIdentity:
+        """An enrolled node that serves ``capabilities`` (as an agent with a runtime worker does)."""
+        identity = AgentIdentity()
+        inventory = {**cpu_inventory(), "capabilities": list(capabilities)}
+        response = self.enroll(self.mint()["token"], identity, inventory=inventory)
+        assert response.status_code == 201, response.text
+        return identity
+
+    def submit_work(self, capability: str, document: dict[str, Any], **options: Any) -> requests.Response:
+        return self.admin("POST", "/api/v1/admin/work", json={"capability": capability, "input": document, **options})
+
+    def work(self, work_id: str) -> dict[str, Any]:
+        response = self.admin("GET", f"/api/v1/admin/work/{work_id}")
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    def claim(self, identity: AgentIdentity) -> requests.Response:
+        return self.request("POST", "/api/v1/agent/work/claim", headers=identity.headers(), json={})
+
+    def lease_call(self, identity: AgentIdentity, work_id: str, action: str, body: dict[str, Any]) -> requests.Response:
+        """renew, complete or fail."""
+        return self.request("POST", f"/api/v1/agent/work/{work_id}/{action}", headers=identity.headers(), json=body)
+
     def heartbeat_body(self, gpus: int = 0, **overrides: Any) -> dict[str, Any]:
         return heartbeat_body(gpus, **overrides)
 

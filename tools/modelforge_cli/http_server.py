@@ -38,6 +38,7 @@ from pathlib import Path
 from socketserver import ThreadingMixIn
 from types import ModuleType
 from typing import Any
+from urllib.parse import urlsplit
 
 from chalice.config import Config
 from chalice.local import (
@@ -48,11 +49,14 @@ from chalice.local import (
     LocalGatewayException,
 )
 from modelforge_protocol.schemas import MAX_BODY_BYTES
+from modelforge_protocol.work import MAX_SUBMIT_BODY_BYTES
 
 from .catalogue import FUNCTIONS_DIR
 
 #: The largest body the server reads: what the API accepts, no more.
 MAX_REQUEST_BYTES = MAX_BODY_BYTES
+#: Routes that accept more (work submission: as much as API Gateway and Lambda take).
+LARGER_BODIES = {("POST", "/api/v1/admin/work"): MAX_SUBMIT_BODY_BYTES}
 #: Idle, slow or unfinished connections are closed after this long (longer than the agents'
 #: 15 s heartbeat interval, so a keep-alive agent keeps its connection).
 DEFAULT_CONNECTION_TIMEOUT_SECONDS = 30.0
@@ -180,11 +184,12 @@ class _Handler(ChaliceRequestHandler):
                 HTTPStatus.BAD_REQUEST, "invalid_content_length", "Content-Length must be one decimal number"
             )
         length = int(next(iter(values)))
-        if length > MAX_REQUEST_BYTES:
+        limit = LARGER_BODIES.get((self.command, urlsplit(self.path).path), MAX_REQUEST_BYTES)
+        if length > limit:
             raise _Refusal(
                 HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
                 "payload_too_large",
-                f"request body exceeds {MAX_REQUEST_BYTES} bytes",
+                f"request body exceeds {limit} bytes",
             )
         return length
 

@@ -119,6 +119,11 @@ PARAMETER_ENV = {
 _TABLES = tuple(table.logical_id for table in resources.TABLES)
 #: The state-log objects the state-log function may create, and nothing else in the bucket.
 _STATE_LOG_OBJECTS = f"${{{resources.STATE_LOG_BUCKET.logical_id}.Arn}}/{resources.STATE_LOG_PREFIX}*"
+#: Work inputs and results: the API function writes inputs and signs URLs for inputs and results.
+_WORK_OBJECTS = tuple(
+    f"${{{resources.STATE_LOG_BUCKET.logical_id}.Arn}}/{prefix}*"
+    for prefix in (resources.WORK_INPUT_PREFIX, resources.WORK_RESULT_PREFIX)
+)
 _ITEM_ACTIONS = [
     "dynamodb:GetItem",
     "dynamodb:PutItem",
@@ -133,7 +138,7 @@ _ITEM_ACTIONS = [
 
 def _table_arns() -> list[dict[str, Any]]:
     arns: list[dict[str, Any]] = [{"Fn::GetAtt": [table, "Arn"]} for table in _TABLES]
-    return arns + [{"Fn::Sub": "${NodesTable.Arn}/index/*"}]
+    return arns + [{"Fn::Sub": "${NodesTable.Arn}/index/*"}, {"Fn::Sub": "${WorkTable.Arn}/index/*"}]
 
 
 def _policy(name: str, statements: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -153,7 +158,14 @@ def merge_template() -> dict[str, Any]:
     for function in FUNCTIONS:
         resources[function] = {"Properties": {"Environment": {"Variables": environment}}}
     tables = {"Effect": "Allow", "Action": _ITEM_ACTIONS, "Resource": _table_arns()}
-    resources["ApiHandlerRole"] = {"Properties": {"Policies": _policy("modelforge-api", [tables])}}
+    work_objects = {
+        # inputs are written at submission; presigned GETs of inputs and results and PUTs of
+        # results are signed with this role, so it needs what those URLs allow
+        "Effect": "Allow",
+        "Action": ["s3:PutObject", "s3:GetObject"],
+        "Resource": [{"Fn::Sub": objects} for objects in _WORK_OBJECTS],
+    }
+    resources["ApiHandlerRole"] = {"Properties": {"Policies": _policy("modelforge-api", [tables, work_objects])}}
     resources["LivenessSweepRole"] = {"Properties": {"Policies": _policy("modelforge-sweep", [tables])}}
     stream = {
         "Effect": "Allow",

@@ -1,0 +1,67 @@
+"""The S3 object store of work inputs and results (stores.ObjectStore).
+
+Inputs are written by the control plane at submission; results are uploaded by the lease holder
+straight to S3 with a presigned PUT (the bytes never pass through the API), and read back once
+at completion to check their digest.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from typing import Any, Callable
+
+from botocore.exceptions import ClientError
+
+_CHUNK = 1024 * 1024
+_MISSING = {"404", "NoSuchKey", "NotFound"}
+
+
+class S3ObjectStore:
+    def __init__(self, client: Callable[[], Any], bucket: str) -> None:
+        """``client`` makes the S3 client when first needed (boto3 is not loaded at cold start)."""
+        self._client = client
+        self._bucket = bucket
+
+    @functools.cached_property
+    def _s3(self) -> Any:
+        return self._client()
+
+    def put(self, key: str, body: bytes, content_type: str) -> None:
+        self._s3.put_object(Bucket=self._bucket, Key=key, Body=body, ContentType=content_type)
+
+    def presigned_get(self, key: str, expires_seconds: int) -> str:
+        return str(
+            self._s3.generate_presigned_url(
+                "get_object", Params={"Bucket": self._bucket, "Key": key}, ExpiresIn=expires_seconds
+            )
+        )
+
+    def presigned_put(self, key: str, expires_seconds: int) -> str:
+        return str(
+            self._s3.generate_presigned_url(
+                "put_object", Params={"Bucket": self._bucket, "Key": key}, ExpiresIn=expires_seconds
+            )
+        )
+
+    def digest(self, key: str, max_bytes: int) -> tuple[str | None, int] | None:
+        try:
+            head = self._s3.head_object(Bucket=self._bucket, Key=key)
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code") in _MISSING:
+                return None
+            raise
+        size = int(head["ContentLength"])
+        if size > max_bytes:
+            return None, size
+        body = self._s3.get_object(Bucket=self._bucket, Key=key)["Body"]
+        digest, read = hashlib.sha256(), 0
+        try:
+            for chunk in iter(lambda: body.read(_CHUNK), b""):
+                read += len(chunk)
+                if read > max_bytes:
+                    return None, read
+                digest.update(chunk)
+        finally:
+            body.close()
+        return digest.hexdigest(), read

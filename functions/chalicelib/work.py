@@ -1,0 +1,379 @@
+"""The work queue: submit, claim, renew, complete, fail and cancel work; the sweep's lease expiry.
+
+States: ``queued`` → (claim) ``leased`` → ``succeeded`` (complete), back to ``queued`` (a retryable
+failure, an expired lease, the holder going offline) or ``dead`` (no attempt left, or a failure
+that is not retryable); ``queued``/``leased`` → ``cancelled``. Every claim is an attempt and
+raises the item's ``epoch``: the fencing token that renew, complete and fail must present, so a
+holder that lost its lease (expired, cancelled, re-claimed) can change nothing. Every change,
+lease renewals included, is one guarded write with its state-log event, so a replay rebuilds
+every item exactly.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import dataclasses
+import hashlib
+import json
+import random
+import re
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from modelforge_protocol import work as protocol
+
+from .auth import NodeCaller, require_holder
+from .errors import Conflict, GuardFailed, Invalid, TooLarge, not_found
+from .known_callers import KnownCallers
+from .records import Event, Node, WorkItem
+from .resources import WORK_INPUT_PREFIX, WORK_RESULT_PREFIX
+from .settings import Settings
+from .stores import Stores, WorkGuard
+from .validation import validate_with
+
+QUEUED, LEASED, SUCCEEDED, DEAD, CANCELLED = protocol.WORK_STATES
+#: Queued items a claim reads per round (the oldest first, then the rest in random order, so
+#: concurrent claimers spread over them instead of all racing for the oldest).
+CLAIM_CANDIDATES = 10
+CLAIM_ROUNDS = 3
+#: How long presigned URLs stay valid beyond the lease (a renewed lease outlives its claim's URLs:
+#: the agent downloads at once and uploads before completing).
+URL_SLACK_SECONDS = 300
+RESULT_URL_SECONDS = 3600
+#: Expired leases one sweep takes back (the rest wait for the next sweep).
+EXPIRED_PER_SWEEP = 200
+_WORK_ID = re.compile(protocol.WORK_ID_PATTERN)
+_PNG, _JPEG = b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff"
+#: Lease fields removed when an item leaves ``leased``.
+_NO_LEASE = {"lease_partition": None, "lease_holder": None, "lease_expires_at": None}
+
+
+def input_key(work_id: str, input_sha256: str) -> str:
+    """Named by its digest too: two racing submits with one idempotency key and different inputs
+    write different objects, so the winner's item always points at the winner's input."""
+    return f"{WORK_INPUT_PREFIX}{work_id}/{input_sha256}.json"
+
+
+def result_key(work_id: str, epoch: int) -> str:
+    """Each claim uploads to its own object: a fenced-off holder cannot overwrite the winner's."""
+    return f"{WORK_RESULT_PREFIX}{work_id}/{epoch}.json"
+
+
+def _canonical(document: dict[str, Any]) -> bytes:
+    return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+# --- submitting, reading, cancelling (admin) ----------------------------------------------
+
+
+def _check_input(capability: str, document: dict[str, Any]) -> None:
+    validate_with(document, protocol.INPUTS[capability], "input")
+    if capability == protocol.OCR:
+        try:
+            image = base64.b64decode(document["image_base64"], validate=True)
+        except (binascii.Error, ValueError):
+            raise Invalid("invalid_input", "input/image_base64: is not valid base64") from None
+        if not image.startswith((_PNG, _JPEG)):
+            raise Invalid("invalid_input", "input/image_base64: is not a PNG or JPEG image")
+
+
+@dataclass(frozen=True)
+class Submitted:
+    item: WorkItem
+    #: False when an idempotent retry found the item its first attempt made
+    created: bool
+
+
+def _same_submission(existing: WorkItem, wanted: WorkItem) -> Submitted:
+    same = ("capability", "input_sha256", "max_attempts", "lease_seconds")
+    if any(getattr(existing, name) != getattr(wanted, name) for name in same):
+        raise Conflict("idempotency_key_reused", "this idempotency_key was used for different work")
+    return Submitted(existing, created=False)
+
+
+def submit(stores: Stores, body: dict[str, Any], now: float) -> Submitted:
+    validate_with(body, protocol.SUBMIT_WORK)
+    capability = body["capability"]
+    _check_input(capability, body["input"])
+    document = _canonical(body["input"])
+    input_sha256 = hashlib.sha256(document).hexdigest()
+    key = body.get("idempotency_key")
+    key_sha256 = hashlib.sha256(key.encode("utf-8")).hexdigest() if key else None
+    # an idempotent submit names its item after the key, so a retry finds it with one read
+    work_id = f"work_{key_sha256[:32]}" if key_sha256 else f"work_{uuid.uuid4().hex}"
+    item = WorkItem(
+        work_id=work_id,
+        capability=capability,
+        status=QUEUED,
+        created_at=round(now, 3),
+        updated_at=round(now, 3),
+        attempts=0,
+        max_attempts=int(body.get("max_attempts", protocol.DEFAULT_ATTEMPTS)),
+        lease_seconds=int(body.get("lease_seconds", protocol.DEFAULT_LEASE_SECONDS)),
+        epoch=0,
+        input_key=input_key(work_id, input_sha256),
+        input_sha256=input_sha256,
+        input_size=len(document),
+        idempotency_key_sha256=key_sha256,
+        queue_key=capability,
+        queued_at=round(now, 3),
+    )
+    if key_sha256:
+        existing = stores.work.get(work_id)
+        if existing is not None:
+            return _same_submission(existing, item)
+    stores.objects.put(item.input_key, document, "application/json")
+    try:
+        stores.work.create(item, Event("work.submitted", {"work_id": work_id, "capability": capability}, now))
+    except GuardFailed:
+        existing = stores.work.get(work_id)  # the same key submitted concurrently: one item
+        if existing is None:
+            raise
+        return _same_submission(existing, item)
+    return Submitted(item, created=True)
+
+
+def get(stores: Stores, work_id: str) -> WorkItem:
+    item = stores.work.get(work_id) if _WORK_ID.fullmatch(work_id) else None
+    if item is None:
+        raise not_found("work")
+    return item
+
+
+def cancel(stores: Stores, work_id: str, now: float) -> WorkItem:
+    for _ in range(CLAIM_ROUNDS):
+        item = get(stores, work_id)
+        if item.status in protocol.FINAL_STATES:
+            raise Conflict("work_finished", f"the work is already {item.status}; only queued or leased work can be cancelled")
+        values = {"status": CANCELLED, "queue_key": None, "queued_at": None, **_NO_LEASE, **_finished(now)}
+        event = Event("work.cancelled", {"work_id": work_id, "from": item.status}, now)
+        try:
+            stores.work.update(work_id, WorkGuard((item.status,), epoch=item.epoch), values, event)
+        except GuardFailed:
+            continue  # claimed, failed or finished meanwhile: judge again
+        return _written(item, values)
+    raise Conflict("work_conflict", "the work changed concurrently; retry")
+
+
+def _finished(now: float) -> dict[str, Any]:
+    return {"finished_at": round(now, 3), "updated_at": round(now, 3)}
+
+
+# --- the lease holder (node agent) --------------------------------------------------------
+
+
+def authenticate(stores: Stores, caller: NodeCaller, known: KnownCallers | None) -> Node | None:
+    """Prove the caller before anything is written: a caller this instance has verified costs
+    nothing here (every write checks the credential again); any other is read once. The node
+    read, or None for a known caller."""
+    key = (caller.node_id, caller.credential_sha256)
+    if known is not None and key in known:
+        return None
+    node = require_holder(stores.nodes.get(caller.node_id), caller)
+    if known is not None:
+        known.remember(key)
+    return node
+
+
+@dataclass(frozen=True)
+class Claim:
+    item: WorkItem
+    input_url: str
+    result_upload_url: str
+
+
+def claim(stores: Stores, settings: Settings, caller: NodeCaller, now: float) -> Claim | None:
+    """The oldest claimable item of a capability the node serves, leased to it in one transaction
+    that also checks, at the moment of the write, that the node is online by its heartbeat's age;
+    None when nothing is claimable."""
+    node = require_holder(stores.nodes.get(caller.node_id), caller)
+    heartbeat_after = now - settings.stale_after_seconds
+    _require_online(node, heartbeat_after)
+    capabilities = sorted(set(node.capabilities or ()) & set(protocol.CAPABILITIES))
+    for _ in range(CLAIM_ROUNDS):
+        candidates = _candidates(stores, capabilities)
+        if not candidates:
+            return None
+        for candidate in candidates:
+            values = {
+                "status": LEASED,
+                "epoch": candidate.epoch + 1,
+                "attempts": candidate.attempts + 1,
+                "node_id": caller.node_id,
+                "lease_holder": caller.node_id,
+                "lease_partition": "leased",
+                "lease_expires_at": round(now + candidate.lease_seconds, 3),
+                "queue_key": None,
+                "queued_at": None,
+                "updated_at": round(now, 3),
+            }
+            event = Event(
+                "work.leased",
+                {"work_id": candidate.work_id, "node_id": caller.node_id, "epoch": str(values["epoch"])},
+                now,
+            )
+            try:
+                stores.work.claim(
+                    candidate.work_id, candidate.epoch, caller.node_id, caller.credential_sha256, heartbeat_after, values, event
+                )
+            except GuardFailed:
+                # the node's part of the transaction, or the item's? The node decides: revoked
+                # meanwhile (401) or not online at ``now`` (409); else another node won the item
+                _require_online(require_holder(stores.nodes.get(caller.node_id), caller), heartbeat_after)
+                continue
+            for name, value in values.items():
+                setattr(candidate, name, value)
+            return _claim_answer(stores, candidate)
+    return None
+
+
+def _require_online(node: Node, heartbeat_after: float) -> None:
+    """The same test as the claim transaction's node check."""
+    if node.liveness != "online" or node.last_heartbeat_at is None or node.last_heartbeat_at <= heartbeat_after:
+        raise Conflict(
+            "node_not_online",
+            "work goes only to online nodes: send a heartbeat, then claim (the node's last heartbeat is too old)",
+        )
+
+
+def _candidates(stores: Stores, capabilities: list[str]) -> list[WorkItem]:
+    queued = [item for capability in capabilities for item in stores.work.oldest_queued(capability, CLAIM_CANDIDATES)]
+    queued.sort(key=lambda item: (item.queued_at or 0, item.work_id))
+    oldest, rest = queued[:1], queued[1:CLAIM_CANDIDATES]
+    random.shuffle(rest)
+    return oldest + rest
+
+
+def _claim_answer(stores: Stores, item: WorkItem) -> Claim:
+    seconds = item.lease_seconds + URL_SLACK_SECONDS
+    return Claim(
+        item=item,
+        input_url=stores.objects.presigned_get(item.input_key, seconds),
+        result_upload_url=stores.objects.presigned_put(result_key(item.work_id, item.epoch), seconds),
+    )
+
+
+def _held(stores: Stores, caller: NodeCaller, work_id: str, epoch: int) -> WorkItem:
+    """The item, if the caller holds its lease at ``epoch``; else a 409 saying why."""
+    item = get(stores, work_id)
+    if item.status == CANCELLED:
+        raise Conflict("work_cancelled", "the work was cancelled: stop and upload nothing")
+    if item.status in protocol.FINAL_STATES:
+        raise Conflict("work_finished", f"the work is already {item.status}")
+    if item.status != LEASED or item.lease_holder != caller.node_id or item.epoch != epoch:
+        raise Conflict("lease_lost", "this node no longer holds the lease at this epoch: stop and upload nothing")
+    return item
+
+
+def _write_held(
+    stores: Stores, caller: NodeCaller, item: WorkItem, epoch: int, values: dict[str, Any], event: Event
+) -> WorkItem:
+    guard = WorkGuard((LEASED,), epoch=epoch, node_id=caller.node_id)
+    try:
+        stores.work.update(item.work_id, guard, values, event, holder_credential_sha256=caller.credential_sha256)
+    except GuardFailed:
+        require_holder(stores.nodes.get(caller.node_id), caller)  # revoked meanwhile: 401
+        _held(stores, caller, item.work_id, epoch)  # says why (cancelled, re-queued, re-claimed)
+        raise Conflict("lease_lost", "the lease changed concurrently: stop and upload nothing") from None
+    return _written(item, values)
+
+
+def _written(item: WorkItem, values: dict[str, Any]) -> WorkItem:
+    """The item as a guarded write left it: what was read (the guard held), with ``values``."""
+    return dataclasses.replace(item, **values)
+
+
+def renew(stores: Stores, caller: NodeCaller, work_id: str, body: dict[str, Any], now: float, known: KnownCallers | None) -> WorkItem:
+    validate_with(body, protocol.RENEW_WORK)
+    authenticate(stores, caller, known)
+    item = _held(stores, caller, work_id, body["epoch"])
+    values = {"lease_expires_at": round(now + item.lease_seconds, 3), "updated_at": round(now, 3)}
+    event = Event("work.lease_renewed", {"work_id": work_id, "epoch": str(item.epoch)}, now)
+    return _write_held(stores, caller, item, body["epoch"], values, event)
+
+
+def complete(stores: Stores, caller: NodeCaller, work_id: str, body: dict[str, Any], now: float, known: KnownCallers | None) -> WorkItem:
+    validate_with(body, protocol.COMPLETE_WORK)
+    authenticate(stores, caller, known)
+    epoch = body["epoch"]
+    item = _held(stores, caller, work_id, epoch)
+    key = result_key(work_id, epoch)
+    found = stores.objects.digest(key, protocol.MAX_RESULT_BYTES)
+    if found is None:
+        raise Conflict("result_missing", "no result was uploaded for this epoch: PUT it to result_upload_url first")
+    sha256, size = found
+    if sha256 is None:
+        raise TooLarge("result_too_large", f"the result is larger than {protocol.MAX_RESULT_BYTES} bytes")
+    if sha256 != body["sha256"] or size != body["size"]:
+        raise Conflict("result_checksum_mismatch", "the uploaded result does not have the sha256 and size given")
+    values = {
+        "status": SUCCEEDED,
+        "result": {"sha256": sha256, "size": size, "key": key},
+        **_NO_LEASE,
+        **_finished(now),
+    }
+    event = Event("work.succeeded", {"work_id": work_id, "node_id": caller.node_id, "epoch": str(epoch)}, now)
+    return _write_held(stores, caller, item, epoch, values, event)
+
+
+def fail(stores: Stores, caller: NodeCaller, work_id: str, body: dict[str, Any], now: float, known: KnownCallers | None) -> WorkItem:
+    validate_with(body, protocol.FAIL_WORK)
+    authenticate(stores, caller, known)
+    epoch = body["epoch"]
+    item = _held(stores, caller, work_id, epoch)
+    values, event = _after_failure(item, body["reason"], body["retryable"], now, cause="agent")
+    return _write_held(stores, caller, item, epoch, values, event)
+
+
+def _after_failure(item: WorkItem, reason: str, retryable: bool, now: float, cause: str) -> tuple[dict[str, Any], Event]:
+    """Back to the queue while attempts remain and the failure is retryable; else dead. Every
+    reason is kept."""
+    error = {
+        "attempt": item.attempts,
+        "epoch": item.epoch,
+        "node_id": item.lease_holder,
+        "reason": reason[: protocol.MAX_REASON_CHARS],
+        "retryable": retryable,
+        "at": round(now, 3),
+    }
+    errors = [*(item.errors or []), error]
+    again = retryable and item.attempts < item.max_attempts
+    values: dict[str, Any] = {"errors": errors, **_NO_LEASE, "updated_at": round(now, 3)}
+    if again:
+        values.update(status=QUEUED, queue_key=item.capability, queued_at=round(now, 3))
+    else:
+        values.update(status=DEAD, finished_at=round(now, 3))
+    subject = {"work_id": item.work_id, "epoch": str(item.epoch), "to": values["status"], "cause": cause}
+    return values, Event("work.requeued" if again else "work.dead", subject, now)
+
+
+# --- the sweep ----------------------------------------------------------------------------
+
+
+def release_expired(stores: Stores, now: float) -> int:
+    """Take back leases that expired: each item is re-queued (or dead), fenced by its epoch."""
+    released = 0
+    for item in stores.work.expired_leases(now, EXPIRED_PER_SWEEP):
+        guard = WorkGuard((LEASED,), epoch=item.epoch, lease_expired_by=now)
+        released += _release(stores, item, guard, "lease_expired: the holder stopped renewing", now, "lease_expired")
+    return released
+
+
+def release_node(stores: Stores, node_id: str, now: float) -> int:
+    """A node the sweep marked offline loses its leases at once."""
+    released = 0
+    for item in stores.work.leases_held_by(node_id):
+        guard = WorkGuard((LEASED,), epoch=item.epoch, node_id=node_id)
+        released += _release(stores, item, guard, "node_offline: the holder went offline", now, "node_offline")
+    return released
+
+
+def _release(stores: Stores, item: WorkItem, guard: WorkGuard, reason: str, now: float, cause: str) -> int:
+    values, event = _after_failure(item, reason, True, now, cause=cause)
+    try:
+        stores.work.update(item.work_id, guard, values, event)
+    except GuardFailed:
+        return 0  # renewed, completed or failed meanwhile: the holder moved first
+    return 1
