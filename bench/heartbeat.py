@@ -221,8 +221,9 @@ def _dynamodb(endpoint_url: str) -> Any:
     return _support.emulator_dynamodb(endpoint_url, REGION, REQUEST_TIMEOUT_SECONDS, _boto_session)
 
 
-def enroll_nodes(base_url: str, count: int, gpus: int) -> list[Node]:
-    """Mint, enroll and bring online ``count`` nodes (first heartbeat: pending -> online).
+def enroll_nodes(base_url: str, count: int, gpus: int, capabilities: list[str] | None = None) -> list[Node]:
+    """Mint, enroll and bring online ``count`` nodes (first heartbeat: pending -> online);
+    ``capabilities`` replaces the inventory's (a node with a runtime worker lists its work).
 
     Each node keeps its own client (its own requests.Session) for the timed phase.
     """
@@ -243,7 +244,10 @@ def enroll_nodes(base_url: str, count: int, gpus: int) -> list[Node]:
             identity,
             hostname=f"bench-node-{index:03d}",
             accelerator_mode="nvidia" if gpus else "cpu",
-            inventory=gpu_inventory(gpus) if gpus else cpu_inventory(),
+            inventory={
+                **(gpu_inventory(gpus) if gpus else cpu_inventory()),
+                **({"capabilities": capabilities} if capabilities else {}),
+            },
         )
         if response.status_code != 201:
             raise BenchFailure(f"enrolling node {index} answered {response.status_code}: {brief(response.text)}")
@@ -339,6 +343,60 @@ def raw_update_item_rate(endpoint_url: str, concurrency: int, seconds: float, no
         admin.close()
 
 
+#: What a node with a runtime worker advertises (the hint reads the queue of each work capability).
+WORKER_CAPABILITIES = ["cpu", "ocr", "diagnostic.echo"]
+HINT_NODES = 10
+#: chalicelib.work_hint.DEFAULT_TTL_SECONDS (bench/ does not import the functions' package)
+HINT_TTL_SECONDS = 5.0
+
+
+def work_hint_reads(stack: Any, args: argparse.Namespace) -> list[str]:
+    """AWS calls per heartbeat of nodes that serve work, without queued work and with it."""
+    from modelforge_cli.emulator import operations_delta
+
+    nodes = enroll_nodes(stack.api_url, HINT_NODES, args.gpus, WORKER_CAPABILITIES)
+    admin = nodes[0].client
+    problems: list[str] = []
+    print()
+    print(f"[1b] AWS calls per heartbeat of {HINT_NODES} nodes with a runtime worker ({', '.join(WORKER_CAPABILITIES)})")
+    for label, queued in (("no work queued", False), ("work queued   ", True)):
+        if queued:
+            submitted = admin.submit_work("diagnostic.echo", {"bench": "hint"})
+            if submitted.status_code != 201:
+                raise BenchFailure(f"submitting work answered {submitted.status_code}: {brief(submitted.text)}")
+        stack.drain_state_log()
+        # let the instance's memory of the queue (the hint's cache) expire, so this phase pays for
+        # its own reads: at most one Query per work capability per TTL
+        time.sleep(HINT_TTL_SECONDS + 0.5)
+        before = app_operations(stack.aws_operations())
+        began = time.monotonic()
+        hinted = 0
+        for count in range(args.cost_heartbeats):
+            response = nodes[count % len(nodes)].client.heartbeat(nodes[count % len(nodes)].identity, gpus=args.gpus)
+            if response.status_code != 200:
+                raise BenchFailure(f"heartbeat answered {response.status_code}: {brief(response.text)}")
+            hinted += bool(response.json().get("work_waiting"))
+        seconds = time.monotonic() - began
+        stack.drain_state_log()
+        delta = operations_delta(before, app_operations(stack.aws_operations()))
+        reads = sum(count for name, count in delta.items() if name in ("Query", "GetItem", "Scan", "BatchGetItem"))
+        print(
+            f"    {label}: {_format_ops({name: n / args.cost_heartbeats for name, n in delta.items()})} per heartbeat;"
+            f" reads {reads / args.cost_heartbeats:.3f} per heartbeat ({reads} in {seconds:.1f} s);"
+            f" work_waiting in {hinted} of {args.cost_heartbeats} answers"
+        )
+        if delta.get("UpdateItem") != args.cost_heartbeats:
+            problems.append(f"heartbeats of worker nodes ({label.strip()}) did not cost one UpdateItem each: {_format_ops(delta)}")
+        if queued and hinted == 0:
+            problems.append("no heartbeat answer hinted at the queued work")
+    print(f"    (the hint reads each work capability's queue at most once per {HINT_TTL_SECONDS:g} s per function instance)")
+    claimed = nodes[0].client.claim(nodes[0].identity)
+    if claimed.status_code == 200:  # leave nothing running for the later phases
+        body = claimed.json()
+        nodes[0].client.lease_call(nodes[0].identity, body["work_id"], "fail", {"epoch": body["epoch"], "reason": "bench", "retryable": False})
+    return problems
+
+
 def _format_ops(ops: Mapping[str, float]) -> str:
     return ", ".join(f"{name}={value:g}" for name, value in sorted(ops.items())) or "(none)"
 
@@ -399,6 +457,9 @@ def run(args: argparse.Namespace) -> int:
         else:
             problems.append(f"steady-state heartbeat made {_format_ops(per_heartbeat)} per heartbeat, not 1 UpdateItem")
             print("    UNEXPECTED:    expected exactly 1 UpdateItem and nothing else per heartbeat")
+
+        # 1b. the work hint: reads per heartbeat of nodes with a runtime worker -------------
+        problems += work_hint_reads(stack, args)
 
         # 2. item sizes ----------------------------------------------------------------------
         dynamodb = _dynamodb(endpoint)

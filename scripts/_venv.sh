@@ -22,7 +22,7 @@ if [ ! -x "$VENV/bin/python" ]; then
   fi
 fi
 # A pip that installs pyproject projects editable, and the build backend the pyproject.toml files
-# name, so the three builds below run here rather than in three throwaway environments (seconds
+# name, so the four builds below run here rather than in four throwaway environments (seconds
 # instead of ten). Not --upgrade: the newest pip can be one that chalice (which runs pip to build
 # the Lambda bundle) does not accept, and the install below would only downgrade it again.
 "$VENV/bin/python" -m pip install --quiet "pip>=23.1" "setuptools>=68" wheel >/dev/null
@@ -33,9 +33,11 @@ for record in "$VENV"/lib/python3*/site-packages/modelforge_compute-*.dist-info/
     "$VENV/bin/python" -m pip uninstall --quiet --yes modelforge-compute >/dev/null
   fi
 done
-# Three distributions, one per layer, all editable from this checkout in one call: the shared
-# protocol, the node agent (what a GPU host installs) and the tooling with the test extra.
+# Four distributions, one per layer, all editable from this checkout in one call: the shared
+# protocol, the node agent (what a GPU host installs), the runtime worker (beside it, with the
+# model runtime) and the tooling with the test extra.
 "$VENV/bin/python" -m pip install --quiet --no-build-isolation \
   -e "$ROOT/protocol" \
   -e "$ROOT/agent" \
+  -e "$ROOT/worker" \
   -e "$ROOT[${MODELFORGE_EXTRAS:-test}]"

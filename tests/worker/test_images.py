@@ -1,0 +1,76 @@
+"""Input images are untrusted: only base64 PNG or JPEG, bounded in pixels before decoding,
+and every refusal is 422 invalid_input with a reason."""
+
+from __future__ import annotations
+
+import base64
+import io
+
+import pytest
+from modelforge_runtime_worker import images
+from modelforge_runtime_worker.errors import WorkerError
+from PIL import Image
+
+from tests.worker.worker_support import b64, text_png
+
+
+def encoded(image: Image.Image, kind: str) -> str:
+    buffer = io.BytesIO()
+    image.save(buffer, kind)
+    return b64(buffer.getvalue())
+
+
+def refusal(value: object) -> WorkerError:
+    with pytest.raises(WorkerError) as refused:
+        images.decode_image(value)
+    assert (refused.value.status, refused.value.code, refused.value.retryable) == (422, "invalid_input", False)
+    return refused.value
+
+
+def test_png_and_jpeg_decode_to_rgb() -> None:
+    png = images.decode_image(b64(text_png(["AB"])))
+    assert png.mode == "RGB" and png.size[0] > 0
+    jpeg = images.decode_image(encoded(Image.new("L", (30, 20), 128), "JPEG"))
+    assert (jpeg.mode, jpeg.size) == ("RGB", (30, 20))
+
+
+def test_transparency_becomes_white() -> None:
+    image = images.decode_image(encoded(Image.new("RGBA", (4, 4), (0, 0, 0, 0)), "PNG"))
+    assert image.getpixel((0, 0)) == (255, 255, 255)
+
+
+@pytest.mark.parametrize("value", [None, "", 42, ["a"]])
+def test_a_missing_image_is_refused(value: object) -> None:
+    assert "image_base64 is required" in refusal(value).message
+
+
+@pytest.mark.parametrize("value", ["not base64!", "QUJD\nREVG", "QUJDRA"])
+def test_bad_base64_is_refused(value: str) -> None:
+    assert "not valid base64" in refusal(value).message
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"plain text, not an image", b"GIF89a" + b"\0" * 20, b"%PDF-1.7\n"],
+)
+def test_other_files_are_refused(data: bytes) -> None:
+    assert "not a PNG or JPEG image" in refusal(b64(data)).message
+
+
+def test_a_truncated_png_is_refused() -> None:
+    data = text_png(["TRUNCATED"])
+    assert "could not be decoded as PNG" in refusal(b64(data[: len(data) // 2])).message
+
+
+def test_a_gif_is_not_decoded_even_when_renamed() -> None:
+    gif = io.BytesIO()
+    Image.new("L", (8, 8)).save(gif, "GIF")
+    assert "not a PNG or JPEG" in refusal(base64.b64encode(gif.getvalue()).decode()).message
+
+
+def test_the_pixel_count_is_checked_before_decoding(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(images, "MAX_PIXELS", 100 * 100)
+    ok = encoded(Image.new("1", (100, 100), 1), "PNG")
+    assert images.decode_image(ok).size == (100, 100)
+    message = refusal(encoded(Image.new("1", (101, 100), 1), "PNG")).message
+    assert "101x100" in message and "10,000" in message

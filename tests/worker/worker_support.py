@@ -1,0 +1,79 @@
+"""The runtime worker as a real process, and the images its tests send it."""
+
+from __future__ import annotations
+
+import base64
+import io
+import re
+import signal
+import sys
+from pathlib import Path
+
+from modelforge_runtime_worker.client import WorkerClient
+
+from tests.support.processes import LoggedProcess, run_to_exit
+
+WORKER_COMMAND = [sys.executable, "-m", "modelforge_runtime_worker.main"]
+LISTENING_RE = re.compile(r"worker listening on (\S+), capabilities: ([^\"]*)\"")
+
+
+def worker_env(root: Path, **extra: str) -> dict[str, str]:
+    """A worker on ``root/worker.sock`` with its artifact and quarantine roots under ``root``."""
+    return {
+        "MODELFORGE_WORKER_LISTEN": f"unix://{root / 'worker.sock'}",
+        "MODELFORGE_WORKER_ARTIFACT_ROOT": str(root / "artifacts"),
+        "MODELFORGE_WORKER_QUARANTINE_ROOT": str(root / "quarantine"),
+        "MODELFORGE_WORKER_DEVICE": "cpu",
+        **extra,
+    }
+
+
+class Worker(LoggedProcess):
+    """A started worker that has logged its listening line: its address and a client for it."""
+
+    address: str
+    capabilities: str
+
+    def client(self, timeout: float = 60, *, keep_alive: bool = False) -> WorkerClient:
+        return WorkerClient(self.address, timeout, keep_alive=keep_alive)
+
+
+def start_worker(log_path: Path, env: dict[str, str], timeout: float = 60) -> Worker:
+    """Start the worker and wait for ``worker listening on ...`` (killed if it never comes)."""
+    worker = Worker(WORKER_COMMAND, log_path, env)
+    try:
+        match = worker.wait_for(LISTENING_RE, timeout)
+    except BaseException:
+        worker.stop(signal.SIGKILL)
+        raise
+    worker.address, worker.capabilities = match.group(1), match.group(2)
+    return worker
+
+
+def run_worker_to_exit(env: dict[str, str], timeout: float = 60):  # type: ignore[no-untyped-def]
+    return run_to_exit(WORKER_COMMAND, env, timeout=timeout)
+
+
+def text_png(lines: list[str], size: tuple[int, int] | None = None, font_size: int = 48) -> bytes:
+    """Black text on white, one line under the other, as a PNG file."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    font = ImageFont.load_default(size=font_size)
+    step = int(font_size * 1.6)
+    width, height = size or (max(40 + int(font_size * 0.7 * len(line)) for line in lines), 40 + step * len(lines))
+    image = Image.new("RGB", (width, height), "white")
+    draw = ImageDraw.Draw(image)
+    for number, line in enumerate(lines):
+        draw.text((20, 20 + number * step), line, fill="black", font=font)
+    buffer = io.BytesIO()
+    image.save(buffer, "PNG")
+    return buffer.getvalue()
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def squash(text: str) -> str:
+    """Case and spacing removed: what OCR is compared on."""
+    return re.sub(r"\s+", "", text).upper()

@@ -1,0 +1,13 @@
+"""ModelForge runtime worker: a local service on the GPU host that runs model capabilities (OCR)
+for the node agent, over a unix socket or a loopback port.
+
+Middle layer: imports only the bottom layer (``modelforge_protocol``, ``modelforge_logging``),
+never the agent or the control plane.
+"""
+
+from modelforge_protocol.versions import RELEASE, WORKER_PROTOCOL_VERSION
+
+#: What ``GET /v1/status`` reports as ``worker_version``: the release of this checkout.
+WORKER_VERSION = RELEASE
+
+__all__ = ["WORKER_PROTOCOL_VERSION", "WORKER_VERSION"]

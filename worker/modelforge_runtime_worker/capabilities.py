@@ -1,0 +1,139 @@
+"""What the worker can run: ``ocr`` (RapidOCR) and ``diagnostic.echo`` (no model, always there).
+
+A capability reports what ``GET /v1/status`` shows (model, model digest, device, whether it is
+available and why not) and runs one job's input into a result. Input problems are 422
+``invalid_input``; an unavailable capability refuses every run with 409, never retryable
+(``artifact_quarantined`` when its files were quarantined, ``capability_unavailable`` otherwise).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from typing import Any, Protocol
+
+from .artifacts import QUARANTINED, RAPIDOCR_VERSION, ArtifactState, Artifacts
+from .errors import WorkerError, invalid_input
+from .images import decode_image
+from .ocr import Cancel, ModelLoadFailed, OcrEngine
+
+log = logging.getLogger("modelforge.worker")
+
+OCR = "ocr"
+ECHO = "diagnostic.echo"
+OCR_MODEL = f"rapidocr-{RAPIDOCR_VERSION}/PP-OCRv6-small"
+#: What the reasons mean, for the refusal's message.
+REASONS = {
+    QUARANTINED: "its model files did not match the artifact manifest and were quarantined (see the worker's log "
+    "and the quarantine root)",
+    "bundled_models_unavailable": "the installed rapidocr wheel does not hold the models this release runs",
+    "cuda_unavailable": "MODELFORGE_WORKER_DEVICE=cuda but onnxruntime offers no CUDA execution provider",
+    "model_load_failed": "its models could not be loaded (see the worker's log)",
+    "runtime_unavailable": "onnxruntime or rapidocr cannot be imported",
+}
+
+
+class Capability(Protocol):
+    name: str
+    model: str
+    model_sha256: str | None
+    device: str
+    available: bool
+    reason: str | None
+
+    def run(self, payload: dict[str, Any], cancel: Cancel) -> dict[str, Any]: ...
+
+
+def describe(capability: Capability) -> dict[str, Any]:
+    """The capability as ``GET /v1/status`` lists it."""
+    return {
+        "name": capability.name,
+        "model": capability.model,
+        "model_sha256": capability.model_sha256,
+        "device": capability.device,
+        "available": capability.available,
+        "reason": capability.reason,
+    }
+
+
+def refuse_unavailable(capability: Capability) -> WorkerError:
+    reason = capability.reason or "unavailable"
+    code = QUARANTINED if reason == QUARANTINED else "capability_unavailable"
+    return WorkerError(409, code, f"{capability.name} is unavailable ({reason}): {REASONS.get(reason, reason)}")
+
+
+def canonical_json(value: Any) -> bytes:
+    """The canonical JSON ``diagnostic.echo`` hashes: sorted keys, no spaces, ASCII escapes."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+
+
+class Echo:
+    """``diagnostic.echo``: the SHA-256 of the input's canonical JSON. Proves the path from the
+    agent to the worker and back without a model."""
+
+    name = ECHO
+    model = "builtin"
+    model_sha256: str | None = None
+    device = "cpu"
+    available = True
+    reason: str | None = None
+
+    def run(self, payload: dict[str, Any], cancel: Cancel) -> dict[str, Any]:
+        return {"sha256": hashlib.sha256(canonical_json(payload)).hexdigest(), "device": "cpu"}
+
+
+class Ocr:
+    """``ocr``: text lines of a PNG or JPEG image. Loaded at start only from verified files."""
+
+    name = OCR
+    model = OCR_MODEL
+
+    def __init__(self, state: ArtifactState, artifacts: Artifacts, device: str) -> None:
+        self.model_sha256: str | None = state.model_sha256
+        # before loading, the device it would use; after, the one it got
+        self.device = "cuda" if device == "cuda" else "cpu"
+        self.available = False
+        self.reason: str | None = state.reason
+        self._engine: OcrEngine | None = None
+        if state.usable:
+            self._load(state, artifacts, device)
+
+    def _load(self, state: ArtifactState, artifacts: Artifacts, device: str) -> None:
+        started = time.monotonic()
+        try:
+            engine = OcrEngine(state.paths, device)
+        except ModelLoadFailed as failed:
+            self.reason = failed.reason
+            log.error(
+                f"ocr unavailable: {failed.detail}",
+                extra={"event": "capability_unavailable", "capability": OCR, "reason": failed.reason},
+            )
+            return
+        if not artifacts.reverify(state):  # a file changed while it was loaded: drop what was loaded
+            self.reason = state.reason
+            return
+        self._engine, self.device, self.available, self.reason = engine, engine.device, True, None
+        log.info(
+            "ocr models loaded",
+            extra={"event": "capability_loaded", "capability": OCR, "device": engine.device,
+                   "providers": engine.providers, "model_sha256": self.model_sha256,
+                   "duration_ms": round((time.monotonic() - started) * 1000, 2)},
+        )
+
+    def run(self, payload: dict[str, Any], cancel: Cancel) -> dict[str, Any]:
+        if self._engine is None:
+            raise refuse_unavailable(self)
+        unknown = sorted(set(payload) - {"image_base64"})
+        if unknown:
+            raise invalid_input(f"input has unknown fields: {', '.join(unknown)} (ocr takes image_base64 only)")
+        started = time.monotonic()
+        image = decode_image(payload.get("image_base64"))
+        lines = self._engine.recognise(image, cancel)
+        return {
+            "lines": lines,
+            "device": self.device,
+            "model_sha256": self.model_sha256,
+            "duration_ms": round((time.monotonic() - started) * 1000, 2),
+        }

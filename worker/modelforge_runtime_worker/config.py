@@ -1,0 +1,177 @@
+"""Worker configuration: read once from the environment and validated whole before anything runs.
+
+Nothing is created, bound or loaded while reading it; every problem names its variable, and all
+of them are reported at once (``ConfigurationInvalid``, exit 2).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+from urllib.parse import urlsplit
+
+from .errors import ConfigurationInvalid
+
+LISTEN = "MODELFORGE_WORKER_LISTEN"
+ARTIFACT_ROOT = "MODELFORGE_WORKER_ARTIFACT_ROOT"
+QUARANTINE_ROOT = "MODELFORGE_WORKER_QUARANTINE_ROOT"
+DEVICE = "MODELFORGE_WORKER_DEVICE"
+JOB_TIMEOUT = "MODELFORGE_WORKER_JOB_TIMEOUT_SECONDS"
+LOG_LEVEL = "MODELFORGE_WORKER_LOG_LEVEL"
+
+#: Every variable the worker reads, with its default (README.md has the table).
+DEFAULTS: dict[str, str] = {
+    LISTEN: "unix:///var/lib/modelforge/worker/worker.sock",
+    ARTIFACT_ROOT: "/var/lib/modelforge/artifacts",
+    QUARANTINE_ROOT: "/var/lib/modelforge/quarantine",
+    DEVICE: "auto",
+    JOB_TIMEOUT: "120",
+    LOG_LEVEL: "INFO",
+}
+DEVICES = ("auto", "cpu", "cuda")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+JOB_TIMEOUT_RANGE = (1.0, 3600.0)
+#: sun_path holds 108 bytes on Linux, the terminating NUL included.
+MAX_SOCKET_PATH_BYTES = 107
+_LOOPBACK_NAMES = ("localhost",)
+
+
+@dataclass(frozen=True)
+class Listen:
+    """Where the worker listens: a unix socket ``path``, or ``host``:``port`` on loopback."""
+
+    url: str
+    path: Path | None = None
+    host: str | None = None
+    port: int | None = None
+
+    @property
+    def is_unix(self) -> bool:
+        return self.path is not None
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    listen: Listen
+    artifact_root: Path
+    quarantine_root: Path
+    device: str
+    job_timeout_seconds: float
+    log_level: str
+
+
+def _value(env: Mapping[str, str], name: str) -> str:
+    return env.get(name, "").strip() or DEFAULTS[name]
+
+
+def parse_listen(raw: str, problems: list[str]) -> Listen | None:
+    """``unix:///absolute/path`` or ``http://<loopback>:<port>``; anything else is a problem."""
+    parts = urlsplit(raw)
+    if parts.scheme == "unix":
+        if parts.netloc or not parts.path.startswith("/") or parts.query or parts.fragment:
+            problems.append(f"{LISTEN} must be unix:///absolute/path/worker.sock (three slashes, an absolute path)")
+            return None
+        if parts.path.endswith("/"):
+            problems.append(f"{LISTEN} must name a socket file, not a directory")
+            return None
+        if len(os.fsencode(parts.path)) > MAX_SOCKET_PATH_BYTES:
+            problems.append(f"{LISTEN}: the socket path is longer than {MAX_SOCKET_PATH_BYTES} bytes (the unix socket limit)")
+            return None
+        return Listen(url=raw, path=Path(parts.path))
+    if parts.scheme == "http":
+        try:
+            host, port = parts.hostname, parts.port
+        except ValueError:
+            problems.append(f"{LISTEN} has an invalid port (expected http://127.0.0.1:PORT with PORT 0-65535)")
+            return None
+        if not host or not _is_loopback(host):
+            problems.append(
+                f"{LISTEN} must be a loopback address (http://127.0.0.1:PORT, http://[::1]:PORT, "
+                "http://localhost:PORT) or a unix socket (unix:///path): only the agent on this host may reach the worker"
+            )
+            return None
+        if port is None:
+            problems.append(f"{LISTEN} must name a port (http://127.0.0.1:PORT; 0 picks a free one)")
+            return None
+        if parts.path not in ("", "/") or parts.query or parts.fragment or parts.username or parts.password:
+            problems.append(f"{LISTEN} must be http://host:port only (no path, query or user)")
+            return None
+        bind_host = "127.0.0.1" if host in _LOOPBACK_NAMES else host
+        return Listen(url=raw, host=bind_host, port=port)
+    problems.append(f"{LISTEN} must start with unix:/// or http:// (loopback only)")
+    return None
+
+
+def _is_loopback(host: str) -> bool:
+    if host.lower() in _LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _absolute_dir(env: Mapping[str, str], name: str, problems: list[str]) -> Path | None:
+    raw = _value(env, name)
+    path = Path(raw)
+    if not path.is_absolute():
+        problems.append(f"{name} must be an absolute path")
+        return None
+    if path.exists() and not path.is_dir():
+        problems.append(f"{name} exists and is not a directory")
+        return None
+    return Path(os.path.normpath(path))
+
+
+def _inside(child: Path, parent: Path) -> bool:
+    return child == parent or parent in child.parents
+
+
+def load_config(env: Mapping[str, str]) -> WorkerConfig:
+    """The validated configuration, or ``ConfigurationInvalid`` naming every bad variable."""
+    problems: list[str] = []
+    listen = parse_listen(_value(env, LISTEN), problems)
+    artifact_root = _absolute_dir(env, ARTIFACT_ROOT, problems)
+    quarantine_root = _absolute_dir(env, QUARANTINE_ROOT, problems)
+    if artifact_root is not None and quarantine_root is not None and (
+        _inside(artifact_root, quarantine_root) or _inside(quarantine_root, artifact_root)
+    ):
+        problems.append(f"{ARTIFACT_ROOT} and {QUARANTINE_ROOT} must be separate directories, neither inside the other")
+    device = _value(env, DEVICE).lower()
+    if device not in DEVICES:
+        problems.append(f"{DEVICE} must be one of {', '.join(DEVICES)}")
+    timeout = _timeout(_value(env, JOB_TIMEOUT), problems)
+    level = _value(env, LOG_LEVEL).upper()
+    if level not in LOG_LEVELS:
+        problems.append(f"{LOG_LEVEL} must be one of {', '.join(LOG_LEVELS)}")
+    if problems:
+        raise ConfigurationInvalid(problems)
+    assert listen is not None and artifact_root is not None and quarantine_root is not None
+    return WorkerConfig(
+        listen=listen,
+        artifact_root=artifact_root,
+        quarantine_root=quarantine_root,
+        device=device,
+        job_timeout_seconds=timeout,
+        log_level=level,
+    )
+
+
+def _timeout(raw: str, problems: list[str]) -> float:
+    low, high = JOB_TIMEOUT_RANGE
+    try:
+        value = float(raw)
+    except ValueError:
+        problems.append(f"{JOB_TIMEOUT} must be a number of seconds")
+        return 0.0
+    if not low <= value <= high:  # also refuses nan and inf
+        problems.append(f"{JOB_TIMEOUT} must be between {low:g} and {high:g}")
+    return value
+
+
+def unknown_variables(env: Mapping[str, str]) -> list[str]:
+    """``MODELFORGE_WORKER_*`` names the worker does not read (a typo goes unnoticed otherwise)."""
+    return sorted(name for name in env if name.startswith("MODELFORGE_WORKER_") and name not in DEFAULTS)

@@ -1,0 +1,146 @@
+"""Entry point: ``python3 -m modelforge_runtime_worker.main`` (also ``modelforge-runtime-worker``).
+
+Order on every start, each step able to stop it before the next: the whole configuration
+(exit 2, before anything is created), the listening socket (exit 3 when another worker answers
+there or the path is not a socket), the artifact root checked against its manifest (exit 4 when
+it cannot be created or written), the models loaded from verified files only, then serving. The
+worker logs one line, ``worker listening on <address>, capabilities: ...``, when it serves.
+
+SIGTERM/SIGINT: stop accepting, abort the running job (it gets 503 ``shutting_down``), remove
+the unix socket and exit 0 within a few seconds.
+
+Exit codes: 0 clean stop, 1 unexpected, 2 configuration invalid, 3 cannot listen, 4 artifact
+storage unusable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+from typing import Mapping, Sequence
+
+from modelforge_logging import jsonlog
+
+from . import WORKER_PROTOCOL_VERSION, WORKER_VERSION
+from .artifacts import Artifacts, StorageUnusable, bundled_models_dir
+from .capabilities import Capability, Echo, Ocr
+from .config import DEFAULTS, LOG_LEVEL, WorkerConfig, load_config, unknown_variables
+from .errors import ConfigurationInvalid, ListenFailed
+from .jobs import JobRunner
+from .server import Listener, WorkerApp
+
+log = logging.getLogger("modelforge.worker")
+
+OK, UNEXPECTED, CONFIGURATION_INVALID, LISTEN_FAILED, STORAGE_UNUSABLE = 0, 1, 2, 3, 4
+#: How long a stop waits for the running job to end once it is aborted.
+STOP_GRACE_SECONDS = 3.0
+#: How long a stop then waits for requests in flight to be answered.
+ANSWER_GRACE_SECONDS = 1.0
+#: How often the main thread wakes to run signal handlers.
+SIGNAL_CHECK_SECONDS = 0.25
+_abandoned = threading.Event()
+
+
+def _exit(code: int, message: str) -> int:
+    log.error(message, extra={"event": "worker_exit", "exit_code": code})
+    return code
+
+
+def summary(capabilities: Sequence[Capability]) -> str:
+    """``ocr (cpu), diagnostic.echo``: a model capability with its device, or why it is unavailable."""
+    parts = []
+    for capability in capabilities:
+        if not capability.available:
+            parts.append(f"{capability.name} (unavailable: {capability.reason})")
+        elif capability.model_sha256 is None:
+            parts.append(capability.name)
+        else:
+            parts.append(f"{capability.name} ({capability.device})")
+    return ", ".join(parts)
+
+
+def serve(config: WorkerConfig, stop: threading.Event) -> int:
+    """Run a validated configuration until ``stop`` is set."""
+    try:
+        listener = Listener(config.listen)
+    except ListenFailed as failed:
+        return _exit(LISTEN_FAILED, failed.message)
+    try:
+        artifacts = Artifacts(config.artifact_root, config.quarantine_root, bundle_dir=bundled_models_dir())
+        try:
+            state = artifacts.prepare()
+        except StorageUnusable as unusable:
+            return _exit(STORAGE_UNUSABLE, unusable.message)
+        capabilities: list[Capability] = [Ocr(state, artifacts, config.device), Echo()]
+        jobs = JobRunner(config.job_timeout_seconds)
+        app = WorkerApp(capabilities, jobs)
+        if stop.is_set():
+            return OK
+        listener.serve(app)
+        # the one line an operator looks for: shown at any log level
+        log.log(
+            max(logging.INFO, log.getEffectiveLevel()),
+            f"worker listening on {listener.address}, capabilities: {summary(capabilities)}",
+            extra={"event": "worker_listening", "listen": listener.address, "worker_version": WORKER_VERSION,
+                   "protocol_version": WORKER_PROTOCOL_VERSION, "pid": os.getpid(),
+                   "capabilities": [capability.name for capability in capabilities if capability.available]},
+        )
+        # A timed wait: Python runs signal handlers on the main thread only, between waits.
+        while not stop.wait(SIGNAL_CHECK_SECONDS):
+            pass
+        app.stopping = True
+        listener.close()  # stop accepting first; the unix socket file goes with it
+        ended = jobs.stop(STOP_GRACE_SECONDS)
+        app.wait_answered(ANSWER_GRACE_SECONDS)  # the aborted job's caller gets its 503
+        if not ended:
+            log.warning("the running job did not end after its abort; exiting anyway", extra={"event": "job_abandoned"})
+            _abandoned.set()
+        log.info("stopped", extra={"event": "worker_stopped"})
+        return OK
+    finally:
+        listener.close()
+
+
+def start(env: Mapping[str, str], stop: threading.Event) -> int:
+    """Validate the whole configuration, then serve; nothing is touched before it is valid."""
+    try:
+        config = load_config(env)
+    except ConfigurationInvalid as invalid:
+        return _exit(CONFIGURATION_INVALID, invalid.message)
+    jsonlog.configure(config.log_level)
+    for name in unknown_variables(env):
+        log.warning(f"{name} is not a worker setting and is ignored", extra={"event": "unknown_setting", "name": name})
+    try:
+        return serve(config, stop)
+    except Exception as error:  # noqa: BLE001 - reported with its traceback, exit 1
+        log.error("unexpected error", exc_info=error, extra={"event": "worker_crashed"})
+        return UNEXPECTED
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="modelforge-runtime-worker",
+        description="ModelForge runtime worker: serves model capabilities to the node agent (configured by "
+        f"environment: {', '.join(DEFAULTS)})",
+    )
+    parser.add_argument("--version", action="version", version=f"modelforge-runtime-worker {WORKER_VERSION}")
+    parser.parse_args(argv)
+    env = os.environ
+    jsonlog.configure(env.get(LOG_LEVEL, "INFO").strip().upper() or "INFO")
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    code = start(env, stop)
+    if _abandoned.is_set():
+        # the abandoned job's thread may be inside onnxruntime: never finalise the interpreter under it
+        logging.shutdown()
+        os._exit(code)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
