@@ -6,6 +6,12 @@ sleep), so tests never wait on real time. Fatal errors propagate (``Fatal``, ``R
 1, 2, 4, 8, 16 s with jitter, reset after a success, and never sooner than a 429's Retry-After.
 A rate-limited inventory does not hold up heartbeats: it is sent again once Retry-After passed.
 The interval the control plane asks for is clamped to 1..3600 s.
+
+With a runtime worker (``work``, from ``MODELFORGE_AGENT_WORKER_URL``), each heartbeat first polls
+the worker's status once: the capabilities it reports available join the inventory (re-sent when
+that set changes), the heartbeat's health carries ``worker`` (and is ``degraded`` when the worker
+is not ok), and an answer saying ``work_waiting`` hints the work loop (``work_runner``), which runs
+on its own thread so heartbeats go on while a job runs.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from .failures import ConfigurationInvalid, IdentityRefused
 from .gpu_source import GpuSource
 from .identity import Identity, StateVolume, new_identity
 from .inventory import host_inventory
+from .work_runner import WorkRunner
 
 log = logging.getLogger("modelforge.agent")
 
@@ -62,6 +69,7 @@ class Agent:
         stop: threading.Event,
         clock: Callable[[], float],
         jitter: Callable[[], float],
+        work: WorkRunner | None = None,
     ) -> None:
         self._config = config
         self._client = client
@@ -71,6 +79,9 @@ class Agent:
         self._clock = clock
         self._backoff = Backoff(jitter)
         self._inventory_not_before = float("-inf")
+        self._work = work
+        #: the worker was polled just before enrolling: the first heartbeat uses that status
+        self._worker_observed = False
         self.heartbeats_sent = 0
 
     # --- the life cycle ------------------------------------------------------------------
@@ -82,6 +93,9 @@ class Agent:
             self._publish(identity, interval)
         except Stopped:
             return
+        finally:
+            if self._work is not None:
+                self._work.close()
 
     def _ensure_enrolled(self) -> tuple[Identity, float | None]:
         identity = self._state.load()
@@ -105,6 +119,8 @@ class Agent:
         return self._enroll(identity)
 
     def _enroll(self, identity: Identity) -> tuple[Identity, float | None]:
+        self._observe_worker()
+        self._worker_observed = True
         body = {
             "token": self._config.enrollment_token,
             "idempotency_key": identity.idempotency_key,
@@ -113,7 +129,7 @@ class Agent:
             "agent_version": AGENT_VERSION,
             "protocol_version": AGENT_PROTOCOL_VERSION,
             "accelerator_mode": self._config.accelerator_mode,
-            "inventory": host_inventory(self._gpus.devices()),
+            "inventory": self._inventory(),
         }
         answer = self._with_retries(lambda: self._client.post(ENROLL, body))  # a refusal is fatal
         enrolled = self._state.enrolled_as(identity, answer["node_id"])  # the answer schema checked its format
@@ -127,9 +143,14 @@ class Agent:
         sent_inventory: dict[str, Any] | None = None
         inventory_sent_at = 0.0
         if interval is not None:  # just enrolled: the enrollment carried the inventory
-            sent_inventory, inventory_sent_at = host_inventory(self._gpus.devices()), self._clock()
+            sent_inventory, inventory_sent_at = self._inventory(), self._clock()
+        if self._work is not None:
+            self._work.start(identity, wake=getattr(self._stop, "set", None))
         while True:
-            inventory = host_inventory(self._gpus.devices())
+            if not self._worker_observed:
+                self._observe_worker()  # once per heartbeat
+            self._worker_observed = False
+            inventory = self._inventory()
             refresh_due = self._clock() - inventory_sent_at >= self._config.inventory_refresh_seconds
             allowed = self._clock() >= self._inventory_not_before
             if (inventory != sent_inventory or refresh_due) and allowed and self._send_inventory(inventory, identity):
@@ -137,6 +158,8 @@ class Agent:
             answer = self._call(HEARTBEAT, self._heartbeat_body(), identity)
             self.heartbeats_sent += 1
             interval = _interval(answer)
+            if answer.get("work_waiting") is True and self._work is not None:
+                self._work.hint()
             log.debug("heartbeat", extra={"event": "heartbeat_sent", "node_id": identity.node_id, "status": answer.get("status")})
             self._wait(self._config.heartbeat_interval_override or interval)
 
@@ -157,11 +180,31 @@ class Agent:
         log.info("inventory published", extra={"event": "inventory_published", "node_id": identity.node_id})
         return True
 
+    def _observe_worker(self) -> None:
+        if self._work is not None:
+            self._work.observe()
+
+    def _inventory(self) -> dict[str, Any]:
+        view = self._work.view if self._work is not None else None
+        if view is None:
+            return host_inventory(self._gpus.devices())
+        return host_inventory(self._gpus.devices(), worker_capabilities=view.available)
+
+    def _health(self) -> dict[str, Any]:
+        view = self._work.view if self._work is not None else None
+        if view is None:
+            return {"status": "ok"}
+        worker = view.to_health()
+        if worker["status"] == "ok":
+            return {"status": "ok", "worker": worker}
+        detail = f"runtime worker {worker['status']}: {worker['detail']}"[:512]
+        return {"status": "degraded", "detail": detail, "worker": worker}
+
     def _heartbeat_body(self) -> dict[str, Any]:
         return {
             "protocol_version": AGENT_PROTOCOL_VERSION,
             "agent_version": AGENT_VERSION,
-            "health": {"status": "ok"},
+            "health": self._health(),
             "telemetry": {"gpus": [reading.to_wire() for reading in self._gpus.telemetry()]},
         }
 
@@ -204,5 +247,8 @@ class Agent:
         )
 
     def _wait(self, seconds: float) -> None:
-        if self._stop.wait(seconds):
+        stopped = self._stop.wait(seconds)
+        if self._work is not None and self._work.fatal is not None:
+            raise self._work.fatal  # the work loop met a fatal answer: stop as a heartbeat would
+        if stopped:
             raise Stopped()

@@ -15,7 +15,7 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
-from modelforge_protocol import schemas
+from modelforge_protocol import schemas, work
 
 #: Strings (which may hold brackets) are removed before the nesting depth is counted.
 _JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
@@ -41,6 +41,10 @@ ENROLL_ANSWER = _validator(schemas.ENROLL_ANSWER)
 HEARTBEAT_ANSWER = _validator(schemas.HEARTBEAT_ANSWER)
 INVENTORY_ANSWER = _validator(schemas.INVENTORY_ANSWER)
 ERROR_ANSWER = _validator(schemas.ERROR_ANSWER)
+CLAIM_ANSWER = _validator(work.CLAIM_ANSWER)
+LEASE_ANSWER = _validator(work.LEASE_ANSWER)
+WORKER_STATUS = _validator(work.WORKER_STATUS)
+WORKER_RUN_ANSWER = _validator(work.WORKER_RUN_ANSWER)
 
 
 def _refuse_constant(name: str) -> Any:
@@ -62,12 +66,13 @@ def _depth(raw: bytes) -> int:
     return deepest
 
 
-def parse(raw: bytes) -> Any:
-    """Strict JSON: at most ``MAX_ANSWER_BYTES``, ``MAX_ANSWER_DEPTH`` deep, finite numbers."""
-    if len(raw) > schemas.MAX_ANSWER_BYTES:
-        raise MalformedAnswer(f"answer larger than {schemas.MAX_ANSWER_BYTES} bytes")
-    if _depth(raw) > schemas.MAX_ANSWER_DEPTH:
-        raise MalformedAnswer(f"answer nested deeper than {schemas.MAX_ANSWER_DEPTH} levels")
+def parse(raw: bytes, *, max_bytes: int = schemas.MAX_ANSWER_BYTES, max_depth: int = schemas.MAX_ANSWER_DEPTH) -> Any:
+    """Strict JSON: at most ``max_bytes`` (``MAX_ANSWER_BYTES``), ``max_depth`` (``MAX_ANSWER_DEPTH``)
+    deep, finite numbers. Larger limits are for work documents (inputs, the worker's results)."""
+    if len(raw) > max_bytes:
+        raise MalformedAnswer(f"answer larger than {max_bytes} bytes")
+    if _depth(raw) > max_depth:
+        raise MalformedAnswer(f"answer nested deeper than {max_depth} levels")
     try:
         return json.loads(raw, parse_constant=_refuse_constant, parse_float=_finite_float)
     except (ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
@@ -80,9 +85,13 @@ def _where(error: Any) -> str:
     return f"{path} fails {error.validator}"
 
 
-def validated(validator: Draft202012Validator, raw: bytes) -> dict[str, Any]:
+def validated(validator: Draft202012Validator, raw: bytes, *, max_bytes: int = schemas.MAX_ANSWER_BYTES) -> dict[str, Any]:
     """The parsed answer if it matches the schema, else ``MalformedAnswer``."""
-    answer = parse(raw)
+    return check(validator, parse(raw, max_bytes=max_bytes))
+
+
+def check(validator: Draft202012Validator, answer: Any) -> dict[str, Any]:
+    """``answer`` (already parsed) if it matches the schema, else ``MalformedAnswer``."""
     error = best_match(validator.iter_errors(answer))
     if error is not None:
         raise MalformedAnswer(_where(error))

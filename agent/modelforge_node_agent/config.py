@@ -8,6 +8,7 @@ the identity file, which creates nothing (the state volume is prepared after val
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
 import socket
 from dataclasses import dataclass, field
@@ -47,6 +48,8 @@ class AgentConfig:
     preflight_timeout_seconds: float
     request_timeout_seconds: float
     log_level: str
+    #: the runtime worker's API (``unix:///path`` or ``http://<loopback>:<port>``); None: no work
+    worker_url: str | None = None
 
     @property
     def url_host(self) -> str:
@@ -107,6 +110,43 @@ def _url(env: Mapping[str, str], problems: list[str]) -> str:
     return raw
 
 
+WORKER_URL = "MODELFORGE_AGENT_WORKER_URL"
+#: sun_path holds 108 bytes on Linux, the terminating NUL included.
+MAX_SOCKET_PATH_BYTES = 107
+
+
+def _worker_url(env: Mapping[str, str], problems: list[str]) -> str | None:
+    """``unix:///absolute/path`` or ``http://<loopback address or localhost>:<port>``, else a problem."""
+    raw = env.get(WORKER_URL, "").strip()
+    if not raw:
+        return None
+    shape = f"{WORKER_URL} must be unix:///absolute/path/worker.sock or http://127.0.0.1:PORT (a loopback address)"
+    parts = urlsplit(raw)
+    if parts.scheme == "unix":
+        path = parts.path
+        if parts.netloc or not path.startswith("/") or path.endswith("/") or parts.query or parts.fragment:
+            problems.append(shape)
+        elif len(os.fsencode(path)) > MAX_SOCKET_PATH_BYTES:
+            problems.append(f"{WORKER_URL}: the socket path is longer than {MAX_SOCKET_PATH_BYTES} bytes")
+        return raw
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if (
+        parts.scheme != "http"
+        or not _is_loopback(parts.hostname or "")
+        or port is None
+        or not 1 <= port <= 65535
+        or parts.path not in ("", "/")
+        or parts.query
+        or parts.fragment
+        or "@" in parts.netloc
+    ):
+        problems.append(shape)
+    return raw.rstrip("/")
+
+
 def _token(env: Mapping[str, str], problems: list[str]) -> str | None:
     token = env.get("MODELFORGE_AGENT_ENROLLMENT_TOKEN", "").strip() or None
     if token is not None and not ENROLLMENT_TOKEN_RE.fullmatch(token):
@@ -161,6 +201,7 @@ def load_config(env: Mapping[str, str]) -> AgentConfig:
     level = env.get("MODELFORGE_AGENT_LOG_LEVEL", "INFO").strip().upper()
     if level not in _LOG_LEVELS:
         problems.append(f"MODELFORGE_AGENT_LOG_LEVEL must be one of {', '.join(sorted(_LOG_LEVELS))}")
+    worker_url = _worker_url(env, problems)
     if problems:
         raise ConfigurationInvalid(problems)
     return AgentConfig(
@@ -178,6 +219,7 @@ def load_config(env: Mapping[str, str]) -> AgentConfig:
         preflight_timeout_seconds=float(preflight_timeout or 10.0),
         request_timeout_seconds=float(request_timeout or 10.0),
         log_level=level,
+        worker_url=worker_url,
     )
 
 

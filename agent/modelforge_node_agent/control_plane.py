@@ -32,8 +32,16 @@ from .identity import Identity
 ENROLL = "/api/v1/agent/enroll"
 HEARTBEAT = "/api/v1/agent/heartbeat"
 INVENTORY = "/api/v1/agent/inventory"
+WORK_CLAIM = "/api/v1/agent/work/claim"
+#: The lease holder's calls on one work item: ``work_path(work_id, RENEW)``.
+RENEW, COMPLETE, FAIL = "renew", "complete", "fail"
 
 _ANSWERS = {ENROLL: answers.ENROLL_ANSWER, HEARTBEAT: answers.HEARTBEAT_ANSWER, INVENTORY: answers.INVENTORY_ANSWER}
+
+
+def work_path(work_id: str, action: str) -> str:
+    """``/api/v1/agent/work/{work_id}/{action}`` (the claim answer's schema checked the id's format)."""
+    return f"/api/v1/agent/work/{work_id}/{action}"
 #: What a request or the reading of its answer can raise when the network or the server fails.
 _NETWORK_ERRORS = (requests.RequestException, urllib3.exceptions.HTTPError, OSError)
 DEADLINE_EXCEEDED = "DeadlineExceeded"
@@ -117,6 +125,24 @@ class ControlPlaneClient:
 
     def post(self, path: str, body: dict[str, Any], identity: Identity | None = None) -> dict[str, Any]:
         """The validated answer, or RedirectRefused, TransientFailure or Refused."""
+        answer = self._post(path, body, identity, _ANSWERS[path], no_content=False)
+        assert answer is not None
+        return answer
+
+    def claim(self, identity: Identity) -> dict[str, Any] | None:
+        """A work item leased to this node (the validated claim answer), or None (204: nothing
+        claimable); else RedirectRefused, TransientFailure or Refused (409 ``node_not_online``)."""
+        return self._post(WORK_CLAIM, {}, identity, answers.CLAIM_ANSWER, no_content=True)
+
+    def lease(self, work_id: str, action: str, body: dict[str, Any], identity: Identity) -> dict[str, Any]:
+        """Renew, complete or fail a held lease; 409 ``lease_lost``, ``work_cancelled``, ... are Refused."""
+        answer = self._post(work_path(work_id, action), body, identity, answers.LEASE_ANSWER, no_content=False)
+        assert answer is not None
+        return answer
+
+    def _post(
+        self, path: str, body: dict[str, Any], identity: Identity | None, validator: Any, *, no_content: bool
+    ) -> dict[str, Any] | None:
         with Deadline(self._timeout) as deadline:
             try:
                 status, raw = self._exchange(path, body, self._headers(identity))
@@ -125,7 +151,9 @@ class ControlPlaneClient:
                 raise TransientFailure(label, "POST", path, detail) from None
         if deadline.expired:  # the body may have looked complete when its socket was shut down
             raise TransientFailure(DEADLINE_EXCEEDED, "POST", path)
-        return self._classify(path, status, raw)
+        if no_content and status == 204:
+            return None
+        return self._classify(path, status, raw, validator)
 
     @staticmethod
     def _headers(identity: Identity | None) -> dict[str, str]:
@@ -152,10 +180,10 @@ class ControlPlaneClient:
                 raise _invalid(status, path, malformed) from None
 
     @staticmethod
-    def _classify(path: str, status: int, raw: bytes) -> dict[str, Any]:
+    def _classify(path: str, status: int, raw: bytes, validator: Any) -> dict[str, Any]:
         try:
             if 200 <= status < 300:
-                return answers.validated(_ANSWERS[path], raw)
+                return answers.validated(validator, raw)
             if not 400 <= status < 500:
                 raise MalformedAnswer("unexpected HTTP status")
             error = answers.validated(answers.ERROR_ANSWER, raw)["error"]

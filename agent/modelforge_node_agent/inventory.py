@@ -8,6 +8,8 @@ import platform
 from pathlib import Path
 from typing import Any, Sequence
 
+from modelforge_protocol.schemas import MAX_CAPABILITIES
+
 from .gpu import GpuInfo
 
 
@@ -33,19 +35,23 @@ def _memory_total_bytes(meminfo: Path) -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-def capabilities(gpus: Sequence[GpuInfo]) -> list[str]:
-    return ["cuda"] if gpus else ["cpu"]
+def capabilities(gpus: Sequence[GpuInfo], worker: Sequence[str] = ()) -> list[str]:
+    """The accelerator ("cuda" or "cpu"), then what the runtime worker reports available."""
+    names = ["cuda"] if gpus else ["cpu"]
+    names += sorted(set(worker) - set(names))
+    return names[:MAX_CAPABILITIES]
 
 
 def host_inventory(
     gpus: Sequence[GpuInfo],
     *,
+    worker_capabilities: Sequence[str] = (),
     cpuinfo: Path = Path("/proc/cpuinfo"),
     meminfo: Path = Path("/proc/meminfo"),
 ) -> dict[str, Any]:
     return {
         "gpus": [gpu.to_wire() for gpu in sorted(gpus, key=lambda gpu: gpu.index)],
-        "capabilities": capabilities(gpus),
+        "capabilities": capabilities(gpus, worker_capabilities),
         "cpu": {"model": _cpu_model(cpuinfo), "logical_cores": os.cpu_count() or 1},
         "memory_total_bytes": _memory_total_bytes(meminfo),
     }

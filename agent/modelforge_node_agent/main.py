@@ -31,6 +31,7 @@ from .gpu_source import open_gpus
 from .identity import StateVolume, root_filesystem_warning
 from .preflight import PreflightFailed, run_preflight
 from .transport import base_url, build_session
+from .work_runner import for_config
 
 log = logging.getLogger("modelforge.agent")
 #: How long a stop waits for the publishing thread before exiting anyway (the spec allows 2 s).
@@ -65,7 +66,8 @@ def run_agent(
         _warn_about_environment(config)
         gpus = open_gpus(config.accelerator_mode, probe_factory, config.preflight_timeout_seconds)
         client = ControlPlaneClient(build_session(config), base_url(config), config.request_timeout_seconds)
-        agent = Agent(config, client, state, gpus, stop=stop, clock=time.monotonic, jitter=random.random)
+        work = for_config(config) if config.worker_url is not None else None
+        agent = Agent(config, client, state, gpus, stop=stop, clock=time.monotonic, jitter=random.random, work=work)
     except Exception as fatal:
         return exit_codes.report(fatal)
     outcome: list[int] = []

@@ -86,3 +86,17 @@ def build_session(config: AgentConfig) -> requests.Session:
     session.headers["User-Agent"] = "modelforge-node-agent"
     session.headers["Accept-Encoding"] = "identity"
     return session
+
+
+def build_object_session(config: AgentConfig) -> requests.Session:
+    """The session for presigned object URLs (work input and result): the same trust (private CA
+    added to the system's, verification as configured) and the same refusal of redirects, but
+    neither the host-address override nor any header of the control plane's (the URL's signature
+    is the only credential; the node's never goes there)."""
+    session = _NoRedirectSession()
+    session.verify = config.tls_verify
+    session.mount("https://", _AgentAdapter(_ssl_context(config)))
+    session.mount("http://", _AgentAdapter())
+    session.headers["User-Agent"] = "modelforge-node-agent"
+    session.headers["Accept-Encoding"] = "identity"
+    return session

@@ -1,26 +1,34 @@
 """A fake control plane on 127.0.0.1 (real sockets, http.server) and the real agent wired to it:
 real ``ControlPlaneClient`` and session from ``transport.build_session``, injected stop, clock and
-jitter, so the tests see exactly what the agent sends and reads over HTTP."""
+jitter, so the tests see exactly what the agent sends and reads over HTTP.
+
+With ``work`` (a ``FakeWork``) it also serves the work routes (claim, renew, complete, fail) and
+hints ``work_waiting`` in heartbeat answers while an item is queued; ``ObjectServer`` is the
+presigned-URL object store (GET and PUT) those items' URLs point at."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 from modelforge_node_agent.agent import Agent
 from modelforge_node_agent.config import load_config
-from modelforge_node_agent.control_plane import ENROLL, HEARTBEAT, INVENTORY, ControlPlaneClient
+from modelforge_node_agent.control_plane import ENROLL, HEARTBEAT, INVENTORY, WORK_CLAIM, ControlPlaneClient
 from modelforge_node_agent.identity import StateVolume, new_identity
 from modelforge_node_agent.gpu_source import NoGpus
 from modelforge_node_agent.transport import base_url, build_session
+from modelforge_node_agent.work_runner import WorkRunner, for_config
 
 TOKEN = "mfe.enr_" + "0" * 32 + "." + "A" * 43
 NODE_ID = "node_" + "c" * 32
@@ -57,6 +65,18 @@ def json_reply(status: int, answer: Any, headers: dict[str, str] | None = None) 
     return reply
 
 
+def no_content_reply() -> Reply:
+    def reply(handler: BaseHTTPRequestHandler) -> None:
+        handler.send_response(204)
+        handler.end_headers()
+
+    return reply
+
+
+def error_reply(status: int, code: str) -> Reply:
+    return json_reply(status, {"error": {"code": code, "message": code.replace("_", " ")}})
+
+
 def normal_reply(path: str) -> Reply:
     status, answer = NORMAL[path]
     return json_reply(status, answer)
@@ -71,6 +91,7 @@ class FakeServer:
     seen: list[Seen] = field(default_factory=list)
     stopping: threading.Event = field(default_factory=threading.Event)
     tls: ssl.SSLContext | None = None
+    work: FakeWork | None = None
 
     def __post_init__(self) -> None:
         fake = self
@@ -82,7 +103,7 @@ class FakeServer:
                 length = int(self.headers.get("Content-Length", "0"))
                 body = json.loads(self.rfile.read(length) or b"{}")
                 fake.seen.append(Seen(self.path, body, dict(self.headers), self.client_address[1]))
-                fake.reply_for(self.path)(self)
+                fake.reply_for(self.path, body)(self)
 
             def log_message(self, *_: Any) -> None:
                 """Quiet."""
@@ -94,8 +115,13 @@ class FakeServer:
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self._thread.start()
 
-    def reply_for(self, path: str) -> Reply:
+    def reply_for(self, path: str, body: dict[str, Any] | None = None) -> Reply:
         script = self.replies.get(path)
+        if script is None and self.work is not None:
+            if path.startswith(WORK_PREFIX):
+                return self.work.reply(path, body or {})
+            if path == HEARTBEAT:
+                return json_reply(200, {**ONLINE, "work_waiting": self.work.waiting()})
         if script is None:
             return normal_reply(path)
         if isinstance(script, list):
@@ -110,6 +136,9 @@ class FakeServer:
     def paths(self) -> list[str]:
         return [request.path for request in self.seen]
 
+    def bodies(self, path: str) -> list[dict[str, Any]]:
+        return [request.body for request in list(self.seen) if request.path == path]
+
     def close(self) -> None:
         self.stopping.set()
         self._server.shutdown()
@@ -117,8 +146,10 @@ class FakeServer:
 
 
 @contextmanager
-def fake_server(replies: dict[str, Reply | list[Reply]] | None = None) -> Iterator[FakeServer]:
-    server = FakeServer(replies or {})
+def fake_server(
+    replies: dict[str, Reply | list[Reply]] | None = None, work: FakeWork | None = None
+) -> Iterator[FakeServer]:
+    server = FakeServer(replies or {}, work=work)
     try:
         yield server
     finally:
@@ -188,16 +219,22 @@ def in_process_agent(
     gpus: Any = None,
     clock: Callable[[], float] | None = None,
     jitter: float = 1.0,
+    work: WorkRunner | None = None,
+    work_options: dict[str, Any] | None = None,
 ) -> tuple[Agent, StateVolume]:
     """The real Agent, configured from ``env`` as the process would be, with an injected stop,
     clock and jitter; ``client`` defaults to the real HTTP client and session, ``gpus`` to a CPU
-    node. The one place tests build an agent in-process."""
+    node; with ``MODELFORGE_AGENT_WORKER_URL``, ``work`` defaults to the real work loop
+    (``work_runner.for_config`` with ``work_options``). The one place tests build an agent
+    in-process."""
     config = load_config(env)
     state = StateVolume(config.state_volume)
     state.prepare()
     client = client or ControlPlaneClient(build_session(config), base_url(config), config.request_timeout_seconds)
+    if work is None and config.worker_url is not None:
+        work = for_config(config, **(work_options or {}))
     agent = Agent(
-        config, client, state, gpus or NoGpus(), stop=stop, clock=clock or FakeClock(), jitter=lambda: jitter
+        config, client, state, gpus or NoGpus(), stop=stop, clock=clock or FakeClock(), jitter=lambda: jitter, work=work
     )
     return agent, state
 
@@ -223,3 +260,201 @@ def enrolled_before(state: StateVolume, url: str) -> None:
     identity = state.load()
     assert identity is not None
     state.enrolled_as(identity, NODE_ID)
+
+
+# --- work: the presigned-URL object store and the control plane's work queue ---------------------
+
+WORK_PREFIX = "/api/v1/agent/work/"
+#: The "signature" every presigned URL carries: a bearer secret that must never reach a log.
+SIGNATURE = "fake-signature-" + "9" * 40
+
+
+@dataclass
+class ObjectRequest:
+    method: str
+    key: str
+    headers: dict[str, str]
+    body: bytes
+
+
+class ObjectServer:
+    """A presigned-URL object store on 127.0.0.1: ``GET``/``PUT /bucket/<key>?X-Amz-Signature=...``
+    (403 without the signature). ``redirects[key]`` answers that key with a 307 to another URL;
+    ``statuses[(method, key)]`` answers it with that status. Records every request."""
+
+    def __init__(self) -> None:
+        self.objects: dict[str, bytes] = {}
+        self.requests: list[ObjectRequest] = []
+        self.redirects: dict[str, str] = {}
+        self.statuses: dict[tuple[str, str], int] = {}
+        store = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _key(self) -> str | None:
+                parts = urlsplit(self.path)
+                if parse_qs(parts.query).get("X-Amz-Signature") != [SIGNATURE] or not parts.path.startswith("/bucket/"):
+                    return None
+                return parts.path[len("/bucket/"):]
+
+            def _send(self, status: int, body: bytes = b"", headers: dict[str, str] | None = None) -> None:
+                self.send_response(status)
+                for name, value in (headers or {}).items():
+                    self.send_header(name, value)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def _handle(self, method: str) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0") or 0)) if method == "PUT" else b""
+                key = self._key()
+                store.requests.append(ObjectRequest(method, key or "", dict(self.headers), body))
+                if key is None:
+                    return self._send(403, b"<Error>SignatureDoesNotMatch</Error>")
+                if key in store.redirects:
+                    return self._send(307, b"", {"Location": store.redirects[key]})
+                if (method, key) in store.statuses:
+                    return self._send(store.statuses[(method, key)], b"<Error/>")
+                if method == "PUT":
+                    store.objects[key] = body
+                    return self._send(200)
+                if key not in store.objects:
+                    return self._send(404, b"<Error>NoSuchKey</Error>")
+                return self._send(200, store.objects[key], {"Content-Type": "application/json"})
+
+            def do_GET(self) -> None:
+                self._handle("GET")
+
+            def do_PUT(self) -> None:
+                self._handle("PUT")
+
+            def log_message(self, *_: Any) -> None:
+                """Quiet."""
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self._thread.start()
+
+    def url(self, key: str) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}/bucket/{key}?X-Amz-Algorithm=fake&X-Amz-Signature={SIGNATURE}"
+
+    def puts(self) -> list[ObjectRequest]:
+        return [request for request in list(self.requests) if request.method == "PUT"]
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def canonical(document: Any) -> bytes:
+    return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+@dataclass
+class FakeItem:
+    work_id: str
+    capability: str
+    lease_seconds: int
+    status: str = "queued"
+    epoch: int = 0
+    #: answers renewal number n (1, 2, ...): None renews, else (status, error code)
+    on_renew: Callable[[int], tuple[int, str] | None] | None = None
+    renewals: int = 0
+
+    @property
+    def input_key(self) -> str:
+        return f"inputs/{self.work_id}.json"
+
+    def result_key(self) -> str:
+        return f"results/{self.work_id}/{self.epoch}.json"
+
+
+class FakeWork:
+    """The control plane's work queue, as far as a lease holder sees it: claim (oldest queued item,
+    else 204), renew, complete (checks the uploaded object's SHA-256 and size), fail. Records
+    every call with the time it arrived."""
+
+    def __init__(self, objects: ObjectServer) -> None:
+        self.objects = objects
+        self.items: dict[str, FakeItem] = {}
+        self.claims: list[int] = []
+        self.renewals: list[tuple[float, str, int]] = []
+        self.completions: list[tuple[str, dict[str, Any]]] = []
+        self.failures: list[tuple[str, dict[str, Any]]] = []
+        self.claim_times: list[float] = []
+        self._lock = threading.Lock()
+
+    def submit(
+        self, capability: str, document: dict[str, Any], *, lease_seconds: int = 10,
+        on_renew: Callable[[int], tuple[int, str] | None] | None = None,
+    ) -> FakeItem:
+        with self._lock:
+            item = FakeItem(f"work_{len(self.items) + 1:032x}", capability, lease_seconds, on_renew=on_renew)
+            self.objects.objects[item.input_key] = canonical(document)
+            self.items[item.work_id] = item
+            return item
+
+    def waiting(self) -> bool:
+        with self._lock:
+            return any(item.status == "queued" for item in self.items.values())
+
+    def reply(self, path: str, body: dict[str, Any]) -> Reply:
+        with self._lock:
+            if path == WORK_CLAIM:
+                return self._claim()
+            work_id, _, action = path[len(WORK_PREFIX):].partition("/")
+            item = self.items.get(work_id)
+            if item is None:
+                return error_reply(404, "work_not_found")
+            if item.status == "cancelled":
+                return error_reply(409, "work_cancelled")
+            if item.status != "leased" or body.get("epoch") != item.epoch:
+                return error_reply(409, "lease_lost")
+            return getattr(self, f"_{action}")(item, body)
+
+    def _claim(self) -> Reply:
+        self.claim_times.append(time.monotonic())
+        queued = [item for item in self.items.values() if item.status == "queued"]
+        if not queued:
+            self.claims.append(204)
+            return no_content_reply()
+        item = queued[0]
+        item.status, item.epoch = "leased", item.epoch + 1
+        self.claims.append(200)
+        return json_reply(200, {
+            "work_id": item.work_id,
+            "capability": item.capability,
+            "epoch": item.epoch,
+            "lease_seconds": item.lease_seconds,
+            "lease_expires_at": "2030-01-01T00:00:00Z",
+            "input_url": self.objects.url(item.input_key),
+            "result_upload_url": self.objects.url(item.result_key()),
+        })
+
+    def _renew(self, item: FakeItem, body: dict[str, Any]) -> Reply:
+        item.renewals += 1
+        self.renewals.append((time.monotonic(), item.work_id, body["epoch"]))
+        refusal = item.on_renew(item.renewals) if item.on_renew else None
+        if refusal is not None:
+            status, code = refusal
+            item.status = "cancelled" if code == "work_cancelled" else "leased_elsewhere"
+            return error_reply(status, code)
+        return json_reply(200, {"work_id": item.work_id, "status": "leased"})
+
+    def _complete(self, item: FakeItem, body: dict[str, Any]) -> Reply:
+        self.completions.append((item.work_id, body))
+        uploaded = self.objects.objects.get(item.result_key())
+        if uploaded is None:
+            return error_reply(409, "result_missing")
+        if hashlib.sha256(uploaded).hexdigest() != body["sha256"] or len(uploaded) != body["size"]:
+            return error_reply(409, "result_checksum_mismatch")
+        item.status = "succeeded"
+        return json_reply(200, {"work_id": item.work_id, "status": "succeeded"})
+
+    def _fail(self, item: FakeItem, body: dict[str, Any]) -> Reply:
+        self.failures.append((item.work_id, body))
+        # a real queue would offer a retryable failure again; each test here looks at one attempt
+        item.status = "failed"
+        return json_reply(200, {"work_id": item.work_id, "status": "queued" if body["retryable"] else "dead"})

@@ -172,9 +172,10 @@ def _online_cpu_agents(cp: ControlPlane) -> list[dict]:
 
 
 def test_local_up_with_cpu_agent_runs_an_enrolled_heartbeating_node_that_survives_restarts(tmp_path: Path) -> None:
-    """What the README's first quick-start command runs."""
+    """What the README's first quick-start command runs: the stack, the runtime worker and an agent
+    that serves the worker's capabilities and runs the work it is given."""
     port, data_dir, agent_state = free_port(), tmp_path / "plane", tmp_path / "agent"
-    args = ("--data-dir", str(data_dir), "--with-cpu-agent", str(agent_state))
+    args = ("--data-dir", str(data_dir), "--with-worker", str(tmp_path / "worker"), "--with-cpu-agent", str(agent_state))
     node_ids = []
     for attempt in range(2):
         env = {"MODELFORGE_ADMIN_TOKEN": ADMIN_TOKEN}
@@ -184,6 +185,15 @@ def test_local_up_with_cpu_agent_runs_an_enrolled_heartbeating_node_that_survive
             assert len(online) == 1, running.output()
             node_ids.append(online[0]["node_id"])
             assert len(cp.all_nodes()) == 1
+            submitted = cp.submit_work("diagnostic.echo", {"attempt": attempt})
+            assert submitted.status_code == 201, submitted.text
+
+            def finished() -> dict | None:
+                item = cp.work(submitted.json()["work_id"])
+                return item if item["status"] != "queued" and item["status"] != "leased" else None
+
+            done = wait_until(finished, 60, "the echo work done", interval=0.3, detail=running.output)
+            assert done["status"] == "succeeded" and done["node_id"] == node_ids[-1], done
         assert running.returncode == 0
         assert "agent_stopped" in running.output()
     assert node_ids[0] == node_ids[1]

@@ -69,6 +69,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="API connections served at once; more are answered 503 server_busy (default 256)",
     )
     up.add_argument(
+        "--with-worker",
+        type=Path,
+        metavar="WORKER_DIR",
+        help="also run the runtime worker (its own process) on WORKER_DIR/worker.sock, with its artifact and "
+        "quarantine roots in WORKER_DIR; the --with-cpu-agent agent uses it",
+    )
+    up.add_argument(
         "--with-cpu-agent",
         type=Path,
         metavar="STATE_DIR",
@@ -157,10 +164,13 @@ def run_local_up(args: argparse.Namespace) -> int:
         connection_timeout_seconds=args.connection_timeout,
         max_connections=args.max_connections,
     )
-    return serve(options, cpu_agent_state=args.with_cpu_agent)
+    if args.with_worker is not None and len(str(args.with_worker.resolve() / "worker.sock")) > 100:
+        print("modelforge: --with-worker: the socket path would be too long for a unix socket; use a shorter folder", file=sys.stderr)
+        return EXIT_CONFIG
+    return serve(options, cpu_agent_state=args.with_cpu_agent, worker_dir=args.with_worker)
 
 
-def serve(options: LocalOptions, cpu_agent_state: Path | None = None) -> int:
+def serve(options: LocalOptions, cpu_agent_state: Path | None = None, worker_dir: Path | None = None) -> int:
     """Start the local stack, print the ready line, and serve until SIGINT or SIGTERM."""
     from .http_server import load_app
     from .local_stack import LocalStack
@@ -187,21 +197,36 @@ def serve(options: LocalOptions, cpu_agent_state: Path | None = None) -> int:
     if stack.replayed_requests:
         print(f"restored {stack.replayed_requests} recorded emulator requests from {options.data_dir}", flush=True)
     print(f"modelforge control plane ready at {stack.api_url} (AWS emulator {stack.aws_endpoint_url})", flush=True)
-    agent = None
+    agent = worker = None
+    worker_url = None
+    if worker_dir is not None:
+        from . import dev_agent
+
+        try:
+            worker, worker_url = dev_agent.start_worker(worker_dir.resolve())
+        except (dev_agent.DevAgentError, OSError) as error:
+            print(f"modelforge: cannot start the runtime worker: {error}", file=sys.stderr)
+            stack.stop()
+            return EXIT_ERROR
+        print(f"runtime worker started (pid {worker.pid}, listening on {worker_url})", flush=True)
     if cpu_agent_state is not None:
         from . import dev_agent
 
         admin_token = os.environ.get("MODELFORGE_ADMIN_TOKEN") or stack.generated_admin_token
         try:
-            agent = dev_agent.start(stack.api_url, admin_token, cpu_agent_state)
+            agent = dev_agent.start(stack.api_url, admin_token, cpu_agent_state, worker_url)
         except (dev_agent.DevAgentError, OSError) as error:
             print(f"modelforge: cannot start the CPU agent: {error}", file=sys.stderr)
+            if worker is not None:
+                dev_agent.stop(worker)
             stack.stop()
             return EXIT_ERROR
         print(f"CPU node agent started (pid {agent.pid}, state in {cpu_agent_state})", flush=True)
     stopping.wait()
     if agent is not None:
         dev_agent.stop(agent)
+    if worker is not None:
+        dev_agent.stop(worker)
     stack.stop()
     print("modelforge control plane stopped", flush=True)
     return EXIT_OK

@@ -1,7 +1,8 @@
-"""A CPU-mode node agent beside `modelforge local up`, for the quick start.
+"""A CPU-mode node agent, and a runtime worker for it, beside `modelforge local up`, for the quick start.
 
-The agent runs as its own process, exactly as on a node (`python -m modelforge_node_agent.main`),
-enrolling once with a token minted over the API and keeping its identity in a state folder.
+Each runs as its own process, exactly as on a node (`python -m modelforge_node_agent.main`,
+`python -m modelforge_runtime_worker.main`): the agent enrolls once with a token minted over the
+API and keeps its identity in a state folder; the worker listens on a unix socket in its folder.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import requests
@@ -34,8 +36,37 @@ def _mint(api_url: str, admin_token: str) -> str:
     return str(response.json()["token"])
 
 
-def start(api_url: str, admin_token: str | None, state_dir: Path) -> subprocess.Popen:
-    """Start the agent; mint a token only when the state folder holds no identity yet."""
+#: How long the worker may take to load its models and listen.
+WORKER_START_SECONDS = 60
+
+
+def start_worker(worker_dir: Path) -> tuple[subprocess.Popen, str]:
+    """Start the runtime worker on ``worker_dir/worker.sock`` and wait until it listens; the
+    process and the URL the agent reaches it at."""
+    worker_dir.mkdir(parents=True, exist_ok=True)
+    socket_path = worker_dir / "worker.sock"
+    url = f"unix://{socket_path}"
+    env = {
+        **os.environ,
+        "MODELFORGE_WORKER_LISTEN": url,
+        "MODELFORGE_WORKER_ARTIFACT_ROOT": str(worker_dir / "artifacts"),
+        "MODELFORGE_WORKER_QUARANTINE_ROOT": str(worker_dir / "quarantine"),
+    }
+    process = subprocess.Popen([sys.executable, "-m", "modelforge_runtime_worker.main"], env=env, stdin=subprocess.DEVNULL)
+    deadline = time.monotonic() + WORKER_START_SECONDS
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise DevAgentError(f"the runtime worker exited with status {process.returncode} (its log is above)")
+        if socket_path.is_socket():
+            return process, url
+        time.sleep(0.1)
+    stop(process)
+    raise DevAgentError(f"the runtime worker did not listen on {socket_path} within {WORKER_START_SECONDS} s")
+
+
+def start(api_url: str, admin_token: str | None, state_dir: Path, worker_url: str | None = None) -> subprocess.Popen:
+    """Start the agent (using the worker at ``worker_url``, when given); mint a token only when the
+    state folder holds no identity yet."""
     env = {
         **os.environ,
         "MODELFORGE_AGENT_CONTROL_PLANE_URL": api_url,
@@ -44,6 +75,8 @@ def start(api_url: str, admin_token: str | None, state_dir: Path) -> subprocess.
         "MODELFORGE_AGENT_HOSTNAME": os.environ.get("MODELFORGE_AGENT_HOSTNAME", "local-cpu-agent"),
     }
     env.pop("MODELFORGE_AGENT_ENROLLMENT_TOKEN", None)
+    if worker_url is not None:
+        env["MODELFORGE_AGENT_WORKER_URL"] = worker_url
     if not (state_dir / IDENTITY_FILE).exists():
         if not admin_token:
             raise DevAgentError("set MODELFORGE_ADMIN_TOKEN (not only its SHA-256) so a token can be minted for the agent")
