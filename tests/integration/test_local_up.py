@@ -171,6 +171,11 @@ def _online_cpu_agents(cp: ControlPlane) -> list[dict]:
     return [node for node in cp.all_nodes() if node["status"] == "online" and node["hostname"] == "local-cpu-agent"]
 
 
+def _finished_work(cp: ControlPlane, work_id: str) -> dict | None:
+    item = cp.work(work_id)
+    return item if item["status"] not in ("queued", "leased") else None
+
+
 def test_local_up_with_cpu_agent_runs_an_enrolled_heartbeating_node_that_survives_restarts(tmp_path: Path) -> None:
     """What the README's first quick-start command runs: the stack, the runtime worker and an agent
     that serves the worker's capabilities and runs the work it is given."""
@@ -187,12 +192,9 @@ def test_local_up_with_cpu_agent_runs_an_enrolled_heartbeating_node_that_survive
             assert len(cp.all_nodes()) == 1
             submitted = cp.submit_work("diagnostic.echo", {"attempt": attempt})
             assert submitted.status_code == 201, submitted.text
-
-            def finished() -> dict | None:
-                item = cp.work(submitted.json()["work_id"])
-                return item if item["status"] != "queued" and item["status"] != "leased" else None
-
-            done = wait_until(finished, 60, "the echo work done", interval=0.3, detail=running.output)
+            done = wait_until(
+                partial(_finished_work, cp, submitted.json()["work_id"]), 60, "the echo work done", interval=0.3, detail=running.output
+            )
             assert done["status"] == "succeeded" and done["node_id"] == node_ids[-1], done
         assert running.returncode == 0
         assert "agent_stopped" in running.output()
