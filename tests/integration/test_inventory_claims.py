@@ -172,8 +172,8 @@ def test_concurrent_reports_of_one_gpu_by_two_nodes_lose_no_flag(stack, cp: Cont
 def _events(stack: Any, event_type: str) -> list[dict[str, Any]]:
     import json
 
-    from tests.support.snapshots import bucket_objects
+    from tests.support.snapshots import state_log_objects
 
-    objects = bucket_objects(stack.aws_endpoint_url, stack.names["MODELFORGE_STATE_LOG_BUCKET"])
+    objects = state_log_objects(stack.aws_endpoint_url, stack.names["MODELFORGE_STATE_LOG_BUCKET"])
     events = [json.loads(raw) for raw in objects.values()]
     return [event for event in events if event["type"] == event_type]

@@ -13,7 +13,7 @@ from tests.conftest import ADMIN_TOKEN
 from tests.support.api import ControlPlane
 from tests.support.polling import wait_until
 from tests.support.processes import start_local_up
-from tests.support.snapshots import bucket_objects
+from tests.support.snapshots import state_log_objects
 
 STALE, OFFLINE, SWEEP = 3, 6, 1
 #: scheduling slack on a loaded 2-core machine, on top of one sweep interval
@@ -25,7 +25,7 @@ def _epoch(iso: str) -> float:
 
 
 def _transitions(emulator_url: str, node_id: str) -> list[dict]:
-    events = [json.loads(body) for body in bucket_objects(emulator_url, "modelforge-state-log").values()]
+    events = [json.loads(body) for body in state_log_objects(emulator_url, "modelforge-state-log").values()]
     found = [e for e in events if e["type"] == "node.liveness_changed" and e["subject"]["node_id"] == node_id]
     return sorted(found, key=lambda event: event["occurred_at"])
 

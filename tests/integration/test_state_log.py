@@ -18,7 +18,7 @@ from modelforge_cli.replay import TABLE_ENV
 from tests.support.api import AgentIdentity, ControlPlane, gpu_inventory
 from tests.support.polling import wait_until
 from tests.support.processes import cli_command, run_to_exit, start_local_up
-from tests.support.snapshots import bucket_objects, scan_table
+from tests.support.snapshots import scan_table, state_log_objects
 
 
 def _scenario(cp: ControlPlane) -> None:
@@ -49,7 +49,7 @@ def _outbox_payloads(stack) -> dict[str, str]:  # type: ignore[no-untyped-def]
 def test_every_outbox_event_lands_in_s3_once_under_its_event_id(stack, cp: ControlPlane) -> None:
     _scenario(cp)
     stack.drain_state_log()
-    objects = bucket_objects(stack.aws_endpoint_url, stack.names["MODELFORGE_STATE_LOG_BUCKET"])
+    objects = state_log_objects(stack.aws_endpoint_url, stack.names["MODELFORGE_STATE_LOG_BUCKET"])
     outbox = _outbox_payloads(stack)
     assert {f"events/{event_id}.json" for event_id in outbox} == set(objects)
     for event_id, payload in outbox.items():
@@ -147,7 +147,7 @@ def test_log_replay_rebuilds_tables_equal_to_the_live_ones(tmp_path, monkeypatch
 def _wait_until_shipped(endpoint: str, names: dict[str, str]) -> None:
     def shipped() -> bool:
         outbox = scan_table(endpoint, names["MODELFORGE_OUTBOX_TABLE"])
-        return len(bucket_objects(endpoint, names["MODELFORGE_STATE_LOG_BUCKET"])) == len(outbox)
+        return len(state_log_objects(endpoint, names["MODELFORGE_STATE_LOG_BUCKET"])) == len(outbox)
 
     wait_until(shipped, 30, "the state log to catch up with the outbox", interval=0.2)
 
@@ -209,8 +209,39 @@ def _sweep_scenario(cp: ControlPlane, endpoint: str, names: dict[str, str]) -> N
     assert [r["transitioned"] for r in reports] == [0, 0, online, online]
 
 
+def _work_scenario(cp: ControlPlane) -> None:
+    """Work in every state: succeeded (after a renewal), re-queued after a failure, cancelled,
+    dead, and one left leased for the sweeps below to take back."""
+    import hashlib
+
+    import requests
+
+    node = cp.worker_node(("cpu", "diagnostic.echo"))
+    assert cp.heartbeat(node).status_code == 200
+    items = [cp.submit_work("diagnostic.echo", {"n": n}, lease_seconds=10, max_attempts=2).json() for n in range(5)]
+    claims = []
+    for _ in items[:4]:
+        answer = cp.claim(node)
+        assert answer.status_code == 200, answer.text
+        claims.append(answer.json())
+    done, failed, dead, left = claims
+    assert cp.lease_call(node, done["work_id"], "renew", {"epoch": done["epoch"]}).status_code == 200
+    body = b'{"ok":true}'
+    assert requests.put(done["result_upload_url"], data=body, timeout=30).status_code == 200
+    finish = {"epoch": done["epoch"], "sha256": hashlib.sha256(body).hexdigest(), "size": len(body)}
+    assert cp.lease_call(node, done["work_id"], "complete", finish).status_code == 200
+    retry = {"epoch": failed["epoch"], "reason": "flaky", "retryable": True}
+    assert cp.lease_call(node, failed["work_id"], "fail", retry).status_code == 200
+    final = {"epoch": dead["epoch"], "reason": "bad input", "retryable": False}
+    assert cp.lease_call(node, dead["work_id"], "fail", final).status_code == 200
+    queued = next(item for item in items if item["work_id"] not in {c["work_id"] for c in claims})
+    assert cp.admin("POST", f"/api/v1/admin/work/{queued['work_id']}/cancel").status_code == 200
+    assert left["work_id"]  # stays leased: its lease expires in the sweeps of _sweep_scenario
+
+
 def _replay_and_compare(cp: ControlPlane, endpoint: str) -> None:
     _scenario(cp)
+    _work_scenario(cp)
     shared = gpu_inventory(1)
     twins = [AgentIdentity(), AgentIdentity()]
     for twin in twins:  # duplicate flags and GPU claims are state too
@@ -218,7 +249,7 @@ def _replay_and_compare(cp: ControlPlane, endpoint: str) -> None:
     live_names = provision.resource_names("modelforge")
     _sweep_scenario(cp, endpoint, live_names)
     _wait_until_shipped(endpoint, live_names)
-    logged = [json.loads(body) for body in bucket_objects(endpoint, live_names["MODELFORGE_STATE_LOG_BUCKET"]).values()]
+    logged = [json.loads(body) for body in state_log_objects(endpoint, live_names["MODELFORGE_STATE_LOG_BUCKET"]).values()]
     assert {"sweep.mass_stale_held", "sweep.mass_stale_released", "sweep.online_counter_repaired"} <= {
         event["type"] for event in logged
     }
@@ -244,6 +275,7 @@ def _replay_and_compare(cp: ControlPlane, endpoint: str) -> None:
         ("MODELFORGE_INVENTORIES_TABLE", ()),
         ("MODELFORGE_GPU_CLAIMS_TABLE", ()),
         ("MODELFORGE_CONTROL_TABLE", ()),  # the online-node counter (repaired once) and the hold
+        ("MODELFORGE_WORK_TABLE", ()),  # every work state, lease renewals included
     ):
         live = scan_table(endpoint, live_names[var])
         rebuilt = scan_table(endpoint, target[var])

@@ -28,13 +28,18 @@ def scan_table(endpoint_url: str, table: str) -> list[dict[str, Any]]:
     return items
 
 
-def bucket_objects(endpoint_url: str, bucket: str) -> dict[str, bytes]:
+def bucket_objects(endpoint_url: str, bucket: str, prefix: str = "") -> dict[str, bytes]:
     s3 = _client("s3", endpoint_url)
     objects = {}
-    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket):
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
         for entry in page.get("Contents", []):
             objects[entry["Key"]] = s3.get_object(Bucket=bucket, Key=entry["Key"])["Body"].read()
     return objects
+
+
+def state_log_objects(endpoint_url: str, bucket: str) -> dict[str, bytes]:
+    """The state log's event objects (the bucket also holds work inputs and results)."""
+    return bucket_objects(endpoint_url, bucket, resources.STATE_LOG_PREFIX)
 
 
 def state(endpoint_url: str, names: dict[str, str]) -> dict[str, Any]:
