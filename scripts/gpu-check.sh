@@ -6,7 +6,10 @@
 #
 #   1. the bounded preflight, `python -m modelforge_node_agent.main --preflight --json`, in nvidia
 #      mode: it must exit 0 and list every GPU with telemetry (exit 3 = preflight failed);
-#   2. when the `modelforge` command line is installed: a local control plane on 127.0.0.1 (a free
+#   2. when the runtime worker is installed: the worker with MODELFORGE_WORKER_DEVICE=cuda on a unix
+#      socket in a temporary folder, one `ocr` job of a rendered PNG through its API; it must report
+#      device "cuda" and read the text (GPU_CHECK_WORKER_DEVICE=auto accepts the CPU, to see why not);
+#   3. when the `modelforge` command line is installed: a local control plane on 127.0.0.1 (a free
 #      port chosen here), a one-time enrollment token minted with the admin token, the agent in
 #      nvidia mode enrolling with a fresh state volume and heartbeating every 2 s for ~10 s, and
 #      GET /api/v1/admin/nodes, which must show one online node whose inventory and telemetry cover
@@ -25,9 +28,11 @@ if [ -z "${PYTHON:-}" ]; then
   if [ -x "$ROOT/.venv/bin/python" ]; then PYTHON="$ROOT/.venv/bin/python"; else PYTHON=python3; fi
 fi
 AGENT_SECONDS="${GPU_CHECK_AGENT_SECONDS:-10}"
+WORKER_DEVICE="${GPU_CHECK_WORKER_DEVICE:-cuda}"
 WORK="$(mktemp -d)"
 CP_PID=""
 AGENT_PID=""
+WORKER_PID=""
 
 say() { echo "gpu-check: $*"; }
 die() {
@@ -56,9 +61,10 @@ stop_pid() {
 cleanup() {
   local rc=$?
   stop_pid "$AGENT_PID"
+  stop_pid "$WORKER_PID"
   stop_pid "$CP_PID"
   if [ "$rc" -ne 0 ]; then
-    for log in "$WORK/agent.log" "$WORK/local-up.log"; do
+    for log in "$WORK/agent.log" "$WORK/worker.log" "$WORK/local-up.log"; do
       if [ -s "$log" ]; then
         echo "--- last lines of $(basename "$log")" >&2
         tail -n 30 "$log" >&2
@@ -91,7 +97,51 @@ json_query 'assert doc.get("ok", True) is True and doc["gpus"] and len(doc["tele
   "$WORK/preflight.json" || die "the preflight JSON does not list GPUs with telemetry for each"
 say "preflight passed"
 
-# --- 2. enrollment and heartbeats against a local control plane ----------------------------------
+# --- 2. one OCR job on the runtime worker, on CUDA -------------------------------------------------
+
+if "$PYTHON" -c "import modelforge_runtime_worker" 2>/dev/null; then
+  say "runtime worker: one ocr job with MODELFORGE_WORKER_DEVICE=$WORKER_DEVICE"
+  MODELFORGE_WORKER_LISTEN="unix://$WORK/worker.sock" \
+    MODELFORGE_WORKER_ARTIFACT_ROOT="$WORK/artifacts" \
+    MODELFORGE_WORKER_QUARANTINE_ROOT="$WORK/quarantine" \
+    MODELFORGE_WORKER_DEVICE="$WORKER_DEVICE" PYTHONUNBUFFERED=1 \
+    "$PYTHON" -m modelforge_runtime_worker.main >"$WORK/worker.log" 2>&1 </dev/null &
+  WORKER_PID=$!
+  for _ in $(seq 600); do # up to 60 s
+    [ -S "$WORK/worker.sock" ] && break
+    kill -0 "$WORKER_PID" 2>/dev/null || die "the runtime worker exited before it listened (see its log)"
+    sleep 0.1
+  done
+  [ -S "$WORK/worker.sock" ] || die "the runtime worker did not listen within 60 s"
+  "$PYTHON" - "$WORK/worker.sock" "$WORKER_DEVICE" <<'PY' || die "the ocr job did not run as expected on the worker"
+import base64, io, json, re, sys
+from PIL import Image, ImageDraw, ImageFont
+from modelforge_runtime_worker.client import WorkerClient
+
+socket_path, wanted = sys.argv[1], sys.argv[2]
+client = WorkerClient(f"unix://{socket_path}", timeout=300)
+status = client.status().body
+print(json.dumps({"healthy": status["healthy"], "capabilities": status["capabilities"]}, indent=2))
+image = Image.new("RGB", (900, 120), "white")
+ImageDraw.Draw(image).text((20, 30), "MODELFORGE 2026", fill="black", font=ImageFont.load_default(size=56))
+png = io.BytesIO()
+image.save(png, "PNG")
+answer = client.run("ocr", {"image_base64": base64.b64encode(png.getvalue()).decode()})
+assert answer.status == 200, f"HTTP {answer.status}: {answer.body}"
+result = answer.body["result"]
+text = " ".join(line["text"] for line in result["lines"])
+print(f"device: {result['device']}  duration_ms: {result['duration_ms']}  text: {text!r}")
+assert "MODELFORGE2026" in re.sub(r"\s+", "", text).upper(), "the text was not read"
+assert wanted != "cuda" or result["device"] == "cuda", "the job ran on the CPU (install onnxruntime-gpu in this venv)"
+PY
+  stop_pid "$WORKER_PID"
+  WORKER_PID=""
+  say "runtime worker passed"
+else
+  say "the runtime worker is not installed; skipping the ocr check"
+fi
+
+# --- 3. enrollment and heartbeats against a local control plane ----------------------------------
 
 MODELFORGE="$(command -v modelforge || true)"
 if [ -z "$MODELFORGE" ] && [ -x "$ROOT/.venv/bin/modelforge" ]; then MODELFORGE="$ROOT/.venv/bin/modelforge"; fi
