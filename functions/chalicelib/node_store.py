@@ -21,7 +21,7 @@ from .update_actions import update_actions
 _LOGGED_ON_TRANSITION = ("liveness", "liveness_shard", "liveness_changed_at", "last_heartbeat_at")
 
 
-def _holds_credential(credential_sha256: str) -> Any:
+def holds_credential(credential_sha256: str) -> Any:
     # the presented credential is the node's credential, and it has not been revoked
     return (NodeModel.credential_sha256 == credential_sha256) & (NodeModel.credential_state == "active")
 
@@ -29,7 +29,12 @@ def _holds_credential(credential_sha256: str) -> Any:
 def online_now(now: float, stale_after: int) -> Any:
     """The condition any write that assigns work to a node must carry: the node is online by
     its persisted state *and* by the age of its last heartbeat at the moment of the write."""
-    return (NodeModel.liveness == "online") & (NodeModel.last_heartbeat_at > now - stale_after)
+    return heartbeat_after(now - stale_after)
+
+
+def heartbeat_after(cutoff: float) -> Any:
+    """``online_now`` with the cutoff computed: persisted online, last heartbeat after ``cutoff``."""
+    return (NodeModel.liveness == "online") & (NodeModel.last_heartbeat_at > cutoff)
 
 
 def both_sides(node_id: str, partners: list[str]) -> list[tuple[str, set[str]]]:
@@ -95,7 +100,7 @@ class DynamoNodeStore:
             node.update(
                 actions=update_actions(NodeModel, values),
                 condition=(
-                    _holds_credential(credential_sha256)
+                    holds_credential(credential_sha256)
                     # an online node stays online: no transition, nothing to log
                     & (NodeModel.liveness == "online")
                 ),
@@ -115,7 +120,7 @@ class DynamoNodeStore:
             NodeModel(node_id),
             values,
             (
-                _holds_credential(credential_sha256)
+                holds_credential(credential_sha256)
                 # nobody changed the liveness since we read it
                 & (NodeModel.liveness == previous_liveness)
             ),
@@ -179,7 +184,7 @@ class DynamoNodeStore:
             transaction.update(
                 NodeModel(node_id),
                 actions=update_actions(NodeModel, node_values),
-                condition=_holds_credential(credential_sha256),
+                condition=holds_credential(credential_sha256),
             )
             transaction.update(
                 InventoryModel(node_id),

@@ -15,6 +15,8 @@ from pynamodb.transactions import TransactWrite
 
 from .item_records import item_of, record_of
 from .models import NodeModel, OutboxModel, WorkModel
+from .node_store import heartbeat_after as online_since
+from .node_store import holds_credential as _holds_credential
 from .records import Event, WorkItem
 from .state_log import event_item, put_change, update_change
 from .stores import PageKey, WorkGuard
@@ -34,10 +36,6 @@ def _guard_condition(guard: WorkGuard) -> Any:
     if guard.lease_expired_by is not None:
         condition &= WorkModel.lease_expires_at <= guard.lease_expired_by
     return condition
-
-
-def _holds_credential(credential_sha256: str) -> Any:
-    return (NodeModel.credential_sha256 == credential_sha256) & (NodeModel.credential_state == "active")
 
 
 class DynamoWorkStore:
@@ -108,11 +106,7 @@ class DynamoWorkStore:
                 node_id,
                 # the caller is this node, its credential is active, and it is online now: by its
                 # persisted state and by the age of its last heartbeat, at the moment of the write
-                condition=(
-                    _holds_credential(credential_sha256)
-                    & (NodeModel.liveness == "online")
-                    & (NodeModel.last_heartbeat_at > heartbeat_after)
-                ),
+                condition=_holds_credential(credential_sha256) & online_since(heartbeat_after),
             )
             transaction.save(outbox, condition=OutboxModel.event_id.does_not_exist())
 

@@ -86,6 +86,14 @@ def test_ocr_work_runs_on_a_real_worker_and_a_tampered_model_is_quarantined(tmp_
             assert result["device"] == "cpu" and len(result["model_sha256"]) == 64
             assert done["node_id"] == _node(cp)["node_id"] and done["attempts"] == 1
 
+            # an image the control plane accepts (PNG signature) but nobody can decode: the worker
+            # refuses it and the work ends dead at once with the reason, not retried
+            broken = cp.submit_work("ocr", {"image_base64": b64(b"\x89PNG\r\n\x1a\n" + b"not really a png")}).json()
+            refused = _work_done(cp, broken["work_id"], 60)
+            assert refused["status"] == "dead" and refused["attempts"] == 1, refused
+            (error,) = refused["errors"]
+            assert error["retryable"] is False and "image" in error["reason"].lower(), error
+
             # tamper with a model file, restart the worker: quarantined, and ocr is not offered
             assert worker.stop(signal.SIGTERM) == 0
             model = sorted((worker_root / "artifacts").rglob("*rec*.onnx"))[0]
