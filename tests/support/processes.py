@@ -89,9 +89,11 @@ class LoggedProcess:
         self._close()
         return code
 
-    def stop(self, signum: int = signal.SIGTERM, timeout: float = 10) -> int:
+    def stop(self, signum: int = signal.SIGTERM, timeout: float = 30) -> int:
         """Stop it with ``signum`` and return its exit status; killed (a negative status) after
-        ``timeout`` s, so a cleanup never raises over the failure that led to it."""
+        ``timeout`` s, so a cleanup never raises over the failure that led to it. The default
+        leaves room for a loaded 2-core CI machine: `local up` with an agent and a worker stops
+        each of them in turn (seconds when idle)."""
         if self.process.poll() is None:
             self.process.send_signal(signum)
         try:
