@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import secrets
 import signal
@@ -18,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Mapping
 from urllib.parse import urlparse
 
 LOOPBACK = "127.0.0.1"
@@ -289,6 +290,27 @@ def wait_for(
 
 
 # --- in-process local stack ----------------------------------------------------------------
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100) of a non-empty list."""
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[min(rank, len(ordered)) - 1]
+
+
+def app_operations(snapshot: Mapping[str, int]) -> dict[str, int]:
+    """Emulator counters without the local stream poller's traffic."""
+    return {name: count for name, count in snapshot.items() if not name.startswith("poller:")}
+
+
+def format_ops(ops: Mapping[str, float]) -> str:
+    """``GetItem=1, Query=0.5`` (sorted; "(none)" when empty)."""
+    return ", ".join(f"{name}={value:.2f}".rstrip("0").rstrip(".") for name, value in sorted(ops.items())) or "(none)"
+
+
+def brief(text: str, limit: int = 300) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def prepare_stack_environment(log_level: str, *, keep_thresholds: bool) -> None:

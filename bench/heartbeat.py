@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 import os
 import secrets
 import sys
@@ -60,20 +59,7 @@ REQUEST_TIMEOUT_SECONDS = 10
 # --- small helpers -------------------------------------------------------------------------
 
 
-def percentile(values: list[float], q: float) -> float:
-    """Nearest-rank percentile (q in 0..100) of a non-empty list."""
-    ordered = sorted(values)
-    rank = max(1, math.ceil(q / 100 * len(ordered)))
-    return ordered[min(rank, len(ordered)) - 1]
 
-
-def app_operations(snapshot: Mapping[str, int]) -> dict[str, int]:
-    """Emulator counters without the local stream poller's traffic."""
-    return {name: count for name, count in snapshot.items() if not name.startswith("poller:")}
-
-
-def brief(text: str, limit: int = 300) -> str:
-    return text if len(text) <= limit else text[:limit] + "..."
 
 
 class AccessLogCapture(logging.Handler):
@@ -238,7 +224,7 @@ def enroll_nodes(base_url: str, count: int, gpus: int, capabilities: list[str] |
             json={"display_name": f"bench node {index:03d}", "expires_in_seconds": 900},
         )
         if minted.status_code != 201:
-            raise BenchFailure(f"minting an enrollment token answered {minted.status_code}: {brief(minted.text)}")
+            raise BenchFailure(f"minting an enrollment token answered {minted.status_code}: {_support.brief(minted.text)}")
         response = client.enroll(
             minted.json()["token"],
             identity,
@@ -250,10 +236,10 @@ def enroll_nodes(base_url: str, count: int, gpus: int, capabilities: list[str] |
             },
         )
         if response.status_code != 201:
-            raise BenchFailure(f"enrolling node {index} answered {response.status_code}: {brief(response.text)}")
+            raise BenchFailure(f"enrolling node {index} answered {response.status_code}: {_support.brief(response.text)}")
         beat = client.heartbeat(identity, gpus=gpus)
         if beat.status_code != 200 or beat.json().get("status") != "online":
-            raise BenchFailure(f"first heartbeat of node {index} answered {beat.status_code}: {brief(beat.text)}")
+            raise BenchFailure(f"first heartbeat of node {index} answered {beat.status_code}: {_support.brief(beat.text)}")
         return Node(identity=identity, client=client)
 
     # one at a time: on a couple of cores, concurrent enrollment only adds GIL contention
@@ -264,7 +250,7 @@ def heartbeat_once(node: Node, gpus: int) -> None:
     response = node.client.heartbeat(node.identity, gpus=gpus)
     if response.status_code != 200:
         raise BenchFailure(
-            f"heartbeat of {node.identity.node_id} answered {response.status_code}: {brief(response.text)}"
+            f"heartbeat of {node.identity.node_id} answered {response.status_code}: {_support.brief(response.text)}"
         )
 
 
@@ -363,30 +349,30 @@ def work_hint_reads(stack: Any, args: argparse.Namespace) -> list[str]:
         if queued:
             submitted = admin.submit_work("diagnostic.echo", {"bench": "hint"})
             if submitted.status_code != 201:
-                raise BenchFailure(f"submitting work answered {submitted.status_code}: {brief(submitted.text)}")
+                raise BenchFailure(f"submitting work answered {submitted.status_code}: {_support.brief(submitted.text)}")
         stack.drain_state_log()
         # let the instance's memory of the queue (the hint's cache) expire, so this phase pays for
         # its own reads: at most one Query per work capability per TTL
         time.sleep(HINT_TTL_SECONDS + 0.5)
-        before = app_operations(stack.aws_operations())
+        before = _support.app_operations(stack.aws_operations())
         began = time.monotonic()
         hinted = 0
         for count in range(args.cost_heartbeats):
             response = nodes[count % len(nodes)].client.heartbeat(nodes[count % len(nodes)].identity, gpus=args.gpus)
             if response.status_code != 200:
-                raise BenchFailure(f"heartbeat answered {response.status_code}: {brief(response.text)}")
+                raise BenchFailure(f"heartbeat answered {response.status_code}: {_support.brief(response.text)}")
             hinted += bool(response.json().get("work_waiting"))
         seconds = time.monotonic() - began
         stack.drain_state_log()
-        delta = operations_delta(before, app_operations(stack.aws_operations()))
+        delta = operations_delta(before, _support.app_operations(stack.aws_operations()))
         reads = sum(count for name, count in delta.items() if name in ("Query", "GetItem", "Scan", "BatchGetItem"))
         print(
-            f"    {label}: {_format_ops({name: n / args.cost_heartbeats for name, n in delta.items()})} per heartbeat;"
+            f"    {label}: {_support.format_ops({name: n / args.cost_heartbeats for name, n in delta.items()})} per heartbeat;"
             f" reads {reads / args.cost_heartbeats:.3f} per heartbeat ({reads} in {seconds:.1f} s);"
             f" work_waiting in {hinted} of {args.cost_heartbeats} answers"
         )
         if delta.get("UpdateItem") != args.cost_heartbeats:
-            problems.append(f"heartbeats of worker nodes ({label.strip()}) did not cost one UpdateItem each: {_format_ops(delta)}")
+            problems.append(f"heartbeats of worker nodes ({label.strip()}) did not cost one UpdateItem each: {_support.format_ops(delta)}")
         if queued and hinted == 0:
             problems.append("no heartbeat answer hinted at the queued work")
     print(f"    (the hint reads each work capability's queue at most once per {HINT_TTL_SECONDS:g} s per function instance)")
@@ -396,9 +382,6 @@ def work_hint_reads(stack: Any, args: argparse.Namespace) -> list[str]:
         nodes[0].client.lease_call(nodes[0].identity, body["work_id"], "fail", {"epoch": body["epoch"], "reason": "bench", "retryable": False})
     return problems
 
-
-def _format_ops(ops: Mapping[str, float]) -> str:
-    return ", ".join(f"{name}={value:g}" for name, value in sorted(ops.items())) or "(none)"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -433,14 +416,14 @@ def run(args: argparse.Namespace) -> int:
         capture.take()
 
         # 1. AWS calls per steady-state heartbeat ------------------------------------------
-        before = app_operations(stack.aws_operations())
+        before = _support.app_operations(stack.aws_operations())
         sequential_client_ms: list[float] = []
         for count in range(args.cost_heartbeats):
             began = time.perf_counter()
             heartbeat_once(nodes[count % len(nodes)], args.gpus)
             sequential_client_ms.append((time.perf_counter() - began) * 1000)
         stack.drain_state_log()  # any state-log event a heartbeat wrote is shipped (S3) and counted now
-        delta = operations_delta(before, app_operations(stack.aws_operations()))
+        delta = operations_delta(before, _support.app_operations(stack.aws_operations()))
         sequential_server_ms = capture.take()
         per_heartbeat = {name: count / args.cost_heartbeats for name, count in delta.items()}
         s3_calls = sum(count for name, count in delta.items() if name.startswith("S3:"))
@@ -449,13 +432,13 @@ def run(args: argparse.Namespace) -> int:
             "[1] AWS calls per steady-state heartbeat"
             f" (app traffic, over {args.cost_heartbeats} sequential heartbeats)"
         )
-        print(f"    totals:        {_format_ops(delta)}")
-        print(f"    per heartbeat: {_format_ops(per_heartbeat)}")
+        print(f"    totals:        {_support.format_ops(delta)}")
+        print(f"    per heartbeat: {_support.format_ops(per_heartbeat)}")
         print(f"    S3 calls:      {s3_calls}")
         if delta == {"UpdateItem": args.cost_heartbeats}:
             print("    as expected:   1 UpdateItem, no S3 write")
         else:
-            problems.append(f"steady-state heartbeat made {_format_ops(per_heartbeat)} per heartbeat, not 1 UpdateItem")
+            problems.append(f"steady-state heartbeat made {_support.format_ops(per_heartbeat)} per heartbeat, not 1 UpdateItem")
             print("    UNEXPECTED:    expected exactly 1 UpdateItem and nothing else per heartbeat")
 
         # 1b. the work hint: reads per heartbeat of nodes with a runtime worker -------------
@@ -500,19 +483,19 @@ def run(args: argparse.Namespace) -> int:
             print("    NOTE: the node item is over 1 KB, so each heartbeat costs more than one write unit")
 
         # 3. throughput ----------------------------------------------------------------------
-        before = app_operations(stack.aws_operations())
+        before = _support.app_operations(stack.aws_operations())
         http = run_concurrently([lambda node=node: heartbeat_once(node, args.gpus) for node in nodes], args.seconds)
         stack.drain_state_log()
-        http_delta = operations_delta(before, app_operations(stack.aws_operations()))
+        http_delta = operations_delta(before, _support.app_operations(stack.aws_operations()))
         loaded_server_ms = capture.take()
         if http_delta != {"UpdateItem": http.calls}:
-            problems.append(f"{http.calls} concurrent heartbeats made {_format_ops(http_delta)}")
+            problems.append(f"{http.calls} concurrent heartbeats made {_support.format_ops(http_delta)}")
         raw = raw_update_item_rate(endpoint, len(nodes), args.seconds, node_item)
         print()
         print(f"[3] Throughput, {len(nodes)} concurrent clients, {args.seconds:g} s each (one process, loopback)")
         print(
             f"    heartbeats via the HTTP API:     {http.rate:8.1f} /s  ({http.calls} in {http.elapsed:.2f} s;"
-            f" emulator saw {_format_ops(http_delta)})"
+            f" emulator saw {_support.format_ops(http_delta)})"
         )
         print(
             f"    raw emulator UpdateItem (boto3): {raw.rate:8.1f} /s  ({raw.calls} in {raw.elapsed:.2f} s;"
@@ -536,7 +519,7 @@ def run(args: argparse.Namespace) -> int:
         ]
         for side, label, values in rows:
             figures = (
-                f"{percentile(values, 50):8.2f} / {percentile(values, 99):8.2f}  (n={len(values)})"
+                f"{_support.percentile(values, 50):8.2f} / {_support.percentile(values, 99):8.2f}  (n={len(values)})"
                 if values
                 else "no samples"
             )

@@ -101,12 +101,6 @@ class Figures:
     elapsed: float
 
 
-def percentile(values: list[float], fraction: float) -> float:
-    """Nearest-rank percentile (p99 of 30 values is the largest)."""
-    ordered = sorted(values)
-    rank = max(1, min(len(ordered), int(-(-fraction * len(ordered) // 1))))
-    return ordered[rank - 1]
-
 
 def measure(device: str, args: argparse.Namespace, scratch: Path, children: list[Child], body: bytes, texts: list[str]) -> Figures:
     from modelforge_runtime_worker.client import WorkerClient
@@ -199,8 +193,8 @@ def run(args: argparse.Namespace, children: list[Child], scratch: Path) -> int:
     for row in rows:
         count = len(row.latencies_ms)
         rate = count / (sum(row.latencies_ms) / 1000)
-        print(f"{row.device:<7}{count:>7}{row.elapsed:>9.1f}{rate:>10.2f}{percentile(row.latencies_ms, 0.5):>9.0f}"
-              f"{percentile(row.latencies_ms, 0.99):>9.0f}{percentile(row.worker_ms, 0.5):>15.0f}")
+        print(f"{row.device:<7}{count:>7}{row.elapsed:>9.1f}{rate:>10.2f}{_support.percentile(row.latencies_ms, 50):>9.0f}"
+              f"{_support.percentile(row.latencies_ms, 99):>9.0f}{_support.percentile(row.worker_ms, 50):>15.0f}")
     if not offered:
         print(f"{'cuda':<7}skipped: {why}")
     return 0
