@@ -313,3 +313,12 @@ def test_an_oversized_submission_is_refused_before_it_is_read(stack, cp: Control
 
 def body_of(document: dict[str, Any]) -> dict[str, Any]:
     return document
+
+
+def test_a_claim_takes_the_oldest_queued_item(stack, cp: ControlPlane) -> None:  # type: ignore[no-untyped-def]
+    node = _online(cp)
+    while (response := cp.claim(node)).status_code == 200:  # what earlier tests left queued
+        _finish(cp, node, response.json())
+    first, second = _submitted(cp), _submitted(cp)
+    assert cp.claim(node).json()["work_id"] == first["work_id"]
+    assert cp.claim(node).json()["work_id"] == second["work_id"]

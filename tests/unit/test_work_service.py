@@ -41,9 +41,9 @@ def stores() -> MemoryStores:
 
 @pytest.fixture(autouse=True)
 def oldest_first(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A claim tries its window of candidates in random order; these tests fix the order (the
-    window's own order: oldest first) so each names the item it expects. The random spread has
-    tests of its own, which undo this."""
+    """After the oldest, a claim tries the rest of its window in random order; these tests fix the
+    order (the window's own order: oldest first) so each names the item it expects. The random
+    spread has tests of its own, which undo this."""
     monkeypatch.setattr(work.random, "shuffle", lambda items: None)
 
 
@@ -531,38 +531,25 @@ def test_claims_go_oldest_first_within_the_window(stores: MemoryStores) -> None:
         assert _claim(stores, agent).item.work_id == expected.work_id
 
 
-def test_a_claim_takes_one_of_the_oldest_window_at_random(stores: MemoryStores, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_contention_the_oldest_is_taken_even_with_the_real_shuffle(stores: MemoryStores, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.undo()  # the real shuffle
-    import random as random_module
-
-    random_module.seed(7)
     agent = _node(stores)
     items = [_submit(stores, now=NOW - 1000 + n) for n in range(work.CLAIM_CANDIDATES + 10)]
-    queued, taken = [item.work_id for item in items], []
-    for _ in range(5):
-        claimed = _claim(stores, agent).item.work_id
-        # never an item younger than the oldest CLAIM_CANDIDATES still queued
-        assert claimed in queued[: work.CLAIM_CANDIDATES]
-        queued.remove(claimed)
-        taken.append(claimed)
-    assert taken != [item.work_id for item in items[:5]]  # spread, not strictly oldest first
+    assert [_claim(stores, agent).item.work_id for _ in range(5)] == [item.work_id for item in items[:5]]
 
 
-def test_concurrent_claimers_spread_over_the_window(stores: MemoryStores, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every claimer reads the same window; with the real shuffle most first tries differ, so
-    most claims succeed at the first transaction instead of all racing for the oldest item."""
+def test_claimers_that_lost_the_oldest_spread_over_the_window(stores: MemoryStores, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every claimer reads the same window and tries the oldest first; after losing it, their next
+    tries are spread over the rest of the window instead of racing again for one item."""
     monkeypatch.undo()
     import random as random_module
 
     random_module.seed(11)
-    for n in range(work.CLAIM_CANDIDATES):
-        _submit(stores, now=NOW - 100 + n)
-    first_tries = []
-    for _claimer in range(10):
-        window = work._candidates(stores, sorted(CAPABILITIES))
-        first_tries.append(window[0].work_id)
-        assert {item.work_id for item in window} == {item.work_id for item in work._candidates(stores, sorted(CAPABILITIES))}
-    assert len(set(first_tries)) >= 6
+    items = [_submit(stores, now=NOW - 100 + n) for n in range(work.CLAIM_CANDIDATES + 5)]
+    windows = [work._candidates(stores, sorted(CAPABILITIES)) for _ in range(10)]
+    assert all(window[0].work_id == items[0].work_id for window in windows)
+    assert all({i.work_id for i in window} == {i.work_id for i in items[: work.CLAIM_CANDIDATES]} for window in windows)
+    assert len({window[1].work_id for window in windows}) >= 6
 
 
 def test_a_claim_serves_only_the_work_capabilities_the_node_lists(stores: MemoryStores) -> None:
