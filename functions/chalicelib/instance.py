@@ -40,8 +40,11 @@ def _s3_client() -> Any:
     """The S3 client, made when first needed (not at cold start: the state-log function and the
     work routes use it)."""
     import boto3
+    from botocore.config import Config
 
-    return boto3.client("s3")
+    # Signature Version 4: presigned work URLs must be accepted by buckets that refuse SigV2 (every
+    # bucket created since 2020), and botocore would otherwise presign SigV2 in us-east-1
+    return boto3.client("s3", config=Config(signature_version="s3v4"))
 
 
 _instance: Instance | None = None

@@ -77,6 +77,8 @@ def test_submitted_work_is_claimed_completed_and_its_result_fetched(stack, cp: C
     node = _online(cp)
     claimed = _claim_until(cp, node, submitted["work_id"])
     assert claimed["capability"] == ECHO and claimed["epoch"] == 1
+    for url in (claimed["input_url"], claimed["result_upload_url"]):
+        assert "X-Amz-Algorithm=AWS4-HMAC-SHA256" in url  # SigV4: what current buckets accept
     # the input is exactly what was submitted, behind a presigned GET
     fetched = requests.get(claimed["input_url"], timeout=30, allow_redirects=False)
     assert fetched.status_code == 200 and json.loads(fetched.content) == {"hello": "world"}
