@@ -117,8 +117,11 @@ def access_log(event: Any, get_response: Callable[[Any], Response]) -> Response:
     started = time.monotonic()
     response = get_response(event)
     if response.status_code >= 400 and isinstance(response.body, dict) and "Code" in response.body:
-        # Chalice's own refusals (e.g. unsupported media type) get our error shape too.
-        response.body = {"error": {"code": _snake(response.body["Code"]), "message": response.body.get("Message", "")}}
+        # Chalice's own refusals (a method the path lacks, an unsupported media type) get our error shape too.
+        code, message = _snake(response.body["Code"]), response.body.get("Message", "")
+        if code == "method_not_allowed":
+            message = f"{event.method} is not a method of this path; it has {response.headers.get('Allow', '')}"
+        response.body = {"error": {"code": code, "message": message}}
     log.info(
         "request",
         extra={
@@ -133,6 +136,8 @@ def access_log(event: Any, get_response: Callable[[Any], Response]) -> Response:
 
 
 def _snake(name: str) -> str:
+    """Chalice's error name as one of our codes: ``MethodNotAllowedError`` -> ``method_not_allowed``."""
+    name = name.removesuffix("Error")
     return "".join("_" + c.lower() if c.isupper() else c for c in name).lstrip("_")
 
 
@@ -174,6 +179,15 @@ def health() -> dict[str, Any]:
         "agent_protocol_version": AGENT_PROTOCOL_VERSION,
         "worker_protocol_version": WORKER_PROTOCOL_VERSION,
     }
+
+
+@endpoint("/api/v1/openapi.json", "GET")
+def openapi_document() -> dict[str, Any]:
+    """The OpenAPI 3.1 document of this API (built on the first request for it, not at cold start)."""
+    validate_query(_request().query_params, set())
+    from chalicelib import openapi
+
+    return openapi.document()
 
 
 @endpoint("/api/v1/compatibility", "GET")

@@ -23,9 +23,11 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 # A pip that installs pyproject projects editable, and the build backend the pyproject.toml files
 # name, so the four builds below run here rather than in four throwaway environments (seconds
-# instead of ten). Not --upgrade: the newest pip can be one that chalice (which runs pip to build
-# the Lambda bundle) does not accept, and the install below would only downgrade it again.
-"$VENV/bin/python" -m pip install --quiet "pip>=23.1" "setuptools>=68" wheel >/dev/null
+# instead of ten). The pip range is also one chalice accepts (it runs pip to build the Lambda
+# bundle and requires pip<26.3; tests/unit/test_dev_scripts.py checks the two agree), so the
+# install below never moves pip again: a pip in range is left alone, one outside it is replaced once.
+PIP_RANGE="pip>=23.1,<26.3"
+"$VENV/bin/python" -m pip install --quiet "$PIP_RANGE" "setuptools>=68" wheel >/dev/null
 # Before the split into three distributions, modelforge-compute itself shipped the agent's
 # console script; reinstalling it would delete the script the new modelforge-node-agent installs.
 for record in "$VENV"/lib/python3*/site-packages/modelforge_compute-*.dist-info/RECORD; do

@@ -82,6 +82,8 @@ class Agent:
         self._work = work
         #: the worker was polled just before enrolling: the first heartbeat uses that status
         self._worker_observed = False
+        #: the interval the last ``heartbeating`` line named (said again only when it changes)
+        self._announced_interval: float | None = None
         self.heartbeats_sent = 0
 
     # --- the life cycle ------------------------------------------------------------------
@@ -134,7 +136,7 @@ class Agent:
         answer = self._with_retries(lambda: self._client.post(ENROLL, body))  # a refusal is fatal
         enrolled = self._state.enrolled_as(identity, answer["node_id"])  # the answer schema checked its format
         log.info(
-            "enrolled",
+            f"enrolled as {enrolled.node_id}",
             extra={"event": "enrolled", "node_id": enrolled.node_id, "replayed": bool(answer.get("replayed"))},
         )
         return enrolled, _interval(answer)
@@ -161,7 +163,14 @@ class Agent:
             if answer.get("work_waiting") is True and self._work is not None:
                 self._work.hint()
             log.debug("heartbeat", extra={"event": "heartbeat_sent", "node_id": identity.node_id, "status": answer.get("status")})
-            self._wait(self._config.heartbeat_interval_override or interval)
+            every = self._config.heartbeat_interval_override or interval
+            if every != self._announced_interval:  # the first heartbeat, and when the interval changes
+                self._announced_interval = every
+                log.info(
+                    f"heartbeating every {every:g} s as {identity.node_id} (status {answer.get('status', '?')})",
+                    extra={"event": "heartbeating", "node_id": identity.node_id, "interval_seconds": every},
+                )
+            self._wait(every)
 
     def _send_inventory(self, inventory: dict[str, Any], identity: Identity) -> bool:
         """Publish the inventory; False when it was rate-limited (heartbeats go on meanwhile)."""

@@ -27,6 +27,9 @@ INSECURE_SWITCH = "MODELFORGE_AGENT_INSECURE_SKIP_TLS_VERIFY_FOR_DEVELOPMENT"
 _HOSTNAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
 _LOG_LEVELS = {"DEBUG", "INFO", "WARNING", "ERROR"}
+LOG_FORMAT = "MODELFORGE_AGENT_LOG_FORMAT"
+#: ``json`` (the default: one object per line, for log collectors) or ``text`` (for a person).
+LOG_FORMATS = ("json", "text")
 NO_IDENTITY_NO_TOKEN = (
     "MODELFORGE_AGENT_ENROLLMENT_TOKEN is required: this node has no identity yet (ask an admin for a token)"
 )
@@ -50,6 +53,8 @@ class AgentConfig:
     log_level: str
     #: the runtime worker's API (``unix:///path`` or ``http://<loopback>:<port>``); None: no work
     worker_url: str | None = None
+    #: ``json`` or ``text`` (``MODELFORGE_AGENT_LOG_FORMAT``)
+    log_format: str = "json"
 
     @property
     def url_host(self) -> str:
@@ -201,6 +206,9 @@ def load_config(env: Mapping[str, str]) -> AgentConfig:
     level = env.get("MODELFORGE_AGENT_LOG_LEVEL", "INFO").strip().upper()
     if level not in _LOG_LEVELS:
         problems.append(f"MODELFORGE_AGENT_LOG_LEVEL must be one of {', '.join(sorted(_LOG_LEVELS))}")
+    log_format = log_format_of(env)
+    if log_format is None:
+        problems.append(f"{LOG_FORMAT} must be {' or '.join(LOG_FORMATS)}")
     worker_url = _worker_url(env, problems)
     if problems:
         raise ConfigurationInvalid(problems)
@@ -220,7 +228,14 @@ def load_config(env: Mapping[str, str]) -> AgentConfig:
         request_timeout_seconds=float(request_timeout or 10.0),
         log_level=level,
         worker_url=worker_url,
+        log_format=log_format or "json",
     )
+
+
+def log_format_of(env: Mapping[str, str]) -> str | None:
+    """``MODELFORGE_AGENT_LOG_FORMAT`` (``json`` when unset), or None when it is neither format."""
+    raw = env.get(LOG_FORMAT, "").strip().lower() or "json"
+    return raw if raw in LOG_FORMATS else None
 
 
 def load_preflight_config(env: Mapping[str, str]) -> tuple[str, float]:

@@ -76,12 +76,24 @@ class Refused(Exception):
         self.verdict, self.next_step = verdict, next_step
 
 
+#: What OpenSSL says when an https:// URL reaches a server that answers in plain HTTP.
+_PLAIN_HTTP_SIGNS = ("WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "HTTP_REQUEST", "PACKET_LENGTH_TOO_LONG")
+
+
 def _label(error: BaseException) -> tuple[str, str]:
     if isinstance(error, requests.exceptions.SSLError):
         reason = str(error)
-        hint = "certificate verify failed" if "CERTIFICATE_VERIFY_FAILED" in reason else "TLS handshake failed"
         if "match" in reason and "hostname" in reason.lower():
             hint = "certificate does not match the host name"
+        elif "CERTIFICATE_VERIFY_FAILED" in reason:
+            hint = "certificate verify failed"
+        elif any(sign in reason.upper() for sign in _PLAIN_HTTP_SIGNS):
+            hint = (
+                "TLS handshake failed: the server answered in plain HTTP, not HTTPS. Check that the server serves "
+                "HTTPS on this port, or use http:// (allowed for loopback addresses only)"
+            )
+        else:
+            hint = "TLS handshake failed: check that the server serves HTTPS on this address and port"
         return "TLSError", hint
     if isinstance(error, requests.exceptions.ConnectTimeout):
         return "ConnectTimeout", ""

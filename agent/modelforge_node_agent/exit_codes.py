@@ -40,6 +40,21 @@ _TOKEN_REFUSALS = {
 }
 
 
+_ENROLL_AGAIN = "move identity.json out of the state volume and start with a new MODELFORGE_AGENT_ENROLLMENT_TOKEN"
+#: A refused node credential: what each refusal means, and the next step.
+_CREDENTIAL_REFUSALS = {
+    "credential_revoked": (
+        "an admin revoked this node's credential, so it must be enrolled again: " + _ENROLL_AGAIN
+    ),
+    "credential_invalid": (
+        "the control plane does not know this node's credential: check that MODELFORGE_AGENT_CONTROL_PLANE_URL "
+        "is the control plane this node enrolled with; if that control plane's data was reset, this node "
+        "must be enrolled again: " + _ENROLL_AGAIN
+    ),
+}
+_CREDENTIAL_REFUSED = "the control plane refused this node's credential; to enroll it again, " + _ENROLL_AGAIN
+
+
 def exit_for(error: BaseException) -> Exit:
     """The exit code and message for ``error``; anything not foreseen here is exit 1."""
     if isinstance(error, (ConfigurationInvalid, RedirectRefused)):
@@ -65,12 +80,8 @@ def _refusal(refusal: Refused) -> Exit:
             "and set MODELFORGE_AGENT_ENROLLMENT_TOKEN",
         )
     if refusal.status in (401, 403):
-        return Exit(
-            IDENTITY_REFUSED,
-            f"the control plane refused this node's credential (HTTP {refusal.status} {refusal.code} on "
-            f"{refusal.method} {refusal.path}). If the credential was revoked on purpose, this node must be "
-            "enrolled again: move the identity file out of the state volume and start with a new token",
-        )
+        refused = f"HTTP {refusal.status} {refusal.code} on {refusal.method} {refusal.path}"
+        return Exit(IDENTITY_REFUSED, f"{_CREDENTIAL_REFUSALS.get(refusal.code, _CREDENTIAL_REFUSED)} ({refused})")
     return Exit(UNEXPECTED, f"HTTP {refusal.status} {refusal.code} on {refusal.method} {refusal.path}")
 
 

@@ -23,7 +23,7 @@ from modelforge_logging import jsonlog
 
 from . import AGENT_VERSION, exit_codes
 from .agent import Agent
-from .config import INSECURE_SWITCH, AgentConfig, load_config, load_preflight_config
+from .config import INSECURE_SWITCH, AgentConfig, load_config, load_preflight_config, log_format_of
 from .control_plane import ControlPlaneClient
 from .failures import ConfigurationInvalid
 from .gpu import GpuProbe, PynvmlProbe
@@ -110,7 +110,7 @@ def start(
         config = load_config(env)
     except ConfigurationInvalid as invalid:
         return exit_codes.report(invalid)
-    jsonlog.configure(config.log_level)
+    jsonlog.configure(config.log_level, fmt=config.log_format)
     return run_agent(config, probe_factory=probe_factory, stop=stop)
 
 
@@ -139,7 +139,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--version", action="version", version=f"modelforge-node-agent {AGENT_VERSION}")
     args = parser.parse_args(argv)
     env = os.environ
-    jsonlog.configure(env.get("MODELFORGE_AGENT_LOG_LEVEL", "INFO").upper())
+    # until the configuration is validated (which names a bad format): the format asked for, else json
+    jsonlog.configure(env.get("MODELFORGE_AGENT_LOG_LEVEL", "INFO").upper(), fmt=log_format_of(env) or "json")
     if args.preflight:
         return run_preflight_only(env, args.json)
     stop = threading.Event()

@@ -1,6 +1,10 @@
 """The log format every ModelForge process writes: one JSON object per line, with a stable
 ``event`` name and ids as fields, and redaction of anything shaped like a secret as the safety net
-(not the plan: code never logs secrets in the first place)."""
+(not the plan: code never logs secrets in the first place).
+
+``text`` is the other format, for a person watching a terminal (the node agent's
+``MODELFORGE_AGENT_LOG_FORMAT=text``): time, level, logger and message on one line, redacted the
+same way."""
 
 from __future__ import annotations
 
@@ -36,15 +40,37 @@ class JsonFormatter(logging.Formatter):
         return redact(json.dumps(entry, default=str, sort_keys=True, ensure_ascii=False))
 
 
-def configure(level: str = "INFO", logger_name: str = "modelforge") -> None:
-    """Send the named logger tree to stderr as JSON lines; calling again only changes the level."""
+class TextFormatter(logging.Formatter):
+    """``12:00:01 INFO    agent: enrolled as node_…``: local time, level, the logger's name under
+    ``modelforge.``, the message (which says everything a person needs); a traceback follows it."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        when = time.strftime("%H:%M:%S", time.localtime(record.created))
+        name = record.name.removeprefix("modelforge.")
+        line = f"{when} {record.levelname:<7} {name}: {record.getMessage()}"
+        if record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        return redact(line)
+
+
+#: The formats ``configure`` knows: ``json`` (the default, for machines) and ``text`` (for people).
+FORMATS = ("json", "text")
+
+
+def configure(level: str = "INFO", logger_name: str = "modelforge", fmt: str = "json") -> None:
+    """Send the named logger tree to stderr as JSON lines (``fmt="text"``: readable lines);
+    calling again changes the level and the format."""
     logger = logging.getLogger(logger_name)
     logger.setLevel(level if level in logging.getLevelNamesMapping() else "INFO")
     logger.propagate = False
-    if any(getattr(handler, "_modelforge", False) for handler in logger.handlers):
+    formatter: logging.Formatter = TextFormatter() if fmt == "text" else JsonFormatter()
+    ours = [handler for handler in logger.handlers if getattr(handler, "_modelforge", False)]
+    if ours:
+        for handler in ours:
+            handler.setFormatter(formatter)
         return
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter())
+    handler.setFormatter(formatter)
     handler._modelforge = True  # type: ignore[attr-defined]
     logger.addHandler(handler)
 

@@ -238,14 +238,14 @@ def test_agent_refused_for_its_protocol_exits_5_naming_the_verdict(tmp_path: Pat
 
 
 def test_agent_given_a_refusal_it_does_not_know_exits_1(tmp_path: Path) -> None:
-    with fake_server({"/api/v1/agent/enroll": json_reply(404, {"error": {"code": "route_not_found"}})}) as plane:
+    with fake_server({"/api/v1/agent/enroll": json_reply(404, {"error": {"code": "not_found"}})}) as plane:
         agent = start_agent(tmp_path / "agent.log", agent_env(plane.url, TOKEN, tmp_path / "state"))
         try:
             exit_status = agent.wait_exit(timeout=30)
         finally:
             agent.stop()
     assert exit_status == 1
-    assert "HTTP 404 route_not_found on POST /api/v1/agent/enroll" in agent.output()
+    assert "HTTP 404 not_found on POST /api/v1/agent/enroll" in agent.output()
 
 
 #: The real entry point, with the inventory builder made to crash: an error nobody foresaw.

@@ -24,7 +24,9 @@ TABLE = [
     ("telemetry", PreflightFailed(TELEMETRY_UNAVAILABLE, "GPU 1"), 3, "NVIDIA_TELEMETRY_UNAVAILABLE: GPU 1"),
     ("identity", IdentityRefused("identity file x is corrupt"), 4, "identity file x is corrupt"),
     ("state volume", StateVolumeError("state volume x is not writable"), 4, "not writable"),
-    ("credential revoked", _refused(401, "credential_revoked"), 4, "enrolled again"),
+    ("credential revoked", _refused(401, "credential_revoked"), 4, "an admin revoked this node's credential, so it must be enrolled again"),
+    ("credential unknown", _refused(401, "credential_invalid"), 4, "does not know this node's credential: check that MODELFORGE_AGENT_CONTROL_PLANE_URL"),
+    ("credential missing", _refused(401, "credential_missing"), 4, "refused this node's credential; to enroll it again, move identity.json"),
     ("credential forbidden", _refused(403, "credential_invalid"), 4, "HTTP 403 credential_invalid on POST /api/v1/agent/heartbeat"),
     ("token unknown", _refused(404, "enrollment_token_unknown", ENROLL), 4, "not known to this control plane; ask an admin for a new token"),
     ("token expired", _refused(409, "enrollment_token_expired", ENROLL), 4, "has expired"),
@@ -32,7 +34,7 @@ TABLE = [
     ("token consumed", _refused(409, "enrollment_token_consumed", ENROLL), 4, "already used by another node"),
     ("protocol", _refused(400, "protocol_incompatible", verdict="TOO_OLD", next_step="Upgrade the node agent."), 5, "protocol: TOO_OLD. Upgrade the node agent."),
     ("protocol, no verdict", _refused(400, "protocol_incompatible"), 5, "protocol: UNKNOWN. see docs/COMPATIBILITY.md"),
-    ("other refusal", _refused(404, "route_not_found"), 1, "HTTP 404 route_not_found on POST /api/v1/agent/heartbeat"),
+    ("other refusal", _refused(404, "not_found"), 1, "HTTP 404 not_found on POST /api/v1/agent/heartbeat"),
     ("crash", KeyError("boom"), 1, "unexpected error (KeyError)"),
 ]
 

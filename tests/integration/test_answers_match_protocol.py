@@ -62,9 +62,9 @@ def test_every_refusal_an_agent_can_meet_matches_the_error_answer_schema(cp: Con
         assert credential not in response.text, what  # an unknown route must not echo Authorization
 
 
-def test_an_unknown_route_is_404_route_not_found(cp: ControlPlane) -> None:
+def test_an_unknown_path_is_404_not_found(cp: ControlPlane) -> None:
     response = cp.request("GET", "/api/v2/nodes")
-    assert response.status_code == 404 and response.json()["error"]["code"] == "route_not_found"
+    assert response.status_code == 404 and response.json()["error"]["code"] == "not_found"
 
 
 def test_an_inventory_rate_limit_refusal_carries_retry_after_in_both_forms(cp: ControlPlane) -> None:

@@ -193,7 +193,13 @@ def test_thirty_oversized_bodies_leave_the_server_process_memory_flat(split_loca
 
 @pytest.mark.parametrize(
     ("coding", "status", "code"),
-    [("chunked", 411, "length_required"), ("gzip, chunked", 411, "length_required"), ("gzip", 501, "not_implemented")],
+    [
+        ("chunked", 411, "length_required"),
+        ("gzip, chunked", 411, "length_required"),
+        ("gzip", 501, "not_implemented"),
+        ("", 400, "invalid_transfer_encoding"),  # names no coding: malformed, not an unknown coding
+        (" , ", 400, "invalid_transfer_encoding"),
+    ],
 )
 def test_transfer_encoding_is_refused_and_the_body_is_never_parsed_as_a_request(
     stack: Any, coding: str, status: int, code: str

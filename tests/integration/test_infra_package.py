@@ -137,6 +137,23 @@ def test_gateway_refusals_use_the_error_shape_and_never_echo_the_request(package
     assert responses["MISSING_AUTHENTICATION_TOKEN"]["StatusCode"] == 404
 
 
+def test_gateway_refusals_answer_what_the_local_server_and_the_openapi_document_say(packaged: Path) -> None:
+    """An unknown path is 404 not_found deployed as locally (API Gateway answers a method a path
+    lacks the same way: docs/ARCHITECTURE.md), and throttling is the 429 every operation lists."""
+    from chalicelib import openapi
+
+    template = json.loads((packaged / "sam.json").read_text())
+    responses = template["Resources"]["RestAPI"]["Properties"]["GatewayResponses"]
+
+    def code(kind: str) -> str:
+        return json.loads(responses[kind]["ResponseTemplates"]["application/json"])["error"]["code"]
+
+    assert code("MISSING_AUTHENTICATION_TOKEN") == "not_found"
+    assert responses["THROTTLED"]["StatusCode"] == 429
+    for operation in openapi.OPERATIONS:
+        assert code("THROTTLED") in operation.errors()[429], operation.path
+
+
 @pytest.mark.parametrize("package", ["modelforge_protocol", "modelforge_logging"])
 def test_functions_folder_carries_the_shared_packages_for_any_chalice_command(package: str) -> None:
     """`chalice package`/`deploy` run in functions/ directly bundle vendor/: each shared package is

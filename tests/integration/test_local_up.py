@@ -197,5 +197,9 @@ def test_local_up_with_cpu_agent_runs_an_enrolled_heartbeating_node_that_survive
             )
             assert done["status"] == "succeeded" and done["node_id"] == node_ids[-1], done
         assert running.returncode == 0
-        assert "agent_stopped" in running.output()
+        output = running.output()
+        # the agent beside local up writes text a person reads (MODELFORGE_AGENT_LOG_FORMAT=text)
+        assert f"agent: enrolled as {node_ids[0]}" in output or attempt == 1, output
+        assert re.search(r"agent: heartbeating every 15 s as node_\w+ \(status online\)", output), output
+        assert "agent: stopped" in output and "Traceback" not in output
     assert node_ids[0] == node_ids[1]

@@ -27,7 +27,8 @@ def _files_under(folder: Path) -> list[str]:
 
 def test_a_full_run_never_reveals_a_secret(tmp_path: Path) -> None:
     data_dir, agent_state = tmp_path / "data", tmp_path / "agent-state"
-    debug = {"MODELFORGE_LOG_LEVEL": "DEBUG", "MODELFORGE_AGENT_LOG_LEVEL": "DEBUG"}
+    # JSON: every field of every line is searched (the text format local up's agent uses by default says less)
+    debug = {"MODELFORGE_LOG_LEVEL": "DEBUG", "MODELFORGE_AGENT_LOG_LEVEL": "DEBUG", "MODELFORGE_AGENT_LOG_FORMAT": "json"}
     bodies: list[str] = []
     secrets: list[str] = [ADMIN_TOKEN]
     with start_local_up(
@@ -88,8 +89,8 @@ def test_a_full_run_never_reveals_a_secret(tmp_path: Path) -> None:
         log_objects = bucket_objects(running.emulator_url, names["MODELFORGE_STATE_LOG_BUCKET"])
         assert log_objects, "the state log should hold events by now"
         stored += [body.decode() for body in log_objects.values()]
-    stored += _files_under(data_dir)  # what the emulator recorded to keep state across restarts
-    assert stored[-1], "the data dir should hold the emulator's recording"
+    stored += _files_under(data_dir)  # the snapshot (and object bodies) kept across restarts
+    assert stored[-1], "the data dir should hold the emulator's snapshot"
     output = running.output()
     assert "http_request" in output and '"level": "debug"' in output  # the DEBUG log was captured
     assert "heartbeat_sent" in output  # including the agent's own DEBUG lines

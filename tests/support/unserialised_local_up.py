@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 
-from modelforge_cli.cli import serve
+from modelforge_cli.local_up import serve
 from modelforge_cli.local_stack import LocalOptions
 
 if __name__ == "__main__":

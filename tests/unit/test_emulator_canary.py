@@ -22,8 +22,8 @@ from packaging.requirements import Requirement
 REPO = Path(__file__).resolve().parents[2]
 RECHECK = (
     "moto changed an internal that tools/modelforge_cli/emulator.py relies on: re-check "
-    "make_cancelled_transactions_leave_no_trace() and Emulator.start()/replay_recording() against the "
-    "new moto source, run localstack/moto_fidelity_repro.py to see whether the fidelity gaps remain, "
+    "make_cancelled_transactions_leave_no_trace(), Emulator.bind() and persistence.py (snapshots read and write "
+    "moto's tables, items and objects) against the new moto source, run localstack/moto_fidelity_repro.py to see whether the fidelity gaps remain, "
     "and update docs/ARCHITECTURE.md before moving the moto pin in pyproject.toml. Detail: "
 )
 
@@ -94,20 +94,21 @@ def test_the_dynamodb_models_module_uses_copy_only_where_the_patch_expects() -> 
     assert "import copy" in source.splitlines(), RECHECK + "moto.dynamodb.models no longer imports copy as a module"
 
 
-def test_the_server_and_recorder_interfaces_the_emulator_calls() -> None:
-    from moto.moto_api import recorder
+def test_the_server_and_model_interfaces_the_emulator_and_its_snapshots_call() -> None:
+    from moto.dynamodb.models.table import Table
     from moto.moto_server import werkzeug_app
+    from moto.s3.models import S3Backend
     from werkzeug.serving import WSGIRequestHandler
 
     dispatcher = inspect.signature(werkzeug_app.DomainDispatcherApplication.__init__)
     assert list(dispatcher.parameters)[:2] == ["self", "create_app"], RECHECK + f"DomainDispatcherApplication{dispatcher}"
     assert issubclass(werkzeug_app.MotoRequestHandler, WSGIRequestHandler), RECHECK + "MotoRequestHandler's base"
-    assert "target_host" in inspect.signature(recorder.replay_recording).parameters, (
-        RECHECK + f"recorder.replay_recording{inspect.signature(recorder.replay_recording)}"
-    )
-    recorder_source = inspect.getsource(type(recorder))
-    for setting in ("MOTO_ENABLE_RECORDING", "MOTO_RECORDER_FILEPATH"):
-        assert setting in recorder_source, RECHECK + f"the recorder no longer reads {setting}"
+    put_item = inspect.signature(Table.put_item).parameters
+    assert list(put_item)[:2] == ["self", "item_attrs"] and "overwrite" in put_item, RECHECK + f"Table.put_item{put_item}"
+    put_object = list(inspect.signature(S3Backend.put_object).parameters)
+    assert put_object[:4] == ["self", "bucket_name", "key_name", "value"], RECHECK + f"S3Backend.put_object{put_object}"
+    # a restore puts items with the table's stream detached, so that they stream no record
+    assert "if self.stream_shard is not None:" in inspect.getsource(Table.put_item), RECHECK + "Table.put_item's stream"
 
 
 def test_the_patched_emulator_leaves_no_trace_of_a_cancelled_transaction() -> None:

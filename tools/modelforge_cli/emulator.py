@@ -9,9 +9,9 @@ item; here one lock around each request gives the same guarantee for every item 
 from __future__ import annotations
 
 import collections
-import os
+import errno
+import socket
 import threading
-from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from werkzeug.serving import BaseWSGIServer, make_server
@@ -32,12 +32,26 @@ MOTO_INTERNALS = (
     "moto.moto_server.werkzeug_app.DomainDispatcherApplication",
     "moto.moto_server.werkzeug_app.MotoRequestHandler",
     "moto.moto_server.werkzeug_app.create_backend_app",
-    "moto.moto_api.recorder",
+    "moto.core.DEFAULT_ACCOUNT_ID",
+    "moto.dynamodb.models.dynamodb_backends",
+    "moto.dynamodb.models.table.Table.all_items",
+    "moto.dynamodb.models.table.Table.put_item",
+    "moto.dynamodb.models.table.Table.describe",
+    "moto.dynamodb.models.dynamo_type.Item.to_json",
+    "moto.s3.models.s3_backends",
+    "moto.s3.models.S3Backend.put_object",
+    "moto.s3.models.FakeKey.metadata",
+    "moto.s3.models.FakeKey.set_metadata",
+    "moto.s3.models.FakeDeleteMarker",
 )
 
 
 class SerializingMiddleware:
-    """Handle one request at a time, and count them by AWS operation."""
+    """Handle one request at a time, and count them by AWS operation.
+
+    ``generation`` counts the requests handled that were not the local stream poller's: a
+    snapshot taken at one generation is still current while the generation has not moved.
+    """
 
     def __init__(self, app: WsgiApp, serialize: bool = True) -> None:
         self._app = app
@@ -45,27 +59,46 @@ class SerializingMiddleware:
         self._lock = threading.Lock()
         self._count_lock = threading.Lock()
         self.operations: collections.Counter[str] = collections.Counter()
+        self.generation = 0
 
     def __call__(self, environ: dict, start_response: Callable[..., Any]) -> Iterable[bytes]:
-        self._count(environ)
+        by_poller = self._count(environ)
         if not self._serialize:
-            return self._app(environ, start_response)
+            try:
+                return self._app(environ, start_response)
+            finally:
+                self._moved(by_poller)
         with self._lock:
             # consume the whole response inside the lock: moto may build it lazily
-            return [b"".join(self._app(environ, start_response))]
+            body = [b"".join(self._app(environ, start_response))]
+            self._moved(by_poller)
+            return body
 
-    def _count(self, environ: dict) -> None:
+    def exclusive(self) -> threading.Lock:
+        """Hold this to see (or change) moto's state between requests: no request runs meanwhile
+        (with ``serialize=False``, only other holders are kept out)."""
+        return self._lock
+
+    def _moved(self, by_poller: bool) -> None:
+        if not by_poller:
+            with self._count_lock:
+                self.generation += 1
+
+    def _count(self, environ: dict) -> bool:
+        """Count the request's operation; True when it is the local stream poller's."""
         target = environ.get("HTTP_X_AMZ_TARGET", "")
         # the local stream poller stands in for Lambda's event source mapping: not app traffic
-        caller = "poller:" if POLLER_USER_AGENT in environ.get("HTTP_USER_AGENT", "") else ""
+        by_poller = POLLER_USER_AGENT in environ.get("HTTP_USER_AGENT", "")
+        caller = "poller:" if by_poller else ""
         if target:
             operation = target.rsplit(".", 1)[-1]  # DynamoDB_20120810.UpdateItem -> UpdateItem
         elif environ.get("PATH_INFO", "").startswith("/moto-api"):
-            return
+            return by_poller
         else:
             operation = f"S3:{environ.get('REQUEST_METHOD', '?')}"
         with self._count_lock:
             self.operations[caller + operation] += 1
+        return by_poller
 
     def snapshot(self) -> dict[str, int]:
         with self._count_lock:
@@ -146,21 +179,33 @@ def make_cancelled_transactions_leave_no_trace() -> None:
     DynamoDBBackend.transact_write_items = transact_write_items  # type: ignore[method-assign]
 
 
-class Emulator:
-    """A moto server on a thread. ``data_dir`` keeps state across restarts via moto's recorder."""
+class PortInUse(OSError):
+    """A port this process must listen on is taken: which one, and the option that changes it."""
 
-    def __init__(
-        self,
-        host: str = "127.0.0.1",
-        port: int = 0,
-        *,
-        serialize: bool = True,
-        data_dir: Path | None = None,
-    ) -> None:
+    def __init__(self, host: str, port: int, option: str) -> None:
+        self.host, self.port, self.option = host, port, option
+        super().__init__(
+            f"port {port} on {host} is already in use (another modelforge local up?): stop what listens there, "
+            f"or choose another port with {option} PORT ({option} 0 picks a free one)"
+        )
+
+
+def listen_error(error: OSError, host: str, port: int, option: str) -> OSError:
+    """``error`` from binding ``host:port``, as a message naming the port and ``option``."""
+    if error.errno == errno.EADDRINUSE:
+        return PortInUse(host, port, option)
+    reason = error.strerror or str(error)
+    return OSError(error.errno, f"cannot listen on {host}:{port} ({reason}); choose another address or port with {option}")
+
+
+class Emulator:
+    """A moto server on a thread: ``bind()`` takes the port, ``start()`` serves (binding first if
+    needed). State lives in this process only; ``persistence`` keeps it across restarts."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, serialize: bool = True) -> None:
         self.host = host
         self.port = port
         self.serialize = serialize
-        self.data_dir = data_dir
         self._server: BaseWSGIServer | None = None
         self._thread: threading.Thread | None = None
         self.middleware: SerializingMiddleware | None = None
@@ -169,12 +214,11 @@ class Emulator:
     def endpoint_url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
-    def start(self) -> None:
-        if self.data_dir is not None:
-            self.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-            os.environ["MOTO_ENABLE_RECORDING"] = "True"
-            os.environ["MOTO_RECORDER_FILEPATH"] = str(self.recording_path)
-        # imported late: moto reads the recorder settings at import
+    def bind(self) -> None:
+        """Listen on the port (``PortInUse`` names ``--emulator-port`` when it is taken)."""
+        if self._server is not None:
+            return
+        # imported late: moto is heavy, and reads its settings at import
         from moto.moto_server.werkzeug_app import (
             DomainDispatcherApplication,
             MotoRequestHandler,
@@ -189,34 +233,44 @@ class Emulator:
         self.middleware = SerializingMiddleware(
             DomainDispatcherApplication(create_backend_app), serialize=self.serialize
         )
-        self._server = make_server(
-            self.host, self.port, self.middleware, threaded=True, request_handler=QuietHandler
-        )
-        self._server.socket.listen(128)
-        self.port = self._server.server_port
+        # bound here, not by werkzeug, which prints its own message and exits on a port in use
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.bind((self.host, self.port))
+            listener.listen(128)
+        except OSError as error:
+            listener.close()
+            raise listen_error(error, self.host, self.port, "--emulator-port") from None
+        try:
+            self._server = make_server(
+                self.host, self.port, self.middleware, threaded=True, request_handler=QuietHandler, fd=listener.fileno()
+            )
+        finally:
+            listener.close()  # the server holds its own duplicate of the socket
+        self.port = self._server.server_address[1]
+
+    def start(self) -> None:
+        self.bind()
+        assert self._server is not None
         self._thread = threading.Thread(target=self._server.serve_forever, name="aws-emulator", daemon=True)
         self._thread.start()
 
     @property
-    def recording_path(self) -> Path:
-        assert self.data_dir is not None
-        return self.data_dir / "aws-requests.jsonl"
+    def generation(self) -> int:
+        """How many requests (other than the stream poller's) the emulator has handled."""
+        assert self.middleware is not None
+        return self.middleware.generation
 
-    def has_recording(self) -> bool:
-        return self.data_dir is not None and self.recording_path.exists() and self.recording_path.stat().st_size > 0
-
-    def replay_recording(self) -> int:
-        """Re-apply every recorded request, so the emulator holds the state it had."""
-        from moto.moto_api import recorder
-
-        with open(self.recording_path) as recording:
-            count = sum(1 for line in recording if line.strip())
-        recorder.replay_recording(target_host=self.endpoint_url)
-        return count
+    def exclusive(self) -> threading.Lock:
+        """A lock that keeps every request out while held (see ``SerializingMiddleware``)."""
+        assert self.middleware is not None
+        return self.middleware.exclusive()
 
     def stop(self) -> None:
         if self._server is not None:
-            self._server.shutdown()
+            if self._thread is not None:
+                self._server.shutdown()
             self._server.server_close()
         if self._thread is not None:
             self._thread.join(timeout=5)

@@ -15,7 +15,9 @@ is hardened against hostile clients:
 - the request body is framed by one valid Content-Length of at most
   ``modelforge_protocol.schemas.MAX_BODY_BYTES``, checked before the body is read;
   Transfer-Encoding is refused (no chunked bodies, so no request smuggling);
-- HEAD answers carry headers only, and every refusal uses the API's JSON error shape;
+- HEAD answers carry headers only, and every refusal uses the API's JSON error shape (an unknown
+  path: 404 ``not_found``; a method the path lacks, whatever the method: 405
+  ``method_not_allowed`` with ``Allow``);
 - a connection error is one JSON log line (``connection_error``), never a traceback.
 """
 
@@ -47,6 +49,7 @@ from chalice.local import (
     ForbiddenError,
     LocalChalice,
     LocalGatewayException,
+    RouteMatcher,
 )
 from modelforge_protocol.schemas import MAX_BODY_BYTES
 from modelforge_protocol.work import MAX_SUBMIT_BODY_BYTES
@@ -90,8 +93,12 @@ def load_app(functions_dir: Path = FUNCTIONS_DIR) -> ModuleType:
     return module
 
 
-#: The answer for a method and path the API does not have (the deployed gateway answers the same).
-GATEWAY_ROUTE_NOT_FOUND = "no such route: check the method and the path (and MODELFORGE_AGENT_CONTROL_PLANE_URL)"
+#: The answer for a path the API does not have (the deployed gateway answers the same, and answers
+#: it for a method a path does not have too: see docs/ARCHITECTURE.md).
+NOT_FOUND = "not_found"
+GATEWAY_ROUTE_NOT_FOUND = "no such route: check the path and the method (and MODELFORGE_AGENT_CONTROL_PLANE_URL)"
+#: The answer for a method a path does not have, with an ``Allow`` header naming those it has.
+METHOD_NOT_ALLOWED = "method_not_allowed"
 
 
 def error_body(code: str, message: str) -> bytes:
@@ -141,6 +148,11 @@ class _Handler(ChaliceRequestHandler):
         if (body is not None and len(body) < length) or not self.server.pause_deadline():
             self.close_connection = True  # the client went away or ran out of time: nothing to answer
             return
+        if self.command == "OPTIONS":
+            self.server.arm_deadline("responding")
+            self._send_options_refusal()
+            self.server.arm_deadline("idle")
+            return
         try:
             response = self.local_gateway.handle_request(
                 method=self.command, path=self.path, headers=dict(self.headers), body=body
@@ -163,16 +175,33 @@ class _Handler(ChaliceRequestHandler):
         responses give them (infra.py). chalice's body would echo an Authorization header, and
         with it a node credential: it is never sent."""
         if isinstance(error, ForbiddenError):  # API Gateway's answer for a route that does not exist
-            status, code, message = HTTPStatus.NOT_FOUND, "route_not_found", GATEWAY_ROUTE_NOT_FOUND
+            status, code, message = HTTPStatus.NOT_FOUND, NOT_FOUND, GATEWAY_ROUTE_NOT_FOUND
         else:
             status, code, message = HTTPStatus(error.CODE), "request_refused", "the API gateway refused the request"
         body = error_body(code, message)
         self._send_http_response(status, {"Content-Type": "application/json"}, body)
 
+    def _method_refusal(self) -> tuple[HTTPStatus, bytes, dict[str, str]]:
+        """A method no route of this path has: 405 with ``Allow``, or 404 when the path is unknown."""
+        allowed = self.server.allowed_methods(self.path)
+        if allowed is None:
+            return HTTPStatus.NOT_FOUND, error_body(NOT_FOUND, GATEWAY_ROUTE_NOT_FOUND), {}
+        message = f"{self.command} is not a method of this path; it has {', '.join(allowed)}"
+        return HTTPStatus.METHOD_NOT_ALLOWED, error_body(METHOD_NOT_ALLOWED, message), {"Allow": ", ".join(allowed)}
+
+    def _send_options_refusal(self) -> None:
+        """No route has OPTIONS (the API sets no CORS): refused like any method a path lacks.
+        chalice local would answer an automatic 200."""
+        status, body, headers = self._method_refusal()
+        self._send_http_response(status, {"Content-Type": "application/json", **headers}, body)
+        self.wfile.flush()
+
     def _content_length(self) -> int:
         """The body's length, from exactly one valid Content-Length, or the refusal to send."""
         if self.headers.get_all("Transfer-Encoding"):
             codings = ",".join(self.headers.get_all("Transfer-Encoding") or []).lower()
+            if not codings.replace(",", "").strip(" \t"):  # the field names no coding at all: malformed
+                raise _Refusal(HTTPStatus.BAD_REQUEST, "invalid_transfer_encoding", "Transfer-Encoding names no coding")
             if "chunked" in codings:
                 raise _Refusal(HTTPStatus.LENGTH_REQUIRED, "length_required", "send the body with a Content-Length")
             raise _Refusal(HTTPStatus.NOT_IMPLEMENTED, "not_implemented", "Transfer-Encoding is not supported")
@@ -195,8 +224,12 @@ class _Handler(ChaliceRequestHandler):
 
     def _refuse(self, status: HTTPStatus, code: str, message: str) -> None:
         """Answer in the API's error shape, unread body and all, then close the connection."""
-        body = error_body(code, message)
+        self._refuse_with(status, error_body(code, message), {})
+
+    def _refuse_with(self, status: HTTPStatus, body: bytes, headers: dict[str, str]) -> None:
         self.send_response(status)
+        for name, value in headers.items():
+            self.send_header(name, value)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Connection", "close")
@@ -224,7 +257,12 @@ class _Handler(ChaliceRequestHandler):
             return
 
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
-        """http.server's own refusals (bad request line, headers too long...), in the API's shape."""
+        """http.server's own refusals (bad request line, headers too long...), in the API's shape.
+        A method this server has no handler for (TRACE, CONNECT, any other token) is refused as
+        every method a path lacks is, not as 501."""
+        if code == HTTPStatus.NOT_IMPLEMENTED and self.command and not hasattr(self, "do_" + self.command):
+            self._refuse_with(*self._method_refusal())
+            return
         status = HTTPStatus(code)
         self._refuse(status, status.phrase.lower().replace(" ", "_").replace("-", "_"), message or status.phrase)
 
@@ -260,6 +298,8 @@ class ApiServer(ThreadingMixIn, HTTPServer):
         if connection_timeout_seconds <= 0 or max_connections < 1:
             raise ValueError("connection_timeout_seconds must be > 0 and max_connections >= 1")
         self.tls = tls
+        self._routes: dict[str, dict[str, Any]] = app.routes
+        self._route_matcher = RouteMatcher(list(app.routes))
         self.connection_timeout_seconds = connection_timeout_seconds
         self.max_connections = max_connections
         self._connections: dict[socket.socket, _Connection] = {}
@@ -272,6 +312,14 @@ class ApiServer(ThreadingMixIn, HTTPServer):
             return _Handler(request, client_address, server, app_object=app, config=Config(chalice_stage="dev"))
 
         super().__init__((host, port), handler)
+
+    def allowed_methods(self, target: str) -> list[str] | None:
+        """The methods of the route ``target`` (a request target) matches, or None: no such path."""
+        try:
+            matched = self._route_matcher.match_route(target)
+        except ValueError:
+            return None
+        return list(self._routes[matched.route])
 
     # --- connection cap ---------------------------------------------------------------
 

@@ -92,13 +92,15 @@ def _gateway_responses() -> dict[str, Any]:
     """API Gateway's own refusals in the API's error shape, so agents and clients parse them like
     any other refusal. No template echoes the request (API Gateway's default message for an unknown
     route quotes the Authorization header, which would be a node credential)."""
-    from .http_server import GATEWAY_ROUTE_NOT_FOUND, error_body
+    from .http_server import GATEWAY_ROUTE_NOT_FOUND, NOT_FOUND, error_body
 
     def answer(code: str, message: str) -> dict[str, str]:
         return {"application/json": error_body(code, message).decode()}
 
     return {
-        "MISSING_AUTHENTICATION_TOKEN": {"StatusCode": 404, "ResponseTemplates": answer("route_not_found", GATEWAY_ROUTE_NOT_FOUND)},
+        # API Gateway (REST) answers an unknown path and a method a path lacks alike, with this
+        # response: both become 404 not_found (docs/ARCHITECTURE.md, "Unknown paths and methods")
+        "MISSING_AUTHENTICATION_TOKEN": {"StatusCode": 404, "ResponseTemplates": answer(NOT_FOUND, GATEWAY_ROUTE_NOT_FOUND)},
         "THROTTLED": {
             "StatusCode": 429,
             "ResponseParameters": {"Headers": {"Retry-After": "'1'"}},

@@ -10,13 +10,14 @@ from __future__ import annotations
 import os
 import secrets
 import ssl
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Self
 
 from . import provision
-from .emulator import Emulator
+from .emulator import Emulator, listen_error
 from .http_server import (
     DEFAULT_CONNECTION_TIMEOUT_SECONDS,
     DEFAULT_MAX_CONNECTIONS,
@@ -25,6 +26,7 @@ from .http_server import (
     load_app,
     tls_context,
 )
+from .persistence import DEFAULT_SNAPSHOT_INTERVAL_SECONDS, DataDirLock, Outbox, Persistence, Restored
 from .scheduler import Scheduler
 from .stream_poller import StreamPoller
 
@@ -39,6 +41,8 @@ class LocalOptions:
     tls_cert: Path | None = None
     tls_key: Path | None = None
     data_dir: Path | None = None
+    #: with ``data_dir``: how often a snapshot is written while anything changed (and on stop)
+    snapshot_interval_seconds: float = DEFAULT_SNAPSHOT_INTERVAL_SECONDS
     sweep_interval_seconds: float = 60.0
     stream_interval_seconds: float = 0.2
     resource_prefix: str = "modelforge"
@@ -50,31 +54,79 @@ class LocalOptions:
     connection_timeout_seconds: float = DEFAULT_CONNECTION_TIMEOUT_SECONDS
     #: API connections served at once; more are answered 503 server_busy
     max_connections: int = DEFAULT_MAX_CONNECTIONS
+    #: keep the admin token here across restarts (read it, or write a generated one, mode 0600);
+    #: MODELFORGE_ADMIN_TOKEN (or its SHA-256) wins over it
+    admin_token_file: Path | None = None
+
+
+class AdminTokenFileError(Exception):
+    """The admin token file cannot be used; the message says why and what to do."""
+
+
+def read_admin_token_file(path: Path) -> str:
+    """The token in ``path``: a regular file (not a link) that only its owner can read, like an
+    ssh key."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as error:
+        raise AdminTokenFileError(f"cannot read the admin token file {path} ({error.strerror})") from None
+    with os.fdopen(fd, encoding="utf-8", errors="replace") as file:
+        mode = os.fstat(file.fileno()).st_mode
+        if not stat.S_ISREG(mode):
+            raise AdminTokenFileError(f"the admin token file {path} is not a regular file")
+        if mode & 0o077:
+            raise AdminTokenFileError(
+                f"the admin token file {path} can be read by others (mode {stat.S_IMODE(mode):04o}): "
+                f"run chmod 600 {path} (or delete it, and a new token is generated)"
+            )
+        token = file.read().strip()
+    if not token:
+        raise AdminTokenFileError(f"the admin token file {path} is empty: delete it, and a new token is generated")
+    return token
+
+
+def write_admin_token_file(path: Path, token: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w") as file:
+        file.write(token + "\n")
 
 
 class LocalStack:
-    """Start with ``start()``; ``api_url`` is then served until ``stop()``."""
+    """Start with ``start()``; ``api_url`` is then served until ``stop()``.
+
+    ``start()`` checks before it changes anything: the configuration (``SettingsError``), the API
+    and emulator ports (``PortInUse``, naming the option that changes them) and the data dir's
+    lock (``DataDirInUse``, naming the lock file and the process holding it). Only then does it
+    write the admin token file, start the emulator, restore the data dir and serve.
+    """
 
     def __init__(self, options: LocalOptions) -> None:
         self.options = options
         self.emulator: Emulator | None = None
         if options.aws_endpoint_url is None:
-            self.emulator = Emulator(
-                "127.0.0.1", options.emulator_port, serialize=options.serialize_emulator, data_dir=options.data_dir
-            )
+            self.emulator = Emulator("127.0.0.1", options.emulator_port, serialize=options.serialize_emulator)
         self.names = provision.resource_names(options.resource_prefix)
         self.app_module: ModuleType | None = None
         self.generated_admin_token: str | None = None
+        #: where the admin token came from: "environment", "file" or "generated"
+        self.admin_token_source: str | None = None
+        #: what the data dir held at start (None: nothing, or no data dir)
+        self.restored: Restored | None = None
+        #: the final snapshot failed (the data dir keeps the previous one)
+        self.save_error: Exception | None = None
+        self.persistence: Persistence | None = None
+        self._lock: DataDirLock | None = None
+        self._api_server: ApiServer | None = None
         self._server: ServerThread | None = None
         self._poller: StreamPoller | None = None
         self._scheduler: Scheduler | None = None
-        self.replayed_requests = 0
 
     @property
     def api_url(self) -> str:
         scheme = "https" if self.options.tls_cert else "http"
-        assert self._server is not None
-        address: Any = self._server.server.server_address
+        assert self._api_server is not None
+        address: Any = self._api_server.server_address
         host, port = address[:2]
         return f"{scheme}://{host}:{port}"
 
@@ -84,6 +136,11 @@ class LocalStack:
             return self.emulator.endpoint_url
         assert self.options.aws_endpoint_url is not None
         return self.options.aws_endpoint_url
+
+    @property
+    def admin_token(self) -> str | None:
+        """The admin token the API accepts (None when only its SHA-256 was given)."""
+        return os.environ.get("MODELFORGE_ADMIN_TOKEN") or None
 
     def _environment(self) -> dict[str, str]:
         env = {
@@ -96,30 +153,41 @@ class LocalStack:
             **self.names,
             **self.options.extra_env,
         }
-        if not os.environ.get("MODELFORGE_ADMIN_TOKEN") and not os.environ.get("MODELFORGE_ADMIN_TOKEN_SHA256"):
+        token_file = self.options.admin_token_file
+        if os.environ.get("MODELFORGE_ADMIN_TOKEN") or os.environ.get("MODELFORGE_ADMIN_TOKEN_SHA256"):
+            self.admin_token_source = "environment"
+        elif token_file is not None and os.path.lexists(token_file):
+            env["MODELFORGE_ADMIN_TOKEN"] = read_admin_token_file(token_file)
+            self.admin_token_source = "file"
+        else:
             self.generated_admin_token = secrets.token_urlsafe(32)
             env["MODELFORGE_ADMIN_TOKEN"] = self.generated_admin_token
+            self.admin_token_source = "generated"
         return env
 
     def start(self) -> None:
-        os.environ.update(self._environment())
+        environment = self._environment()
         tls: ssl.SSLContext | None = None
         if self.options.tls_cert and self.options.tls_key:
             tls = tls_context(self.options.tls_cert, self.options.tls_key)
+        os.environ.update(environment)
         self.app_module = load_app()
         from chalicelib import instance
 
         instance.reset()
         instance.get()  # validates settings before serving: exits non-zero on a bad configuration
+        self._claim(tls)
+        if self.generated_admin_token and self.options.admin_token_file is not None:
+            write_admin_token_file(self.options.admin_token_file, self.generated_admin_token)
         if self.emulator is not None:
             self.emulator.start()
-            if self.emulator.has_recording():
-                self.replayed_requests = self.emulator.replay_recording()
         os.environ["AWS_ENDPOINT_URL"] = self.aws_endpoint_url
         instance.reset()
         instance.get()
+        if self._lock is not None and self.emulator is not None:
+            self.persistence = Persistence(self._lock.data_dir, self.emulator, outbox=self._outbox(), region=REGION)
+            self.restored = self.persistence.restore()
         provision.provision(self.aws_endpoint_url, self.names, REGION)
-        app = self.app_module.app
         self._poller = StreamPoller(
             self.aws_endpoint_url,
             self.names["MODELFORGE_OUTBOX_TABLE"],
@@ -130,16 +198,52 @@ class LocalStack:
         self._poller.start()
         self._scheduler = Scheduler(self.app_module.liveness_sweep, self.options.sweep_interval_seconds)
         self._scheduler.start()
-        server = ApiServer(
-            self.options.host,
-            self.options.port,
-            app,
-            tls,
-            connection_timeout_seconds=self.options.connection_timeout_seconds,
-            max_connections=self.options.max_connections,
-        )
-        self._server = ServerThread(server)
+        assert self._api_server is not None
+        self._server = ServerThread(self._api_server)
         self._server.start()
+        if self.persistence is not None:
+            self.persistence.start_periodic(self.options.snapshot_interval_seconds)
+        if self._lock is not None:
+            self._lock.describe(api_url=self.api_url, emulator_url=self.aws_endpoint_url)
+
+    def _claim(self, tls: ssl.SSLContext | None) -> None:
+        """Take the data dir's lock (when its folder exists) and both ports, then the lock for
+        good: nothing is created, started or written before all of them are ours."""
+        assert self.app_module is not None
+        if self.options.data_dir is not None and self.emulator is not None:
+            self._lock = DataDirLock(self.options.data_dir)
+            self._lock.acquire_existing()
+        try:
+            try:
+                self._api_server = ApiServer(
+                    self.options.host,
+                    self.options.port,
+                    self.app_module.app,
+                    tls,
+                    connection_timeout_seconds=self.options.connection_timeout_seconds,
+                    max_connections=self.options.max_connections,
+                )
+            except OSError as error:
+                raise listen_error(error, self.options.host, self.options.port, "--port") from None
+            if self.emulator is not None:
+                self.emulator.bind()
+            if self._lock is not None:
+                self._lock.acquire()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _outbox(self) -> Outbox:
+        """The state log as the data dir's restore must know it (``persistence.Outbox``)."""
+        from chalicelib.state_log import state_log_key
+
+        def object_key(item: dict[str, Any]) -> str | None:
+            event_id = item.get("event_id", {}).get("S")
+            return state_log_key(event_id) if isinstance(event_id, str) else None
+
+        return Outbox(
+            self.names["MODELFORGE_OUTBOX_TABLE"], self.names["MODELFORGE_STATE_LOG_BUCKET"], object_key
+        )
 
     def drain_state_log(self) -> int:
         """Ship every outbox event written so far (tests call this instead of waiting)."""
@@ -152,11 +256,22 @@ class LocalStack:
         return self.emulator.middleware.snapshot()
 
     def stop(self) -> None:
+        """Stop serving, write the data dir's last snapshot, stop the emulator, release the lock
+        (safe on a stack that started only in part)."""
         for part in (self._server, self._scheduler, self._poller):
             if part is not None:
                 part.stop()
+        if self._server is None and self._api_server is not None:
+            self._api_server.server_close()
+        if self.persistence is not None:
+            try:
+                self.persistence.stop()
+            except Exception as error:  # noqa: BLE001 - reported by the caller; the old snapshot stays
+                self.save_error = error
         if self.emulator is not None:
             self.emulator.stop()
+        if self._lock is not None:
+            self._lock.release()
 
     def __enter__(self) -> Self:
         self.start()

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import os
-import sys
 import textwrap
 from typing import Any
 
-import requests
-from modelforge_protocol.credentials import ADMIN_TOKEN_HEADER
+from . import tables
+from .admin_api import EXIT_ERROR, EXIT_NO, EXIT_OK, AdminApi, ApiRefused, CommandFailed, segment
 
-EXIT_READY, EXIT_NOT_READY, EXIT_ERROR = 0, 1, 2
+EXIT_READY, EXIT_NOT_READY = EXIT_OK, EXIT_NO
 
 
 def render(answer: dict[str, Any]) -> str:
@@ -30,28 +28,15 @@ def render(answer: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def run(target: str, api_url: str, ca_cert: str | None) -> int:
-    token = os.environ.get("MODELFORGE_ADMIN_TOKEN", "")
-    if not token:
-        print("modelforge: set MODELFORGE_ADMIN_TOKEN", file=sys.stderr)
-        return EXIT_ERROR
+def show(api: AdminApi, target: str, as_json: bool = False) -> int:
+    """Print the readiness of ``target`` (a node id, or the enrollment id that produced it)."""
     try:
-        response = requests.get(
-            f"{api_url.rstrip('/')}/api/v1/admin/nodes/{target}/readiness",
-            headers={ADMIN_TOKEN_HEADER: token},
-            timeout=30,
-            verify=ca_cert or True,
-        )
-    except requests.RequestException as error:
-        print(f"modelforge: cannot reach {api_url}: {type(error).__name__}", file=sys.stderr)
-        return EXIT_ERROR
-    try:
-        answer = response.json()
-    except ValueError:
-        answer = {}
-    if response.status_code != 200:
-        code = answer.get("error", {}).get("code", f"HTTP {response.status_code}") if isinstance(answer, dict) else "?"
-        print(f"modelforge: readiness refused: {code}", file=sys.stderr)
-        return EXIT_ERROR
-    print(render(answer))
+        answer = api.get(f"/api/v1/admin/nodes/{segment(target)}/readiness")
+    except ApiRefused as refused:
+        # an unknown id is an error here (2), as before: the answer asked for is readiness
+        raise CommandFailed(f"readiness refused: {refused.message}", EXIT_ERROR) from None
+    if as_json:
+        tables.print_json(answer)
+    else:
+        print(render(answer))
     return EXIT_READY if answer["ready"] else EXIT_NOT_READY

@@ -1,0 +1,146 @@
+"""`modelforge enrollments create|list|show|revoke` as a subprocess against `modelforge local up`."""
+
+from __future__ import annotations
+
+import re
+import signal
+import sys
+from datetime import datetime
+from pathlib import Path
+
+from tests.support.admin_cli import modelforge
+from tests.support.api import AgentIdentity, ControlPlane
+from tests.support.polling import wait_until
+from tests.support.processes import LoggedProcess
+
+UNKNOWN = "enr_" + "0" * 32
+
+
+def _seconds_between(start: str, end: str) -> float:
+    return (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
+
+
+def test_create_prints_the_token_once_inside_the_nodes_configuration_and_the_next_commands(remote: ControlPlane) -> None:
+    done = modelforge(remote, "enrollments", "create", "--name", "rack 4 box", "--expires", "1h")
+    assert done.returncode == 0, done.stderr
+    token = re.search(r"^MODELFORGE_AGENT_ENROLLMENT_TOKEN=(mfe\.\S+)$", done.stdout, re.M)
+    assert token is not None, done.stdout
+    assert done.stdout.count(token.group(1)) == 1 and token.group(1) not in done.stderr
+    enrollment_id = token.group(1).split(".")[1]
+    assert f"MODELFORGE_AGENT_CONTROL_PLANE_URL={remote.base_url}\n" in done.stdout
+    for line in ("MODELFORGE_AGENT_ACCELERATOR_MODE=nvidia", "MODELFORGE_AGENT_TLS_VERIFY=true", "MODELFORGE_AGENT_STATE_VOLUME="):
+        assert line in done.stdout
+    assert "shown only now" in done.stdout
+    assert "set -a && . ./modelforge-agent.env && set +a && modelforge-node-agent" in done.stdout
+    assert "docker compose -f docker-compose.yml -f docker-compose.node-agent.yml up -d node-agent" in done.stdout
+    assert f"modelforge nodes readiness {enrollment_id}" in done.stdout
+    shown = remote.admin("GET", f"/api/v1/admin/node-enrollments/{enrollment_id}").json()
+    assert shown["display_name"] == "rack 4 box" and shown["status"] == "pending"
+    assert _seconds_between(shown["created_at"], shown["expires_at"]) == 3600
+    # the token works exactly once
+    assert remote.enroll(token.group(1), AgentIdentity()).status_code == 201
+
+
+def test_create_json_is_the_apis_answer_and_expiry_takes_seconds_too(remote: ControlPlane) -> None:
+    done = modelforge(remote, "enrollments", "create", "--expires", "90", "--json")
+    assert done.returncode == 0, done.stderr
+    minted = done.json()
+    assert minted["token"].startswith(f"mfe.{minted['enrollment_id']}.") and minted["display_name"] == "GPU Node"
+    assert _seconds_between(minted["created_at"], minted["expires_at"]) == 90
+    default = modelforge(remote, "enrollments", "create", "--json").json()
+    assert _seconds_between(default["created_at"], default["expires_at"]) == 900
+
+
+def test_create_refuses_an_expiry_outside_the_apis_range_before_calling_it(remote: ControlPlane) -> None:
+    for expiry in ("5s", "25h", "tomorrow"):
+        done = modelforge(remote, "enrollments", "create", "--expires", expiry)
+        assert done.returncode == 2 and "--expires" in done.stderr and done.stdout == ""
+
+
+def test_list_and_show_print_tables_and_json(remote: ControlPlane) -> None:
+    minted = remote.mint(display_name="listed box")
+    listing = modelforge(remote, "enrollments", "list")
+    assert listing.returncode == 0, listing.stderr
+    header, *rows = listing.stdout.splitlines()
+    assert header.split() == ["ID", "NAME", "STATUS", "EXPIRES", "NODE"]
+    row = next(line for line in rows if line.startswith(minted["enrollment_id"]))
+    assert "listed box" in row and "pending" in row and re.search(r"in 1[45]m", row)
+    as_json = modelforge(remote, "enrollments", "list", "--json").json()
+    assert as_json["next_token"] is None
+    assert minted["enrollment_id"] in {item["enrollment_id"] for item in as_json["enrollments"]}
+
+    show = modelforge(remote, "enrollments", "show", minted["enrollment_id"])
+    assert show.returncode == 0
+    assert re.search(r"^status:\s+pending$", show.stdout, re.M) and "listed box" in show.stdout
+    assert "mfe." not in show.stdout
+    assert modelforge(remote, "enrollments", "show", minted["enrollment_id"], "--json").json() == remote.admin(
+        "GET", f"/api/v1/admin/node-enrollments/{minted['enrollment_id']}"
+    ).json()
+
+
+def test_show_of_an_unknown_enrollment_exits_1_with_the_apis_code_and_message(remote: ControlPlane) -> None:
+    done = modelforge(remote, "enrollments", "show", UNKNOWN)
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.strip() == "modelforge: enrollment_not_found: no such enrollment"
+
+
+def test_list_follows_every_page(remote: ControlPlane) -> None:
+    first_page = remote.admin("GET", "/api/v1/admin/node-enrollments", params={"limit": "100"}).json()
+    for _ in range(0 if first_page["next_token"] else 101 - len(first_page["enrollments"])):
+        remote.mint(display_name="page filler")
+    expected = set()
+    token = None
+    while True:
+        page = remote.admin("GET", "/api/v1/admin/node-enrollments", params={"next_token": token} if token else {}).json()
+        expected |= {item["enrollment_id"] for item in page["enrollments"]}
+        token = page["next_token"]
+        if not token:
+            break
+    listed = modelforge(remote, "enrollments", "list", "--json").json()["enrollments"]
+    assert len(listed) > 100 and {item["enrollment_id"] for item in listed} >= expected
+    table = modelforge(remote, "enrollments", "list").stdout.splitlines()
+    assert len(table) - 1 >= len(expected)
+
+
+def test_revoke_an_unused_token_then_refusals_with_their_codes(remote: ControlPlane) -> None:
+    minted = remote.mint()
+    done = modelforge(remote, "enrollments", "revoke", minted["enrollment_id"])
+    assert done.returncode == 0 and "revoked" in done.stdout, done.stderr
+    assert remote.enroll(minted["token"], AgentIdentity()).status_code == 410
+    again = modelforge(remote, "enrollments", "revoke", minted["enrollment_id"])
+    assert again.returncode == 2 and again.stderr.startswith("modelforge: enrollment_revoked: ")
+    unknown = modelforge(remote, "enrollments", "revoke", UNKNOWN)
+    assert unknown.returncode == 1 and "enrollment_not_found" in unknown.stderr
+
+    used = remote.mint()
+    identity = AgentIdentity()
+    assert remote.enroll(used["token"], identity).status_code == 201
+    consumed = modelforge(remote, "enrollments", "revoke", used["enrollment_id"], "--json")
+    assert consumed.returncode == 2 and consumed.stdout == ""
+    assert "enrollment_consumed" in consumed.stderr and f"modelforge nodes revoke-credential {identity.node_id}" in consumed.stderr
+    assert len(consumed.stderr.strip().splitlines()) == 1
+
+
+def test_the_printed_next_command_starts_an_agent_that_becomes_ready(remote: ControlPlane, tmp_path: Path) -> None:
+    done = modelforge(remote, "enrollments", "create", "--name", "next step box")
+    block = re.search(r"^umask 077 && cat > (\S+) <<'EOF'\n(.*?)^EOF$", done.stdout, re.M | re.S)
+    start = re.search(r"^set -a && .*modelforge-node-agent$", done.stdout, re.M)
+    assert block is not None and start is not None, done.stdout
+    enrollment_id = re.search(r"modelforge nodes readiness (enr_\w+)", done.stdout).group(1)  # type: ignore[union-attr]
+    # as on a CPU-only node, with its state volume here; the rest exactly as printed
+    config = block.group(2).replace("ACCELERATOR_MODE=nvidia", "ACCELERATOR_MODE=cpu")
+    config = re.sub(r"STATE_VOLUME=.*", f"STATE_VOLUME={tmp_path / 'state'}", config)
+    (tmp_path / block.group(1)).write_text(config)
+    (tmp_path / block.group(1)).chmod(0o600)
+    venv_bin = str(Path(sys.executable).parent)
+    command = ["bash", "-c", f"cd {tmp_path} && " + start.group(0).replace("modelforge-node-agent", "exec modelforge-node-agent")]
+    env = {"PATH": f"{venv_bin}:/usr/bin:/bin", "MODELFORGE_AGENT_HEARTBEAT_INTERVAL_SECONDS": "0.5"}
+    with LoggedProcess(command, tmp_path / "agent.log", env) as agent:
+        wait_until(
+            lambda: modelforge(remote, "nodes", "readiness", enrollment_id).returncode == 0,
+            60,
+            "the agent started as printed to be ready",
+            interval=0.5,
+            detail=agent.output,
+        )
+        assert agent.stop(signal.SIGTERM) == 0

@@ -1,0 +1,236 @@
+"""`modelforge enrollments create|list|show|revoke`: single-use enrollment tokens for new nodes."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import re
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from . import tables
+from .admin_api import add_command, EXIT_OK, AdminApi, ApiRefused, add_connection_options, segment
+
+PATH = "/api/v1/admin/node-enrollments"
+EXPIRY_CHOICES = {"5m": 300, "15m": 900, "1h": 3600, "24h": 86400}
+MIN_EXPIRY_SECONDS, MAX_EXPIRY_SECONDS = 60, 86400
+DEFAULT_NAME = "GPU Node"
+AGENT_ENV_FILE = "modelforge-agent.env"
+STATE_VOLUME = "/var/lib/modelforge/agent-state"
+_DURATION = re.compile(r"(\d+)([smh]?)")
+_UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600}
+
+
+def expiry_seconds(raw: str) -> int:
+    """`5m`, `15m`, `1h`, `24h`, or seconds (also `90s`, `30m`, `2h`): 60 s to 24 h."""
+    match = _DURATION.fullmatch(raw.strip().lower())
+    if match is None:
+        raise argparse.ArgumentTypeError(f"{raw!r} is not a duration: use 5m, 15m, 1h, 24h or a number of seconds")
+    seconds = int(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    if not MIN_EXPIRY_SECONDS <= seconds <= MAX_EXPIRY_SECONDS:
+        raise argparse.ArgumentTypeError(f"{raw!r} is outside 60 s to 24 h")
+    return seconds
+
+
+def display_name(raw: str) -> str:
+    if not 1 <= len(raw) <= 128:
+        raise argparse.ArgumentTypeError("a name is 1 to 128 characters")
+    return raw
+
+
+def register(commands: Any) -> None:
+    enrollments = add_command(
+        commands,
+        "enrollments",
+        help="mint, list, show and revoke single-use enrollment tokens",
+        description="Single-use, expiring enrollment tokens: a node's agent enrolls once with one.",
+    )
+    sub = enrollments.add_subparsers(dest="enrollments_command", required=True, metavar="COMMAND")
+
+    create = add_command(
+        sub,
+        "create",
+        help="mint a token; prints it once, with the node's next command",
+        description="Mint a single-use enrollment token. The token is printed once (the control plane keeps "
+        "only its SHA-256), followed by the agent configuration and the command that starts it on the node.",
+    )
+    create.add_argument(
+        "--name",
+        type=display_name,
+        default=DEFAULT_NAME,
+        help=f"display name of the node it enrolls, 1-128 characters (default {DEFAULT_NAME!r})",
+    )
+    create.add_argument(
+        "--expires",
+        type=expiry_seconds,
+        default=EXPIRY_CHOICES["15m"],
+        metavar="5m|15m|1h|24h|SECONDS",
+        help="how long the token stays usable: 60 s to 24 h (default 15m)",
+    )
+    add_connection_options(create, "print the API's JSON answer (it holds the token) instead of the next steps")
+    create.set_defaults(admin_handler=run_create)
+
+    listing = add_command(
+        sub, "list", help="every enrollment: status, expiry, node", description="List every enrollment (all pages)."
+    )
+    add_connection_options(listing)
+    listing.set_defaults(admin_handler=run_list)
+
+    show = add_command(
+        sub, "show", help="one enrollment", description="Show one enrollment; exit 1 when there is no such enrollment."
+    )
+    show.add_argument("enrollment_id", metavar="ID", help="the enrollment id (enr_...)")
+    add_connection_options(show)
+    show.set_defaults(admin_handler=run_show)
+
+    revoke = add_command(
+        sub,
+        "revoke",
+        help="revoke an unused token",
+        description="Revoke an enrollment whose token is unused. A used token cannot be revoked: revoke the "
+        "node's credential instead (modelforge nodes revoke-credential).",
+    )
+    revoke.add_argument("enrollment_id", metavar="ID", help="the enrollment id (enr_...)")
+    add_connection_options(revoke)
+    revoke.set_defaults(admin_handler=run_revoke)
+
+
+def _row(item: dict[str, Any], at: Any) -> list[Any]:
+    return [
+        item.get("enrollment_id"),
+        item.get("display_name"),
+        item.get("status"),
+        tables.relative(item.get("expires_at"), at),
+        item.get("node_id"),
+    ]
+
+
+HEADERS = ["ID", "NAME", "STATUS", "EXPIRES", "NODE"]
+
+
+def describe(item: dict[str, Any]) -> str:
+    return tables.fields(
+        [
+            ("id", item.get("enrollment_id")),
+            ("name", item.get("display_name")),
+            ("status", item.get("status")),
+            ("production eligible", item.get("production_eligible")),
+            ("created", tables.when(item.get("created_at"))),
+            ("expires", tables.when(item.get("expires_at"))),
+            ("consumed", tables.when(item.get("consumed_at"))),
+            ("revoked", tables.when(item.get("revoked_at"))),
+            ("node", item.get("node_id")),
+        ]
+    )
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def next_steps(minted: dict[str, Any], api: AdminApi) -> str:
+    """The token, once, inside the node's agent configuration, and the commands that follow."""
+    enrollment_id = minted.get("enrollment_id")
+    url = urlsplit(api.api_url)
+    lines = [
+        f"enrollment {enrollment_id} ({minted.get('display_name')!r}) created; its token expires at "
+        f"{minted.get('expires_at')} ({tables.relative(minted.get('expires_at'))}) and works once.",
+        "The token is shown only now: the control plane keeps only its SHA-256.",
+        "",
+        f"1. On the node, write the agent's configuration (mode 0600; the token is in {AGENT_ENV_FILE} only):",
+        "",
+        f"umask 077 && cat > {AGENT_ENV_FILE} <<'EOF'",
+        f"MODELFORGE_AGENT_CONTROL_PLANE_URL={api.api_url}",
+        f"MODELFORGE_AGENT_ENROLLMENT_TOKEN={minted.get('token')}",
+        "# nvidia needs at least one GPU through NVML; cpu for a node without NVIDIA GPUs",
+        "MODELFORGE_AGENT_ACCELERATOR_MODE=nvidia",
+        "MODELFORGE_AGENT_TLS_VERIFY=true",
+        "# a durable directory: the node's identity lives here",
+        f"MODELFORGE_AGENT_STATE_VOLUME={STATE_VOLUME}",
+    ]
+    if api.ca_cert:
+        lines += [
+            "# copy the API's CA certificate to the node at this path",
+            f"MODELFORGE_AGENT_CA_CERT_PATH={Path(api.ca_cert).resolve()}",
+        ]
+    lines += [
+        "# to serve work, the runtime worker's socket:",
+        "# MODELFORGE_AGENT_WORKER_URL=unix:///var/lib/modelforge/worker/worker.sock",
+        "EOF",
+        "",
+        "2. Start the agent: with the agent's wheels installed (README: Node agent),",
+        "",
+        f"set -a && . ./{AGENT_ENV_FILE} && set +a && modelforge-node-agent",
+        "",
+        "   or, from the node-agent repository, with these variables in its .env:",
+        "",
+        "docker compose -f docker-compose.yml -f docker-compose.node-agent.yml up -d node-agent",
+        "",
+        f"3. Check it here: modelforge nodes readiness {enrollment_id}",
+    ]
+    if url.scheme == "http" and not _is_loopback(url.hostname or ""):
+        lines.append(
+            f"Note: the agent refuses http:// except on loopback; give it the https:// address of {url.hostname}."
+        )
+    return "\n".join(lines)
+
+
+def run_create(api: AdminApi, args: argparse.Namespace) -> int:
+    _, minted = api.post(PATH, {"display_name": args.name, "expires_in_seconds": args.expires})
+    if args.json:
+        tables.print_json(minted)
+    else:
+        print(next_steps(minted, api))
+    return EXIT_OK
+
+
+def run_list(api: AdminApi, args: argparse.Namespace) -> int:
+    items = list(api.pages(PATH, "enrollments"))
+    if args.json:
+        tables.print_json({"enrollments": items, "next_token": None})
+        return EXIT_OK
+    if not items:
+        print("no enrollments")
+        return EXIT_OK
+    at = tables.now()
+    print(tables.table(HEADERS, [_row(item, at) for item in items]))
+    return EXIT_OK
+
+
+def run_show(api: AdminApi, args: argparse.Namespace) -> int:
+    item = api.get(f"{PATH}/{segment(args.enrollment_id)}")
+    if args.json:
+        tables.print_json(item)
+    else:
+        print(describe(item))
+    return EXIT_OK
+
+
+def run_revoke(api: AdminApi, args: argparse.Namespace) -> int:
+    try:
+        _, item = api.post(f"{PATH}/{segment(args.enrollment_id)}/revoke")
+    except ApiRefused as refused:
+        if refused.code == "enrollment_consumed":
+            node_id = _consumed_by(api, args.enrollment_id)
+            if node_id:
+                refused.message += f"; run: modelforge nodes revoke-credential {node_id}"
+        raise
+    if args.json:
+        tables.print_json(item)
+    else:
+        print(f"enrollment {item.get('enrollment_id')} revoked: its token can no longer enroll a node")
+    return EXIT_OK
+
+
+def _consumed_by(api: AdminApi, enrollment_id: str) -> str | None:
+    try:
+        node_id = api.get(f"{PATH}/{segment(enrollment_id)}").get("node_id")
+    except Exception:  # noqa: BLE001 - only a hint: the refusal itself is what is reported
+        return None
+    return str(node_id) if node_id else None

@@ -1,0 +1,248 @@
+"""`modelforge local up`: its options, the checks made before anything starts, and the foreground
+process that serves until Ctrl-C or SIGTERM (watching its CPU agent and runtime worker)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .persistence import DEFAULT_SNAPSHOT_INTERVAL_SECONDS
+
+if TYPE_CHECKING:
+    from .local_stack import LocalOptions, LocalStack
+
+EXIT_OK, EXIT_ERROR, EXIT_CONFIG = 0, 1, 2
+#: How often the foreground process looks at its agent and worker.
+SUPERVISE_SECONDS = 0.5
+
+
+def positive_float(raw: str) -> float:
+    value = float(raw)
+    if value <= 0:
+        raise argparse.ArgumentTypeError("must be greater than 0")
+    return value
+
+
+def positive_int(raw: str) -> int:
+    value = int(raw)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def _sweep_interval_from_env() -> float:
+    raw = os.environ.get("MODELFORGE_SWEEP_INTERVAL_SECONDS", "60")
+    try:
+        return positive_float(raw)
+    except (ValueError, argparse.ArgumentTypeError):
+        raise SystemExit("MODELFORGE_SWEEP_INTERVAL_SECONDS must be a number greater than 0") from None
+
+
+def add_arguments(up: argparse.ArgumentParser) -> None:
+    up.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    up.add_argument("--port", type=int, default=8000, help="API port (default 8000; 0 picks a free one)")
+    up.add_argument("--tls-cert", type=Path, help="serve HTTPS with this certificate chain (PEM)")
+    up.add_argument("--tls-key", type=Path, help="private key for --tls-cert (PEM)")
+    up.add_argument(
+        "--data-dir",
+        type=Path,
+        help="keep the tables and the bucket here across restarts (a snapshot on stop and every "
+        "--snapshot-interval; default: in memory). One local up per folder: a second is refused",
+    )
+    up.add_argument(
+        "--snapshot-interval",
+        type=positive_float,
+        default=DEFAULT_SNAPSHOT_INTERVAL_SECONDS,
+        metavar="SECONDS",
+        help=f"with --data-dir: write a snapshot this often while anything changed (default {DEFAULT_SNAPSHOT_INTERVAL_SECONDS:g})",
+    )
+    up.add_argument("--emulator-port", type=int, default=0, help="AWS emulator port (default: a free one)")
+    up.add_argument(
+        "--admin-token-file",
+        type=Path,
+        metavar="FILE",
+        help="keep the admin token in FILE across restarts: read it when FILE exists, else generate one and "
+        "write it there (mode 0600). MODELFORGE_ADMIN_TOKEN, when set, wins",
+    )
+    up.add_argument(
+        "--connection-timeout",
+        type=positive_float,
+        default=30.0,
+        metavar="SECONDS",
+        help="close API connections idle, slow or unfinished for this long (default 30)",
+    )
+    up.add_argument(
+        "--max-connections",
+        type=positive_int,
+        default=256,
+        help="API connections served at once; more are answered 503 server_busy (default 256)",
+    )
+    up.add_argument(
+        "--with-worker",
+        type=Path,
+        metavar="WORKER_DIR",
+        help="also run the runtime worker (its own process) on WORKER_DIR/worker.sock, with its artifact and "
+        "quarantine roots in WORKER_DIR; the --with-cpu-agent agent uses it",
+    )
+    up.add_argument(
+        "--with-cpu-agent",
+        type=Path,
+        metavar="STATE_DIR",
+        help="also run a CPU-mode node agent (its own process, text log) that keeps its identity in STATE_DIR; "
+        "if it exits, this says why and what to do",
+    )
+    up.add_argument(
+        "--aws-endpoint-url",
+        default=os.environ.get("MODELFORGE_LOCAL_AWS_ENDPOINT_URL"),
+        help="use this AWS endpoint (e.g. LocalStack on http://127.0.0.1:4566) instead of the embedded emulator",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from .local_stack import LocalOptions
+
+    if args.aws_endpoint_url and args.data_dir:
+        print("modelforge: --data-dir applies to the embedded emulator only, not --aws-endpoint-url", file=sys.stderr)
+        return EXIT_CONFIG
+    if args.with_cpu_agent and args.tls_cert:
+        print("modelforge: --with-cpu-agent runs over plain HTTP on loopback; leave out --tls-cert", file=sys.stderr)
+        return EXIT_CONFIG
+    if bool(args.tls_cert) != bool(args.tls_key):
+        print("modelforge: --tls-cert and --tls-key must be given together", file=sys.stderr)
+        return EXIT_CONFIG
+    for path in (args.tls_cert, args.tls_key):
+        if path is not None and not path.is_file():
+            print(f"modelforge: no such file: {path}", file=sys.stderr)
+            return EXIT_CONFIG
+    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"modelforge: warning: listening on {args.host}, not loopback", file=sys.stderr)
+    options = LocalOptions(
+        host=args.host,
+        port=args.port,
+        emulator_port=args.emulator_port,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        data_dir=args.data_dir,
+        snapshot_interval_seconds=args.snapshot_interval,
+        sweep_interval_seconds=_sweep_interval_from_env(),
+        aws_endpoint_url=args.aws_endpoint_url,
+        connection_timeout_seconds=args.connection_timeout,
+        max_connections=args.max_connections,
+        admin_token_file=args.admin_token_file,
+    )
+    if args.with_worker is not None and len(str(args.with_worker.resolve() / "worker.sock")) > 100:
+        print("modelforge: --with-worker: the socket path would be too long for a unix socket; use a shorter folder", file=sys.stderr)
+        return EXIT_CONFIG
+    return serve(options, cpu_agent_state=args.with_cpu_agent, worker_dir=args.with_worker)
+
+
+def _say(line: str) -> None:
+    print(f"modelforge: {line}", file=sys.stderr, flush=True)
+
+
+def _admin_token_line(stack: LocalStack, token_file: Path | None) -> str | None:
+    if token_file is None:
+        if stack.admin_token_source == "generated":
+            # shown once, on the terminal of the developer who started the stack
+            return f"admin token (generated, shown once): {stack.generated_admin_token}"
+        return None
+    use = f"KEY=$(cat {shlex.quote(str(token_file))})"
+    if stack.admin_token_source == "generated":
+        return f"admin token generated and kept in {token_file} (mode 0600; MODELFORGE_ADMIN_TOKEN overrides it): {use}"
+    if stack.admin_token_source == "file":
+        return f"admin token kept in {token_file} (MODELFORGE_ADMIN_TOKEN overrides it): {use}"
+    return f"admin token from MODELFORGE_ADMIN_TOKEN ({token_file} is not used)"
+
+
+def _start(stack: LocalStack, options: LocalOptions) -> int | None:
+    """Start the stack; the exit code when it cannot start (one line said why), else None."""
+    from chalicelib.settings import SettingsError
+
+    from .local_stack import AdminTokenFileError
+    from .persistence import DataDirInUse, SnapshotError
+
+    try:
+        stack.start()
+    except SettingsError as error:
+        stack.stop()
+        source = ""
+        if stack.admin_token_source == "file" and "MODELFORGE_ADMIN_TOKEN" in str(error):
+            source = f" (the admin token was read from {options.admin_token_file}: fix it, or delete it for a new one)"
+        _say(f"{error}{source}")
+        return EXIT_CONFIG
+    except AdminTokenFileError as error:
+        stack.stop()
+        _say(str(error))
+        return EXIT_CONFIG
+    except (DataDirInUse, SnapshotError) as error:
+        stack.stop()
+        _say(str(error))
+        return EXIT_ERROR
+    except OSError as error:
+        stack.stop()
+        _say(f"cannot start: {error.strerror or error}")
+        return EXIT_ERROR
+    return None
+
+
+def serve(options: LocalOptions, cpu_agent_state: Path | None = None, worker_dir: Path | None = None) -> int:
+    """Start the local stack, print the ready line, and serve until SIGINT or SIGTERM."""
+    from . import dev_agent
+    from .http_server import load_app
+    from .local_stack import LocalStack
+
+    load_app()
+    stack = LocalStack(options)
+    stopping = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stopping.set())
+    failed = _start(stack, options)
+    if failed is not None:
+        return failed
+    token_line = _admin_token_line(stack, options.admin_token_file)
+    if token_line:
+        print(token_line, flush=True)
+    if stack.restored is not None and options.data_dir is not None:
+        print(stack.restored.describe(options.data_dir), flush=True)
+    print(f"modelforge control plane ready at {stack.api_url} (AWS emulator {stack.aws_endpoint_url})", flush=True)
+    agent = worker = None
+    worker_url = None
+    if worker_dir is not None:
+        try:
+            worker, worker_url = dev_agent.start_worker(worker_dir.resolve())
+        except (dev_agent.DevAgentError, OSError) as error:
+            _say(f"cannot start the runtime worker: {error}")
+            stack.stop()
+            return EXIT_ERROR
+        print(f"runtime worker started (pid {worker.pid}, listening on {worker_url})", flush=True)
+    if cpu_agent_state is not None:
+        try:
+            agent = dev_agent.start(stack.api_url, stack.admin_token, cpu_agent_state, worker_url)
+        except (dev_agent.DevAgentError, OSError) as error:
+            _say(f"cannot start the CPU agent: {error}")
+            if worker is not None:
+                dev_agent.stop(worker)
+            stack.stop()
+            return EXIT_ERROR
+        print(f"CPU node agent started (pid {agent.pid}, state in {cpu_agent_state})", flush=True)
+    supervisor = dev_agent.Supervisor(
+        stack.api_url, stack.admin_token, cpu_agent_state, worker_url, agent, worker, say=_say
+    )
+    while not stopping.wait(SUPERVISE_SECONDS):
+        supervisor.check()
+    supervisor.stop()
+    stack.stop()
+    if stack.save_error is not None:
+        _say(
+            f"could not save the data dir {options.data_dir} ({type(stack.save_error).__name__}: {stack.save_error}); "
+            "it keeps the snapshot taken before"
+        )
+        return EXIT_ERROR
+    print("modelforge control plane stopped", flush=True)
+    return EXIT_OK
