@@ -34,7 +34,7 @@ from tests.support import api
 from tests.support.api import AgentIdentity, ControlPlane, gpu_inventory, gpu_telemetry
 from tests.support.polling import wait_until
 from tests.support.processes import RunningProcess, start_local_up
-from tests.support.snapshots import state
+from tests.support.snapshots import state, writes_so_far
 
 MAX = schemas.MAX_BODY_BYTES
 VERDICTS = ("COMPATIBLE", "TOO_OLD", "TOO_NEW", "UNKNOWN")
@@ -43,24 +43,9 @@ JSON = {"Content-Type": "application/json"}
 # --- assertions --------------------------------------------------------------------------
 
 
-#: Emulator operations that never change state (the stream poller's own calls are prefixed
-#: "poller:"). Anything else counted since the last snapshot means the state must be re-read.
-_READ_OPERATIONS = frozenset(
-    {"GetItem", "BatchGetItem", "Query", "Scan", "DescribeTable", "ListTables", "DescribeTimeToLive", "S3:GET", "S3:HEAD"}
-)
-
-
 class _LastSnapshot:
     writes: dict[str, int] | None = None
     state: dict[str, Any] | None = None
-
-
-def _writes_so_far(stack: Any) -> dict[str, int]:
-    return {
-        operation: count
-        for operation, count in stack.aws_operations().items()
-        if not operation.startswith("poller:") and operation not in _READ_OPERATIONS
-    }
 
 
 def snapshot(stack: Any, *, reuse: bool = False) -> dict[str, Any]:
@@ -72,7 +57,7 @@ def snapshot(stack: Any, *, reuse: bool = False) -> dict[str, Any]:
     is always read afresh.
     """
     stack.drain_state_log()  # ship pending outbox events so the bucket is settled
-    writes = _writes_so_far(stack)  # before reading: a write counted later invalidates the copy
+    writes = writes_so_far(stack)  # before reading: a write counted later invalidates the copy
     if reuse and _LastSnapshot.state is not None and _LastSnapshot.writes == writes:
         return _LastSnapshot.state
     _LastSnapshot.state = state(stack.emulator.endpoint_url, stack.names)

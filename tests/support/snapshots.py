@@ -37,6 +37,23 @@ def bucket_objects(endpoint_url: str, bucket: str, prefix: str = "") -> dict[str
     return objects
 
 
+#: Emulator operations that never change state (the stream poller's own calls are prefixed
+#: "poller:").
+READ_OPERATIONS = frozenset(
+    {"GetItem", "BatchGetItem", "Query", "Scan", "DescribeTable", "ListTables", "DescribeTimeToLive", "S3:GET", "S3:HEAD"}
+)
+
+
+def writes_so_far(stack: Any) -> dict[str, int]:
+    """The emulator's count of every operation that can change state, by operation (the app's
+    own calls: the stream poller's are left out)."""
+    return {
+        operation: count
+        for operation, count in stack.aws_operations().items()
+        if not operation.startswith("poller:") and operation not in READ_OPERATIONS
+    }
+
+
 def state_log_objects(endpoint_url: str, bucket: str) -> dict[str, bytes]:
     """The state log's event objects (the bucket also holds work inputs and results)."""
     return bucket_objects(endpoint_url, bucket, resources.STATE_LOG_PREFIX)
