@@ -21,7 +21,6 @@ from pynamodb.indexes import AllProjection, GlobalSecondaryIndex, KeysOnlyProjec
 from pynamodb.models import Model
 
 from . import resources
-from .records import HEARTBEAT_FIELDS, TELEMETRY_COLUMNS  # noqa: F401  (re-exported: the item shapes)
 from .settings import Settings
 
 
