@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +22,27 @@ RELEASE = "1.3.0rc1"
 AGENT_VERSION = "1.3.0"
 #: Control plane release the accepted ranges below belong to (documented in docs/COMPATIBILITY.md).
 CONTROL_PLANE_RELEASE = "1.3.0"
+
+
+def image_tag_version(release: str = RELEASE) -> str:
+    """The release as image tags and bundle names spell it (SemVer): ``1.3.0rc1`` -> ``1.3.0-rc.1``.
+
+    PEP 440 pre-releases (``aN``, ``bN``, ``rcN``) become ``-alpha.N``, ``-beta.N`` and ``-rc.N``;
+    a final release is unchanged. Anything else is refused, so a tag is never guessed.
+    """
+    match = re.fullmatch(r"(\d+\.\d+\.\d+)(?:(a|b|rc)(\d+))?", release)
+    if match is None:
+        raise ValueError(f"release {release!r} is not MAJOR.MINOR.PATCH with an optional aN, bN or rcN")
+    final, stage, number = match.groups()
+    if stage is None:
+        return final
+    return f"{final}-{_SEMVER_STAGES[stage]}.{number}"
+
+
+_SEMVER_STAGES = {"a": "alpha", "b": "beta", "rc": "rc"}
+
+#: The tag of this release's images and bundle: ``modelforge-node-agent:<IMAGE_TAG_VERSION>``.
+IMAGE_TAG_VERSION = image_tag_version()
 
 
 class Component(str, enum.Enum):
