@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import admin_commands, local_up
+from . import admin_commands, local_up, release_cli
 from . import replay as replay_cli
 
 EXIT_OK, EXIT_ERROR, EXIT_CONFIG = 0, 1, 2
@@ -29,6 +29,8 @@ def build_parser() -> argparse.ArgumentParser:
     replay_cli.add_arguments(replay)
     # the admin API commands (enrollments, nodes, work): admin_commands.py and its modules
     admin_commands.register(commands)
+    # the release bundle (manifest, verify, check-container): release_cli.py and its modules
+    release_cli.register(commands)
 
     token = commands.add_parser("admin-token", help="admin token helpers")
     token_commands = token.add_subparsers(dest="token_command", required=True)
@@ -66,6 +68,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .admin_token import run_new
 
         return run_new()
+    if args.command == "release":
+        return release_cli.run(args)
     if args.command in admin_commands.COMMANDS:
         return admin_commands.run(args)
     return replay_cli.run(args)
