@@ -220,3 +220,32 @@ def write_oci_layout(path: Path, images: list[TestImage], *, as_tarball: bool = 
     writer.add("index.json", json.dumps({"schemaVersion": 2, "manifests": descriptors}).encode())
     writer.close()
     return path
+
+
+# --- changing archives and bundles afterwards ---------------------------------------------------
+
+
+def rewrite_member(path: Path, name: str, data: bytes | None) -> None:
+    """Rewrite tarball ``path`` with member ``name`` replaced by ``data`` (None: removed)."""
+    with tarfile.open(path) as tar:
+        members = [(member, tar.extractfile(member).read() if member.isfile() else None) for member in tar]  # type: ignore[union-attr]
+    with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as tar:
+        for member, content in members:
+            if member.name != name:
+                tar.addfile(member, io.BytesIO(content) if content is not None else None)
+            elif data is not None:
+                member.size = len(data)
+                tar.addfile(member, io.BytesIO(data))
+
+
+def read_member(path: Path, name: str) -> bytes:
+    with tarfile.open(path) as tar:
+        handle = tar.extractfile(name)
+        assert handle is not None
+        return handle.read()
+
+
+def write_sums(folder: Path, names: list[str]) -> None:
+    """``SHA256SUMS`` over ``names`` in ``folder``, as ``sha256sum`` writes it."""
+    lines = [f"{hashlib.sha256((folder / name).read_bytes()).hexdigest()}  {name}\n" for name in sorted(names)]
+    (folder / "SHA256SUMS").write_text("".join(lines))
