@@ -14,6 +14,8 @@ from chalicelib import resources
 from chalicelib.models import MODELS_BY_LOGICAL_NAME
 from modelforge_cli.provision import RESOURCE_ENV, load_resources
 
+from tests.support.cfn import resolve
+
 TABLE_OF_MODEL = {table.name: table.logical_id for table in resources.TABLES}
 
 
@@ -127,14 +129,18 @@ def test_template_throttles_the_stage_and_the_agent_routes_that_write(packaged: 
             assert template["Parameters"][parameter]["MinValue"] == 1
 
 
-def test_gateway_refusals_use_the_error_shape_and_never_echo_the_request(packaged: Path) -> None:
-    template = json.loads((packaged / "sam.json").read_text())
+@pytest.mark.parametrize("iam", [False, True], ids=["token-only", "iam-mode"])
+def test_gateway_refusals_use_the_error_shape_and_never_echo_the_request(packaged: Path, iam: bool) -> None:
+    template = resolve(json.loads((packaged / "sam.json").read_text()), {"AdminRoutesUseIam": iam})
     responses = template["Resources"]["RestAPI"]["Properties"]["GatewayResponses"]
-    for kind in ("MISSING_AUTHENTICATION_TOKEN", "THROTTLED", "DEFAULT_4XX", "DEFAULT_5XX"):
-        body = json.loads(responses[kind]["ResponseTemplates"]["application/json"])
-        assert set(body["error"]) == {"code", "message"}
+    assert {"MISSING_AUTHENTICATION_TOKEN", "THROTTLED", "DEFAULT_4XX", "DEFAULT_5XX", "ACCESS_DENIED"} <= set(responses)
+    for kind, response in responses.items():
+        body = json.loads(response["ResponseTemplates"]["application/json"])
+        assert set(body["error"]) == {"code", "message"}, kind
         assert "$" not in json.dumps(body)  # no $context or $input: nothing of the request comes back
     assert responses["MISSING_AUTHENTICATION_TOKEN"]["StatusCode"] == 404
+    unsigned = json.loads(responses["MISSING_AUTHENTICATION_TOKEN"]["ResponseTemplates"]["application/json"])
+    assert ("SigV4" in unsigned["error"]["message"]) is iam  # IAM mode: an unsigned admin call lands here too
 
 
 def test_gateway_refusals_answer_what_the_local_server_and_the_openapi_document_say(packaged: Path) -> None:
@@ -142,7 +148,7 @@ def test_gateway_refusals_answer_what_the_local_server_and_the_openapi_document_
     lacks the same way: docs/ARCHITECTURE.md), and throttling is the 429 every operation lists."""
     from chalicelib import openapi
 
-    template = json.loads((packaged / "sam.json").read_text())
+    template = resolve(json.loads((packaged / "sam.json").read_text()), {"AdminRoutesUseIam": False})
     responses = template["Resources"]["RestAPI"]["Properties"]["GatewayResponses"]
 
     def code(kind: str) -> str:

@@ -17,6 +17,8 @@ from urllib.parse import quote, urlsplit
 import requests
 from modelforge_protocol.credentials import ADMIN_TOKEN_HEADER
 
+from . import aws_sigv4
+
 #: The documented exit codes of the admin commands.
 EXIT_OK = 0
 EXIT_NO = 1  # not ready, not found, no result yet, or declined: the answer, not an error
@@ -36,7 +38,8 @@ exit codes:
   1  the answer is no: not ready, no such id (show, revoke, cancel, result), no result yet, or declined
   2  usage or configuration error, unreachable API, or any other API refusal (code and message on stderr)
 
-environment: MODELFORGE_ADMIN_TOKEN (required), MODELFORGE_API_URL, MODELFORGE_CA_CERT_PATH
+environment: MODELFORGE_ADMIN_TOKEN (required), MODELFORGE_API_URL, MODELFORGE_CA_CERT_PATH,
+  MODELFORGE_API_AWS_SIGV4 (with AWS credentials and region from the standard AWS chain)
 """
 
 
@@ -96,6 +99,13 @@ def add_connection_options(
         help=f"PEM of the private CA that signed the API's certificate (default ${CA_CERT_VAR}; "
         "the system trust store otherwise)",
     )
+    group.add_argument(
+        "--aws-sigv4",
+        action="store_true",
+        help=f"sign each request with AWS SigV4 (service execute-api) using the standard AWS credential chain and "
+        f"region: for a stack deployed with AdminIamAuthorization=true (default ${aws_sigv4.ENV_VAR}=1); "
+        "the admin token is sent as well",
+    )
     if with_json:
         parser.add_argument("--json", action="store_true", help=json_help)
 
@@ -111,6 +121,8 @@ class AdminApi:
     token: str = field(repr=False)
     ca_cert: str | None = None
     session: requests.Session = field(default_factory=requests.Session, repr=False)
+    #: SigV4 signing (--aws-sigv4), or None
+    auth: requests.auth.AuthBase | None = field(default=None, repr=False)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> AdminApi:
@@ -133,7 +145,13 @@ class AdminApi:
             raise CommandFailed(
                 f"{TOKEN_VAR} holds characters an HTTP header cannot carry (spaces, control or non-ASCII characters)"
             )
-        return cls(api_url, token, ca_cert)
+        auth = None
+        if aws_sigv4.wanted(bool(getattr(args, "aws_sigv4", False))):
+            try:
+                auth = aws_sigv4.from_chain(api_url)
+            except aws_sigv4.SigningUnavailable as error:
+                raise CommandFailed(str(error)) from None
+        return cls(api_url, token, ca_cert, auth=auth)
 
     def call(
         self, method: str, path: str, *, json: Any = None, params: dict[str, str] | None = None
@@ -147,6 +165,7 @@ class AdminApi:
                 json=json,
                 params=params,
                 headers={ADMIN_TOKEN_HEADER: self.token},
+                auth=self.auth,
                 timeout=REQUEST_TIMEOUT_SECONDS,
                 verify=self.ca_cert or True,
                 allow_redirects=False,

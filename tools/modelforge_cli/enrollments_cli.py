@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import os
 import re
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from . import tables
-from .admin_api import add_command, EXIT_OK, AdminApi, ApiRefused, add_connection_options, segment
+from .admin_api import add_command, EXIT_OK, AdminApi, ApiRefused, CommandFailed, add_connection_options, segment
 
 PATH = "/api/v1/admin/node-enrollments"
 EXPIRY_CHOICES = {"5m": 300, "15m": 900, "1h": 3600, "24h": 86400}
@@ -18,6 +19,9 @@ MIN_EXPIRY_SECONDS, MAX_EXPIRY_SECONDS = 60, 86400
 DEFAULT_NAME = "GPU Node"
 AGENT_ENV_FILE = "modelforge-agent.env"
 STATE_VOLUME = "/var/lib/modelforge/agent-state"
+#: where nodes reach the control plane, when not at the admin API's URL (a deployed stack: its
+#: NodeControlPlaneUrl output, the nodes' HTTP API)
+NODE_URL_VAR = "MODELFORGE_NODE_URL"
 _DURATION = re.compile(r"(\d+)([smh]?)")
 _UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600}
 
@@ -67,6 +71,12 @@ def register(commands: Any) -> None:
         default=EXPIRY_CHOICES["15m"],
         metavar="5m|15m|1h|24h|SECONDS",
         help="how long the token stays usable: 60 s to 24 h (default 15m)",
+    )
+    create.add_argument(
+        "--node-url",
+        metavar="URL",
+        help=f"the control plane's address for nodes, printed as MODELFORGE_AGENT_CONTROL_PLANE_URL (default "
+        f"${NODE_URL_VAR}, else the API URL); a deployed stack's is its NodeControlPlaneUrl output",
     )
     add_connection_options(create, "print the API's JSON answer (it holds the token) instead of the next steps")
     create.set_defaults(admin_handler=run_create)
@@ -134,10 +144,21 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-def next_steps(minted: dict[str, Any], api: AdminApi) -> str:
+def node_url(args: argparse.Namespace, api: AdminApi) -> str:
+    """``--node-url``, else ``MODELFORGE_NODE_URL``, else the admin API's URL (the local stack
+    serves both at one address)."""
+    raw = (getattr(args, "node_url", None) or os.environ.get(NODE_URL_VAR) or api.api_url).strip().rstrip("/")
+    parts = urlsplit(raw)
+    if parts.scheme not in ("http", "https") or not parts.netloc or parts.path not in ("", "/"):
+        raise CommandFailed(f"the node URL must be https://host[:port] with no path, not {raw!r} (--node-url or {NODE_URL_VAR})")
+    return raw
+
+
+def next_steps(minted: dict[str, Any], api: AdminApi, control_plane_url: str | None = None) -> str:
     """The token, once, inside the node's agent configuration, and the commands that follow."""
     enrollment_id = minted.get("enrollment_id")
-    url = urlsplit(api.api_url)
+    control_plane_url = control_plane_url or api.api_url
+    url = urlsplit(control_plane_url)
     lines = [
         f"enrollment {enrollment_id} ({minted.get('display_name')!r}) created; its token expires at "
         f"{minted.get('expires_at')} ({tables.relative(minted.get('expires_at'))}) and works once.",
@@ -146,7 +167,7 @@ def next_steps(minted: dict[str, Any], api: AdminApi) -> str:
         f"1. On the node, write the agent's configuration (mode 0600; the token is in {AGENT_ENV_FILE} only):",
         "",
         f"umask 077 && cat > {AGENT_ENV_FILE} <<'EOF'",
-        f"MODELFORGE_AGENT_CONTROL_PLANE_URL={api.api_url}",
+        f"MODELFORGE_AGENT_CONTROL_PLANE_URL={control_plane_url}",
         f"MODELFORGE_AGENT_ENROLLMENT_TOKEN={minted.get('token')}",
         "# nvidia needs at least one GPU through NVML; cpu for a node without NVIDIA GPUs",
         "MODELFORGE_AGENT_ACCELERATOR_MODE=nvidia",
@@ -182,11 +203,12 @@ def next_steps(minted: dict[str, Any], api: AdminApi) -> str:
 
 
 def run_create(api: AdminApi, args: argparse.Namespace) -> int:
+    control_plane_url = node_url(args, api)  # a bad one is refused before a token is minted
     _, minted = api.post(PATH, {"display_name": args.name, "expires_in_seconds": args.expires})
     if args.json:
         tables.print_json(minted)
     else:
-        print(next_steps(minted, api))
+        print(next_steps(minted, api, control_plane_url))
     return EXIT_OK
 
 

@@ -2,7 +2,7 @@
 
 ``modelforge infra package OUT_DIR`` vendors the shared protocol package into the Lambda
 bundle, writes the merge template (tables, bucket, stream wiring, parameters, least-privilege
-roles) and runs ``chalice package``.
+roles, log groups, the nodes' HTTP API, IAM mode for the admin routes) and runs ``chalice package``.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from . import infra_admin_iam, infra_node_api
 from .catalogue import FUNCTIONS_DIR, REPO_ROOT, resources
 from .provision import RESOURCE_ENV, load_resources
 
@@ -97,15 +98,27 @@ def _gateway_responses() -> dict[str, Any]:
     def answer(code: str, message: str) -> dict[str, str]:
         return {"application/json": error_body(code, message).decode()}
 
+    unsigned = GATEWAY_ROUTE_NOT_FOUND + "; in this stack the admin routes also need an AWS SigV4 signature (--aws-sigv4)"
+    not_found = {
+        "application/json": {
+            "Fn::If": [
+                infra_admin_iam.CONDITION,
+                answer(NOT_FOUND, unsigned)["application/json"],
+                answer(NOT_FOUND, GATEWAY_ROUTE_NOT_FOUND)["application/json"],
+            ]
+        }
+    }
     return {
         # API Gateway (REST) answers an unknown path and a method a path lacks alike, with this
-        # response: both become 404 not_found (docs/ARCHITECTURE.md, "Unknown paths and methods")
-        "MISSING_AUTHENTICATION_TOKEN": {"StatusCode": 404, "ResponseTemplates": answer(NOT_FOUND, GATEWAY_ROUTE_NOT_FOUND)},
+        # response: both become 404 not_found (docs/ARCHITECTURE.md, "Unknown paths and methods");
+        # in IAM mode an unsigned admin request gets it too, and the message says so
+        "MISSING_AUTHENTICATION_TOKEN": {"StatusCode": 404, "ResponseTemplates": not_found},
         "THROTTLED": {
             "StatusCode": 429,
             "ResponseParameters": {"Headers": {"Retry-After": "'1'"}},
             "ResponseTemplates": answer("throttled", "too many requests; retry after the Retry-After seconds"),
         },
+        **infra_admin_iam.gateway_responses(answer),
         "DEFAULT_4XX": {"ResponseTemplates": answer("request_refused", "the API gateway refused the request")},
         "DEFAULT_5XX": {"ResponseTemplates": answer("gateway_error", "the API gateway could not reach the API; retry")},
     }
@@ -118,48 +131,72 @@ PARAMETER_ENV = {
     "OfflineAfterSeconds": "MODELFORGE_NODE_OFFLINE_AFTER_SECONDS",
     "MassStaleFraction": "MODELFORGE_SWEEP_MASS_STALE_FRACTION",
 }
+PARAMETERS["LogRetentionDays"] = {
+    "Type": "Number",
+    "Default": 30,
+    "AllowedValues": [1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653],
+    "Description": "days the functions' CloudWatch logs are kept",
+}
+PARAMETERS.update(infra_admin_iam.PARAMETERS)
+
 _TABLES = tuple(table.logical_id for table in resources.TABLES)
+_BUCKET = resources.STATE_LOG_BUCKET.logical_id
 #: The state-log objects the state-log function may create, and nothing else in the bucket.
-_STATE_LOG_OBJECTS = f"${{{resources.STATE_LOG_BUCKET.logical_id}.Arn}}/{resources.STATE_LOG_PREFIX}*"
+_STATE_LOG_OBJECTS = f"${{{_BUCKET}.Arn}}/{resources.STATE_LOG_PREFIX}*"
 #: Work inputs and results: the API function writes inputs and signs URLs for inputs and results.
-_WORK_OBJECTS = tuple(
-    f"${{{resources.STATE_LOG_BUCKET.logical_id}.Arn}}/{prefix}*"
-    for prefix in (resources.WORK_INPUT_PREFIX, resources.WORK_RESULT_PREFIX)
-)
-_ITEM_ACTIONS = [
-    "dynamodb:GetItem",
-    "dynamodb:PutItem",
-    "dynamodb:UpdateItem",
-    "dynamodb:DeleteItem",
-    "dynamodb:Query",
-    "dynamodb:ConditionCheckItem",
-    "dynamodb:BatchGetItem",
-    "dynamodb:Scan",
-]
+_WORK_OBJECTS = tuple(f"${{{_BUCKET}.Arn}}/{prefix}*" for prefix in (resources.WORK_INPUT_PREFIX, resources.WORK_RESULT_PREFIX))
+
+#: The DynamoDB actions each function's code calls, as chalicelib/aws_permissions.py maps its
+#: calls (tests/integration/test_aws_stack.py derives them from the code and checks both ways).
+#: TransactWriteItems needs the action of each of its parts (PutItem, UpdateItem, DeleteItem,
+#: ConditionCheckItem), not an action of its own.
+TABLE_ACTIONS = {
+    "APIHandler": [
+        "dynamodb:GetItem",
+        "dynamodb:BatchGetItem",
+        "dynamodb:Query",
+        "dynamodb:Scan",
+        "dynamodb:PutItem",
+        "dynamodb:UpdateItem",
+        "dynamodb:DeleteItem",
+        "dynamodb:ConditionCheckItem",
+    ],
+    "LivenessSweep": [
+        "dynamodb:GetItem",
+        "dynamodb:Query",
+        "dynamodb:PutItem",
+        "dynamodb:UpdateItem",
+        "dynamodb:ConditionCheckItem",
+    ],
+}
+#: What Lambda reads from the outbox stream with the state-log function's role (its event source).
+STREAM_ACTIONS = ["dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator", "dynamodb:ListStreams"]
+#: What Lambda does with each function's role to write its logs to its own log group.
+LOG_ACTIONS = ["logs:CreateLogStream", "logs:PutLogEvents"]
+LOG_GROUPS = {function: f"{function}LogGroup" for function in FUNCTIONS}
 
 
 def _table_arns() -> list[dict[str, Any]]:
-    arns: list[dict[str, Any]] = [{"Fn::GetAtt": [table, "Arn"]} for table in _TABLES]
-    return arns + [{"Fn::Sub": "${NodesTable.Arn}/index/*"}, {"Fn::Sub": "${WorkTable.Arn}/index/*"}]
+    """Every table and each of its indexes, by name."""
+    arns: list[dict[str, Any]] = []
+    for table, definition in load_resources().items():
+        if table not in _TABLES:
+            continue
+        arns.append({"Fn::GetAtt": [table, "Arn"]})
+        for index in definition["Properties"].get("GlobalSecondaryIndexes", []):
+            arns.append({"Fn::Sub": f"${{{table}.Arn}}/index/{index['IndexName']}"})
+    return arns
 
 
-def _policy(name: str, statements: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    logs = {
-        "Effect": "Allow",
-        "Action": ["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents"],
-        "Resource": "arn:*:logs:*:*:*",
-    }
+def _policy(name: str, function: str, statements: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    logs = {"Effect": "Allow", "Action": LOG_ACTIONS, "Resource": {"Fn::GetAtt": [LOG_GROUPS[function], "Arn"]}}
     return [{"PolicyName": name, "PolicyDocument": {"Version": "2012-10-17", "Statement": [logs, *statements]}}]
 
 
-def merge_template() -> dict[str, Any]:
-    """What ``chalice package --merge-template`` adds to the generated template."""
-    resources: dict[str, Any] = dict(load_resources())
-    environment = {env: {"Ref": logical_id} for logical_id, env in RESOURCE_ENV.items()}
-    environment.update({env: {"Ref": parameter} for parameter, env in PARAMETER_ENV.items()})
-    for function in FUNCTIONS:
-        resources[function] = {"Properties": {"Environment": {"Variables": environment}}}
-    tables = {"Effect": "Allow", "Action": _ITEM_ACTIONS, "Resource": _table_arns()}
+def _roles() -> dict[str, Any]:
+    def tables(function: str) -> dict[str, Any]:
+        return {"Effect": "Allow", "Action": TABLE_ACTIONS[function], "Resource": _table_arns()}
+
     work_objects = {
         # inputs are written at submission; presigned GETs of inputs and results and PUTs of
         # results are signed with this role, so it needs what those URLs allow
@@ -167,24 +204,80 @@ def merge_template() -> dict[str, Any]:
         "Action": ["s3:PutObject", "s3:GetObject"],
         "Resource": [{"Fn::Sub": objects} for objects in _WORK_OBJECTS],
     }
-    resources["ApiHandlerRole"] = {"Properties": {"Policies": _policy("modelforge-api", [tables, work_objects])}}
-    resources["LivenessSweepRole"] = {"Properties": {"Policies": _policy("modelforge-sweep", [tables])}}
-    stream = {
-        "Effect": "Allow",
-        "Action": ["dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator", "dynamodb:ListStreams"],
-        "Resource": {"Fn::GetAtt": ["OutboxTable", "StreamArn"]},
+    stream = {"Effect": "Allow", "Action": STREAM_ACTIONS, "Resource": {"Fn::GetAtt": ["OutboxTable", "StreamArn"]}}
+    put_events = {"Effect": "Allow", "Action": ["s3:PutObject"], "Resource": {"Fn::Sub": _STATE_LOG_OBJECTS}}
+    policies = {
+        "APIHandler": _policy("modelforge-api", "APIHandler", [tables("APIHandler"), work_objects]),
+        "LivenessSweep": _policy("modelforge-sweep", "LivenessSweep", [tables("LivenessSweep")]),
+        "StateLog": _policy("modelforge-state-log", "StateLog", [stream, put_events]),
     }
-    put_events = {
-        "Effect": "Allow",
-        "Action": ["s3:PutObject"],
-        "Resource": {"Fn::Sub": _STATE_LOG_OBJECTS},
+    return {role: {"Properties": {"Policies": policies[function]}} for function, role in FUNCTIONS.items()}
+
+
+def _log_groups() -> dict[str, Any]:
+    """One log group per function, made by the stack (so no role may create log groups) and
+    kept ``LogRetentionDays``."""
+    return {
+        group: {"Type": "AWS::Logs::LogGroup", "Properties": {"RetentionInDays": {"Ref": "LogRetentionDays"}}}
+        for group in LOG_GROUPS.values()
     }
-    resources["StateLogRole"] = {"Properties": {"Policies": _policy("modelforge-state-log", [stream, put_events])}}
-    resources["RestAPI"] = {"Properties": {"MethodSettings": _method_settings(), "GatewayResponses": _gateway_responses()}}
+
+
+def _rest_api() -> dict[str, Any]:
+    from .infra_routes import admin_routes
+
+    return {
+        "Properties": {
+            "MethodSettings": _method_settings(),
+            "GatewayResponses": _gateway_responses(),
+            "DefinitionBody": infra_admin_iam.rest_api_security(admin_routes()),
+            # SAM names a deployment by a hash of the OpenAPI body as written, so a changed
+            # parameter (AdminIamAuthorization) alone would never reach the stage: deploy on
+            # every stack update instead
+            "AlwaysDeploy": True,
+        }
+    }
+
+
+def _outputs(stage: str) -> dict[str, Any]:
+    return {
+        "AdminApiUrl": {
+            "Description": "MODELFORGE_API_URL for the modelforge admin commands (the REST API's stage)",
+            "Value": {"Fn::Sub": f"https://${{RestAPI}}.execute-api.${{AWS::Region}}.${{AWS::URLSuffix}}/{stage}"},
+        },
+        **infra_node_api.outputs(),
+        **infra_admin_iam.outputs(),
+    }
+
+
+def merge_template(stage: str = "dev") -> dict[str, Any]:
+    """What ``chalice package --merge-template`` adds to the generated template for ``stage``."""
+    from .infra_routes import admin_routes, node_routes, rest_stage
+
+    resources: dict[str, Any] = dict(load_resources())
+    for state in (*_TABLES, _BUCKET):
+        # the state outlives the stack: deleting or replacing the stack never deletes it
+        resources[state] = {**resources[state], "DeletionPolicy": "Retain", "UpdateReplacePolicy": "Retain"}
+    environment = {env: {"Ref": logical_id} for logical_id, env in RESOURCE_ENV.items()}
+    environment.update({env: {"Ref": parameter} for parameter, env in PARAMETER_ENV.items()})
+    for function in FUNCTIONS:
+        resources[function] = {
+            "Properties": {"Environment": {"Variables": environment}, "LoggingConfig": {"LogGroup": {"Ref": LOG_GROUPS[function]}}}
+        }
+    resources.update(_roles())
+    resources.update(_log_groups())
+    resources["RestAPI"] = _rest_api()
     resources["StateLog"]["Properties"]["Events"] = {
         "StateLogDynamodbEventSource": {"Properties": {"Stream": {"Fn::GetAtt": ["OutboxTable", "StreamArn"]}}}
     }
-    return {"Parameters": PARAMETERS, "Resources": resources}
+    resources.update(infra_node_api.resources(node_routes(), list(THROTTLED_ROUTES)))
+    resources.update(infra_admin_iam.managed_policies(admin_routes(), rest_stage(stage)))
+    return {
+        "Parameters": PARAMETERS,
+        "Conditions": infra_admin_iam.CONDITIONS,
+        "Resources": resources,
+        "Outputs": _outputs(rest_stage(stage)),
+    }
 
 
 def vendor_shared_packages() -> list[Path]:
@@ -215,7 +308,7 @@ def package(out_dir: Path, stage: str = "dev") -> Path:
     vendor_shared_packages()
     with tempfile.TemporaryDirectory() as scratch:
         merge_file = Path(scratch) / "merge.json"
-        merge_file.write_text(json.dumps(merge_template(), indent=2))
+        merge_file.write_text(json.dumps(merge_template(stage), indent=2))
         env = {**os.environ, "AWS_DEFAULT_REGION": os.environ.get("AWS_DEFAULT_REGION", "us-east-1")}
         beside_python = Path(sys.executable).parent / "chalice"
         chalice = [str(beside_python) if beside_python.exists() else (shutil.which("chalice") or "chalice")]
