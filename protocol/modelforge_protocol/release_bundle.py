@@ -35,6 +35,11 @@ NODE_AGENT_IMAGE = "modelforge-node-agent"
 RUNTIME_WORKER_IMAGE = "modelforge-runtime-worker"
 #: The node's `.env` setting that names the agent image (the seed's Compose files read it).
 NODE_AGENT_IMAGE_VARIABLE = "MODELFORGE_NODE_AGENT_IMAGE"
+#: The `.env` setting that names each image, as the Compose files read them.
+IMAGE_VARIABLES = {
+    NODE_AGENT_IMAGE: NODE_AGENT_IMAGE_VARIABLE,
+    RUNTIME_WORKER_IMAGE: "MODELFORGE_RUNTIME_WORKER_IMAGE",
+}
 #: The images a release bundle holds unless its maker names others.
 RELEASE_IMAGES = (NODE_AGENT_IMAGE, RUNTIME_WORKER_IMAGE)
 

@@ -76,7 +76,17 @@ def test_release_verify_good_bundle_prints_load_command_and_env_line(tmp_path: P
     assert f"  docker image load -i {(folder / bundle_file_name()).resolve()}\n" in out
     assert f"  MODELFORGE_NODE_AGENT_IMAGE={AGENT}:{IMAGE_TAG_VERSION}\n" in out
     assert f"docker image inspect --format '{{{{.Id}}}}' {AGENT}:{IMAGE_TAG_VERSION}" in out
-    assert f"also loaded: modelforge-runtime-worker:{IMAGE_TAG_VERSION}" in out
+    assert f"  MODELFORGE_RUNTIME_WORKER_IMAGE=modelforge-runtime-worker:{IMAGE_TAG_VERSION}\n" in out
+    assert "also loaded" not in out
+
+
+def test_release_verify_image_without_an_env_setting_listed_as_also_loaded(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = write_docker_save(tmp_path / "images.tar", [*release_images(), release_image("modelforge-extra")])
+    folder = tmp_path / "bundle"
+    assert main(["release", "manifest", str(source), "--out", str(folder), "--expect", AGENT, "--expect", "modelforge-runtime-worker", "--expect", "modelforge-extra"]) == 0
+    capsys.readouterr()
+    assert main(["release", "verify", str(folder)]) == 0
+    assert f"\nalso loaded: modelforge-extra:{IMAGE_TAG_VERSION}\n" in capsys.readouterr().out
 
 
 def test_release_verify_tampered_bundle_exits_1_one_line_per_reason(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

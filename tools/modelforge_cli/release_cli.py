@@ -11,7 +11,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from modelforge_protocol.release_bundle import NODE_AGENT_IMAGE, NODE_AGENT_IMAGE_VARIABLE, RELEASE_IMAGES
+from modelforge_protocol.release_bundle import IMAGE_VARIABLES, NODE_AGENT_IMAGE, RELEASE_IMAGES
 from modelforge_protocol.versions import IMAGE_TAG_VERSION
 
 from .release_container import check_container, normalise_image_id
@@ -158,18 +158,19 @@ def run_verify(args: argparse.Namespace) -> int:
         print(f"note: {note}")
     print("\nload the images:")
     print(f"  docker image load -i {shlex.quote(str(verified.bundle.resolve()))}")
+    settings = [f"{IMAGE_VARIABLES[name]}={entry['tag']}" for name, entry in sorted(images.items()) if name in IMAGE_VARIABLES]
+    if settings:
+        print("\nset in the node's .env (or paste images.modelforge-node-agent from the manifest into the console):")
+        print("".join(f"  {line}\n" for line in settings), end="")
     agent = images.get(NODE_AGENT_IMAGE)
     if agent is not None:
-        tag = agent["tag"]
-        print("\nset in the node's .env (or paste images.modelforge-node-agent from the manifest into the console):")
-        print(f"  {NODE_AGENT_IMAGE_VARIABLE}={tag}")
         print("\ncapture the loaded image ID before starting the agent, and check the container after:")
-        print(f"  IMAGE_ID=$(docker image inspect --format '{{{{.Id}}}}' {tag})")
+        print(f"  IMAGE_ID=$(docker image inspect --format '{{{{.Id}}}}' {agent['tag']})")
         print(
             f'  docker inspect "$(docker compose {NODE_COMPOSE_FILES} ps -q node-agent)" '
             '| modelforge release check-container --expected-image-id "$IMAGE_ID"'
         )
-    others = [entry["tag"] for name, entry in sorted(images.items()) if name != NODE_AGENT_IMAGE]
+    others = [entry["tag"] for name, entry in sorted(images.items()) if name not in IMAGE_VARIABLES]
     if others:
         print(f"\nalso loaded: {', '.join(others)}")
     return EXIT_OK
