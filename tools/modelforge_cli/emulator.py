@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import collections
 import errno
+import io
+import json
 import socket
 import threading
 from typing import Any, Callable, Iterable
@@ -46,6 +48,59 @@ MOTO_INTERNALS = (
 )
 
 
+class ObservedRequest:
+    """One app request to the emulator, handed to an observer (``SerializingMiddleware.observe``)
+    while no other request runs: the observer may read the state, must call ``forward()`` once to
+    handle the request, and may read the state again."""
+
+    def __init__(self, operation: str, environ: dict, start_response: Callable[..., Any], app: WsgiApp) -> None:
+        #: the AWS operation as the counters name it: ``UpdateItem``, ``S3:PUT``
+        self.operation = operation
+        self.path = environ.get("PATH_INFO", "")
+        self._environ, self._start_response, self._app = environ, start_response, app
+        #: the request's JSON body, for DynamoDB requests (S3 bodies are not read)
+        self.body = b""
+        if environ.get("HTTP_X_AMZ_TARGET"):
+            length = int(environ.get("CONTENT_LENGTH") or 0)
+            self.body = environ["wsgi.input"].read(length) if length else b""
+            environ["wsgi.input"] = io.BytesIO(self.body)
+
+    def forward(self) -> bytes:
+        """Handle the request itself; its response body."""
+        return b"".join(self._app(self._environ, self._start_response))
+
+    def read(self, operation: str, payload: dict[str, Any]) -> dict[str, Any]:
+        """A DynamoDB read (``GetItem``, ``Query``) of the state as it is now, sent to the same
+        backend as this request: not counted, not observed. Only for a DynamoDB request."""
+        target = self._environ.get("HTTP_X_AMZ_TARGET", "")
+        if not target:
+            raise ValueError(f"{self.operation} is not a DynamoDB request")
+        body = json.dumps(payload).encode()
+        environ = {key: value for key, value in self._environ.items() if not key.startswith("werkzeug.")}
+        environ.update(
+            {
+                "wsgi.input": io.BytesIO(body),
+                "CONTENT_LENGTH": str(len(body)),
+                "HTTP_X_AMZ_TARGET": f"{target.rsplit('.', 1)[0]}.{operation}",
+            }
+        )
+        status: list[str] = []
+
+        def start_response(line: str, headers: Any, exc_info: Any = None) -> Callable[[bytes], None]:
+            status.append(line)
+            return lambda data: None
+
+        answer = b"".join(self._app(environ, start_response))
+        if not status or not status[0].startswith("200"):
+            raise RuntimeError(f"{operation} answered {status[:1]}: {answer[:300]!r}")
+        result: dict[str, Any] = json.loads(answer)
+        return result
+
+
+#: Handles an observed request instead of the middleware: calls ``forward()`` and returns its body.
+Observer = Callable[[ObservedRequest], bytes]
+
+
 class SerializingMiddleware:
     """Handle one request at a time, and count them by AWS operation.
 
@@ -58,21 +113,32 @@ class SerializingMiddleware:
         self._serialize = serialize
         self._lock = threading.Lock()
         self._count_lock = threading.Lock()
+        self._observer: Observer | None = None
         self.operations: collections.Counter[str] = collections.Counter()
         self.generation = 0
 
     def __call__(self, environ: dict, start_response: Callable[..., Any]) -> Iterable[bytes]:
-        by_poller = self._count(environ)
+        operation, by_poller = self._count(environ)
         if not self._serialize:
             try:
                 return self._app(environ, start_response)
             finally:
                 self._moved(by_poller)
         with self._lock:
-            # consume the whole response inside the lock: moto may build it lazily
-            body = [b"".join(self._app(environ, start_response))]
+            observer = self._observer
+            if observer is not None and operation is not None and not by_poller:
+                body = [observer(ObservedRequest(operation, environ, start_response, self._app))]
+            else:
+                # consume the whole response inside the lock: moto may build it lazily
+                body = [b"".join(self._app(environ, start_response))]
             self._moved(by_poller)
             return body
+
+    def observe(self, observer: Observer | None) -> None:
+        """Hand each app request (not the stream poller's) to ``observer``, inside the lock, so that
+        it can read the state before and after the request (benchmarks price writes this way);
+        None stops it. Only a serializing middleware observes."""
+        self._observer = observer
 
     def exclusive(self) -> threading.Lock:
         """Hold this to see (or change) moto's state between requests: no request runs meanwhile
@@ -84,8 +150,9 @@ class SerializingMiddleware:
             with self._count_lock:
                 self.generation += 1
 
-    def _count(self, environ: dict) -> bool:
-        """Count the request's operation; True when it is the local stream poller's."""
+    def _count(self, environ: dict) -> tuple[str | None, bool]:
+        """Count the request's operation: (the operation, None for moto's own API; whether it is
+        the local stream poller's)."""
         target = environ.get("HTTP_X_AMZ_TARGET", "")
         # the local stream poller stands in for Lambda's event source mapping: not app traffic
         by_poller = POLLER_USER_AGENT in environ.get("HTTP_USER_AGENT", "")
@@ -93,12 +160,12 @@ class SerializingMiddleware:
         if target:
             operation = target.rsplit(".", 1)[-1]  # DynamoDB_20120810.UpdateItem -> UpdateItem
         elif environ.get("PATH_INFO", "").startswith("/moto-api"):
-            return by_poller
+            return None, by_poller
         else:
             operation = f"S3:{environ.get('REQUEST_METHOD', '?')}"
         with self._count_lock:
             self.operations[caller + operation] += 1
-        return by_poller
+        return operation, by_poller
 
     def snapshot(self) -> dict[str, int]:
         with self._count_lock:

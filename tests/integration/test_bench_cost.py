@@ -1,0 +1,113 @@
+"""bench/cost.py measures what it prices, against the embedded emulator, and prices it from the table
+file: counts that do not depend on the machine's speed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support import bench_scripts
+
+REPO = Path(__file__).resolve().parents[2]
+HEARTBEATS = 12
+#: A price that is not AWS's, so the test can tell that the figures come from the file it names.
+HTTP_API_PRICE = 7.0
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One small run in its own process (it starts its own stack and admin token), priced from a copy
+    of the price table with the HTTP API's price changed."""
+    table = json.loads((REPO / "bench" / "aws_prices.json").read_text())
+    table["prices"]["api_gateway_http_requests"]["usd"] = HTTP_API_PRICE
+    prices = tmp_path_factory.mktemp("prices") / "prices.json"
+    prices.write_text(json.dumps(table))
+    ran = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "bench" / "cost.py"),
+            "--heartbeats", str(HEARTBEATS), "--claims", "2", "--nodes", "20", "60", "--prices", str(prices), "--json",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+    document: dict[str, Any] = json.loads(ran.stdout)
+    document["_table"] = table
+    return document
+
+
+def test_a_steady_heartbeat_is_one_request_one_update_and_no_read_at_every_interval(report: dict[str, Any]) -> None:
+    for interval in ("15", "30", "60"):
+        figures = report["measured"][f"heartbeat_{interval}s"]
+        assert figures["runs"] == HEARTBEATS
+        assert figures["operations_per_run"] == {"UpdateItem": 1.0}
+        each = figures["per_run"]
+        assert each["api_requests"] == 1 and each["lambda_invocations"] == 1
+        assert each["dynamodb_rru"] == 0 and figures["rru_per_run"] == 0
+        assert each["s3_put_class"] == 0 and each["s3_get_class"] == 0
+        # the 8-GPU node item stays under 1 KB: one write unit for the item itself
+        assert figures["table_wru_per_run"] == 1.0
+        # the sweep index entry moves (a delete and a put) when a heartbeat starts a new bucket,
+        # which is stale - interval = 3 intervals wide at these thresholds: one heartbeat in three
+        moves = figures["index_wru_per_run"] * HEARTBEATS / 2
+        assert moves == pytest.approx(round(moves))
+        assert abs(moves - HEARTBEATS / 3) <= 1
+    assert report["inputs"]["node_item_write_units"] == 1
+
+
+def test_every_breakdown_sums_to_its_total(report: dict[str, Any]) -> None:
+    priced = [figures[api] for figures in report["node_month"].values() for api in ("rest", "http")]
+    priced += [figures[api] for figures in report["per_thousand"].values() for api in ("rest", "http")]
+    priced += [figures[api] for figures in report["sweep_month"].values() for api in ("rest", "http")]
+    for figures in priced:
+        assert sum(figures["lines"].values()) == pytest.approx(figures["total"], rel=1e-12)
+        assert figures["largest"] == max(figures["lines"], key=figures["lines"].get)
+
+
+def test_prices_come_from_the_table_file_with_their_date_and_source(report: dict[str, Any]) -> None:
+    table = report["_table"]["prices"]
+    entries = report["prices"]["entries"]
+    assert set(entries) == set(table)
+    for key, price in entries.items():
+        assert (price["usd"], price["source"], price["read_on"]) == (table[key]["usd"], table[key]["source"], table[key]["read_on"])
+    month = report["node_month"]["15"]
+    assert month["http"]["lines"]["API Gateway"] == pytest.approx(month["usage"]["api_requests"] * HTTP_API_PRICE / 1e6)
+    assert month["rest"]["lines"]["API Gateway"] == pytest.approx(month["usage"]["api_requests"] * 3.50 / 1e6)
+
+
+def test_a_node_month_counts_a_heartbeat_per_interval_and_an_hourly_inventory(report: dict[str, Any]) -> None:
+    for interval, figures in report["node_month"].items():
+        assert figures["usage"]["api_requests"] == pytest.approx(730 * 3600 / int(interval) + 730)
+
+
+def test_a_claim_is_one_transaction_and_its_result_one_s3_put(report: dict[str, Any]) -> None:
+    claim = report["measured"]["work_claim"]["operations_per_run"]
+    assert claim["TransactWriteItems"] == 1.0 and claim["Query"] == 1.0
+    assert report["measured"]["work_upload"]["operations_per_run"] == {"S3:PUT": 1.0}
+    assert report["measured"]["work_upload"]["per_run"]["api_requests"] == 0
+
+
+def test_the_sweep_over_a_healthy_fleet_reads_the_same_whatever_its_size(report: dict[str, Any]) -> None:
+    small, large = report["measured"]["sweep_run_20_nodes"], report["measured"]["sweep_run_60_nodes"]
+    assert small["rru_per_run"] == large["rru_per_run"] > 0
+    assert small["per_run"]["dynamodb_wru"] == large["per_run"]["dynamodb_wru"] == 0
+    assert small["per_run"]["scheduled_events"] == 1
+    assert report["sweep_month"]["1000"]["per_run"]["dynamodb_rru"] == pytest.approx(small["rru_per_run"])
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--heartbeats", "9"], ["--claims", "0"], ["--gpus", "65"], ["--nodes", "60", "20"], ["--nodes", "5", "20"], ["--nodes", "20"]],
+)
+def test_the_cost_bench_validates_its_options(argv: list[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        bench_scripts.load("cost").parse_args(argv)
+    assert exited.value.code == 2
