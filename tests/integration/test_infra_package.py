@@ -14,6 +14,7 @@ from chalicelib import resources
 from chalicelib.models import MODELS_BY_LOGICAL_NAME
 from modelforge_cli.provision import RESOURCE_ENV, load_resources
 
+from tests.support import packaging
 from tests.support.cfn import resolve
 
 TABLE_OF_MODEL = {table.name: table.logical_id for table in resources.TABLES}
@@ -72,16 +73,8 @@ def test_deployable_liveness_thresholds_always_have_offline_above_stale() -> Non
 
 
 @pytest.fixture(scope="module")
-def packaged(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("package")
-    done = subprocess.run(
-        [sys.executable, "-m", "modelforge_cli.cli", "infra", "package", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    return out
+def packaged() -> Path:
+    return packaging.packaged()  # once per session: tests/integration/test_aws_stack.py reads it too
 
 
 def test_lambda_bundle_carries_the_shared_protocol_package_and_no_agent_code(packaged: Path) -> None:

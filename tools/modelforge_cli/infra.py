@@ -20,6 +20,8 @@ from . import infra_admin_iam, infra_node_api
 from .catalogue import FUNCTIONS_DIR, REPO_ROOT, resources
 from .provision import RESOURCE_ENV, load_resources
 
+from chalicelib import aws_permissions  # importable once .catalogue put functions/ on the path
+
 #: The bottom-layer packages the functions import, linked into functions/vendor/ (Chalice bundles it).
 SHARED_PACKAGES = (REPO_ROOT / "protocol" / "modelforge_protocol", REPO_ROOT / "protocol" / "modelforge_logging")
 #: Chalice resource names of the three functions and their roles.
@@ -169,10 +171,10 @@ TABLE_ACTIONS = {
         "dynamodb:ConditionCheckItem",
     ],
 }
-#: What Lambda reads from the outbox stream with the state-log function's role (its event source).
-STREAM_ACTIONS = ["dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator", "dynamodb:ListStreams"]
-#: What Lambda does with each function's role to write its logs to its own log group.
-LOG_ACTIONS = ["logs:CreateLogStream", "logs:PutLogEvents"]
+#: What Lambda reads from the outbox stream with the state-log function's role (its event source),
+#: and does with each function's role to write its logs to its own log group.
+STREAM_ACTIONS = [action for action in aws_permissions.PLATFORM["StateLog"] if action.startswith("dynamodb:")]
+LOG_ACTIONS = [action for action in aws_permissions.PLATFORM["APIHandler"] if action.startswith("logs:")]
 LOG_GROUPS = {function: f"{function}LogGroup" for function in FUNCTIONS}
 
 
