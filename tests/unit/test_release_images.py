@@ -54,6 +54,15 @@ def test_open_images_non_oci_labels_are_not_recorded(tmp_path: Path) -> None:
         assert archive.images[0].labels == release_image("modelforge-node-agent").labels
 
 
+def test_open_images_fully_qualified_docker_save_tag_as_docker_shows_it(tmp_path: Path) -> None:
+    """skopeo's docker-archive writes RepoTags as docker.io/library/<name>:<tag>; docker load
+    shows (and tags) <name>:<tag>."""
+    image = release_image("modelforge-node-agent")
+    qualified = image.with_(tags=(f"docker.io/library/{image.tags[0]}",))
+    with open_images(write_docker_save(tmp_path / "a.tar", [qualified])) as archive:
+        assert archive.images[0].tags == image.tags
+
+
 def test_open_images_not_a_tar_refused(tmp_path: Path) -> None:
     path = tmp_path / "images.tar"
     path.write_bytes(b"this is not an archive" * 100)

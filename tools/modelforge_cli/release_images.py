@@ -342,7 +342,7 @@ def _read_docker_save(archive: ImageArchive) -> list[Image]:
             raise archive.fail(f"{where}: Layers is not a list of files")
         config = _config_blob(archive, config_path, None, where)
         layers = tuple(archive.blob(_member(archive, path, where)) for path in paths)
-        images.append(_image(archive, tuple(tags), config, layers, where))
+        images.append(_image(archive, tuple(normalise_reference(tag) for tag in tags), config, layers, where))
     return images
 
 
@@ -456,14 +456,14 @@ def _oci_tag(archive: ImageArchive, annotations: dict[str, Any], where: str) -> 
         return normalise_reference(ref)
     if isinstance(ref, str) and ref:
         raise archive.fail(
-            f"{where}: {OCI_REF_NAME} {ref!r} names a tag but not the image; "
-            f"annotate it {CONTAINERD_NAME} (or give ref.name as <name>:<tag>)"
+            f"{where}: {OCI_REF_NAME} {ref!r} names a tag but not the image; annotate it {CONTAINERD_NAME}, "
+            f"or copy it as <name>:<tag> (skopeo copy oci:LAYOUT:{ref} oci:NEW:<name>:<tag>)"
         )
     raise archive.fail(f"{where} has no tag ({CONTAINERD_NAME} or {OCI_REF_NAME} annotation)")
 
 
 def normalise_reference(reference: str) -> str:
-    """``docker.io/library/x:tag`` as Docker shows it: ``x:tag``."""
+    """``docker.io/library/x:tag`` (containerd, skopeo) as Docker shows it: ``x:tag``."""
     return reference.removeprefix("docker.io/library/")
 
 
