@@ -107,7 +107,7 @@ def release_images(version: str = IMAGE_TAG_VERSION) -> list[TestImage]:
 class _Writer:
     def __init__(self, target: Path, as_tarball: bool) -> None:
         self.target = target
-        self._tar = tarfile.open(target, "w", format=tarfile.PAX_FORMAT) if as_tarball else None  # noqa: SIM115
+        self._tar = tarfile.open(target, "w", format=tarfile.PAX_FORMAT) if as_tarball else None
         self.written: set[str] = set()
 
     def add(self, name: str, data: bytes) -> None:

@@ -90,7 +90,7 @@ class _Tar:
     def __init__(self, path: Path) -> None:
         self.label = str(path)
         try:
-            self._tar = tarfile.open(path, "r:*")  # noqa: SIM115 - closed by close()
+            self._tar = tarfile.open(path, "r:*")
             self._members = self._index()
         except (OSError, tarfile.TarError, EOFError, zlib.error) as error:
             raise ImageArchiveError(f"{path}: not a readable tar archive ({error or type(error).__name__})") from None
@@ -153,7 +153,7 @@ class _Folder:
         path = self._path(name)
         if path is None:
             raise ImageArchiveError(f"{self.label}: {name} is not in the layout")
-        return open(path, "rb")  # noqa: SIM115 - the caller closes it
+        return open(path, "rb")
 
     def close(self) -> None:
         pass
