@@ -2,10 +2,11 @@
 #   docker-compose  Compose (the Python implementation Debian ships) resolves and validates the
 #                   compose files offline: `docker-compose config` needs no Docker engine
 #   chromium        the headless browser the console's end-to-end tests drive (Playwright)
+#   skopeo, umoci   build and read real OCI / docker-save images for the release bundle's tests
 # As root (CI, a fresh container) the missing ones are installed with apt; otherwise the command
 # to install them is printed and the script stops, because their tests would fail without them.
 set -euo pipefail
-SYSTEM_PACKAGES=(docker-compose chromium)
+SYSTEM_PACKAGES=(docker-compose chromium skopeo umoci)
 
 missing_system_packages() {
   local package
