@@ -57,12 +57,14 @@ PARAMETERS: dict[str, dict[str, Any]] = {
         "Description": "hold liveness transitions when more than this fraction of online nodes would go stale at once",
     },
 }
-# API Gateway throttling: what the internet can make the stack spend. The stage limit must cover
-# the fleet's heartbeats (nodes / interval per second); the agent routes that write more get their
-# own lower limits. Over a limit API Gateway answers 429, which the agent backs off from.
+# API Gateway throttling: what the internet can make the stack spend, the same on both APIs (the
+# REST stage's method settings, the HTTP API stage's route settings). The default limit of each
+# route must cover the fleet's heartbeats (nodes / interval per second); the agent routes that write
+# more get their own lower limits. Over a limit API Gateway answers 429, which the agent backs off
+# from (the HTTP API's 429 has no Retry-After and its own body: the agent backs off all the same).
 _THROTTLE_PARAMETERS = {
-    "ApiThrottleRateLimit": (100, "requests per second across the whole API (at least nodes / heartbeat interval)"),
-    "ApiThrottleBurstLimit": (200, "burst of requests across the whole API"),
+    "ApiThrottleRateLimit": (100, "requests per second per route, on both APIs (at least nodes / heartbeat interval)"),
+    "ApiThrottleBurstLimit": (200, "burst of requests per route, on both APIs"),
     "EnrollThrottleRateLimit": (2, "enrollment attempts per second"),
     "EnrollThrottleBurstLimit": (10, "burst of enrollment attempts"),
     "InventoryThrottleRateLimit": (20, "inventory replacements per second (each node is also limited on its own)"),
@@ -132,6 +134,14 @@ PARAMETER_ENV = {
     "StaleAfterSeconds": "MODELFORGE_NODE_STALE_AFTER_SECONDS",
     "OfflineAfterSeconds": "MODELFORGE_NODE_OFFLINE_AFTER_SECONDS",
     "MassStaleFraction": "MODELFORGE_SWEEP_MASS_STALE_FRACTION",
+    "FunctionLogLevel": "MODELFORGE_LOG_LEVEL",
+}
+PARAMETERS["FunctionLogLevel"] = {
+    "Type": "String",
+    "Default": "INFO",
+    "AllowedValues": ["DEBUG", "INFO", "WARNING", "ERROR"],
+    "Description": "the functions' log level; WARNING drops the one http_request line per request "
+    "(about 200 bytes per heartbeat of CloudWatch Logs ingestion)",
 }
 PARAMETERS["LogRetentionDays"] = {
     "Type": "Number",
@@ -246,6 +256,10 @@ def _outputs(stage: str) -> dict[str, Any]:
         "AdminApiUrl": {
             "Description": "MODELFORGE_API_URL for the modelforge admin commands (the REST API's stage)",
             "Value": {"Fn::Sub": f"https://${{RestAPI}}.execute-api.${{AWS::Region}}.${{AWS::URLSuffix}}/{stage}"},
+        },
+        "StateLogBucketName": {
+            "Description": "the state log (events/<event_id>.json) and work objects; modelforge log replay --bucket",
+            "Value": {"Ref": _BUCKET},
         },
         **infra_node_api.outputs(),
         **infra_admin_iam.outputs(),
