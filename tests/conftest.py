@@ -20,6 +20,13 @@ os.environ.setdefault("MODELFORGE_NODE_STALE_AFTER_SECONDS", "60")
 os.environ.setdefault("MODELFORGE_NODE_OFFLINE_AFTER_SECONDS", "300")
 
 
+def external_aws_endpoint() -> str | None:
+    """``MODELFORGE_TEST_AWS_ENDPOINT_URL``: run the suite's control planes (the in-process stack and
+    the `modelforge local up` process) against this AWS endpoint instead of the embedded emulator,
+    e.g. LocalStack started with localstack/docker-compose.yml. Tests that count AWS calls skip."""
+    return os.environ.get("MODELFORGE_TEST_AWS_ENDPOINT_URL") or None
+
+
 @pytest.fixture(scope="session")
 def admin_token() -> str:
     return ADMIN_TOKEN
@@ -32,13 +39,16 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator["LocalStack"]:  
     from modelforge_cli.local_stack import LocalOptions, LocalStack
 
     os.environ["MODELFORGE_ADMIN_TOKEN"] = ADMIN_TOKEN
-    # MODELFORGE_TEST_AWS_ENDPOINT_URL runs the suite against another emulator (e.g. LocalStack)
+    external = external_aws_endpoint()
     local = LocalStack(
         LocalOptions(
             port=0,
             sweep_interval_seconds=3600,
             stream_interval_seconds=0.2,
-            aws_endpoint_url=os.environ.get("MODELFORGE_TEST_AWS_ENDPOINT_URL") or None,
+            aws_endpoint_url=external,
+            # on a shared endpoint, tables of this session's own (the local_up process uses the
+            # init hook's modelforge-* tables): neither sweeps nor lists the other's nodes
+            resource_prefix=f"mftest-{secrets.token_hex(4)}" if external else "modelforge",
         )
     )
     local.start()
@@ -64,7 +74,9 @@ def local_up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningProces
     """A real `modelforge local up` process, on the documented port 8000 when it is free."""
     log = tmp_path_factory.mktemp("local-up") / "local-up.log"
     port = 8000 if port_is_free(8000) else None
-    with start_local_up(log, port=port, env={"MODELFORGE_ADMIN_TOKEN": ADMIN_TOKEN}) as running:
+    external = external_aws_endpoint()
+    args = ("--aws-endpoint-url", external) if external else ()
+    with start_local_up(log, *args, port=port, env={"MODELFORGE_ADMIN_TOKEN": ADMIN_TOKEN}) as running:
         yield running
 
 
