@@ -12,7 +12,19 @@ import time
 from typing import Any, Callable
 
 from chalice import Chalice, Rate, Response
-from chalicelib import enrollments, instance, nodes, paging, readiness, state_log_store, sweep, views, work
+from chalicelib import (
+    console,
+    enrollments,
+    instance,
+    node_agent_settings,
+    nodes,
+    paging,
+    readiness,
+    state_log_store,
+    sweep,
+    views,
+    work,
+)
 from chalicelib.records import MASS_STALE_HOLD
 from chalicelib.auth import require_admin, require_node
 from chalicelib.errors import (
@@ -245,6 +257,13 @@ def revoke_enrollment(enrollment_id: str) -> dict[str, Any]:
     return views.enrollment(enrollments.revoke(inst.stores, enrollment_id, now), now)
 
 
+@endpoint("/api/v1/admin/node-agent-settings/check", "POST")
+def check_node_agent_settings() -> dict[str, Any]:
+    """The Enroll node wizard's check: what is wrong with its choices, or the node's .env settings."""
+    _admin()
+    return views.node_agent_settings(node_agent_settings.check(_body()))
+
+
 # --- admin: nodes ------------------------------------------------------------------------
 
 
@@ -287,6 +306,36 @@ def revoke_node_credential(node_id: str) -> dict[str, Any]:
     now = _now()
     node = nodes.revoke_credential(inst.stores, node_id, now)
     return views.node(node, inst.stores.nodes.get_inventory(node_id), inst.settings, now)
+
+
+# --- the web console (static files; it calls the admin API above from the same origin) ----
+
+
+def _console_answer(status: int, body: str | dict[str, Any], content_type: str, **extra: str) -> Response:
+    headers: dict[str, str | list[str]] = {**console.SECURITY_HEADERS, "Content-Type": content_type, **extra}
+    return Response(body=body, status_code=status, headers=headers)
+
+
+def _console_file(name: str) -> Response:
+    found = console.find(name)
+    if found is None:
+        error = NotFound("console_file_not_found", "the console has no such file; open /console/")
+        return _console_answer(404, error.body(), "application/json")
+    return _console_answer(200, found.body, found.content_type)
+
+
+@app.route("/console", methods=["GET"])
+def console_page() -> Response:
+    """The page at ``/console/``; ``/console`` is sent there, so that its files' relative URLs
+    (and the API's, ``../api/v1/``) resolve under any stage prefix."""
+    if not str(_request().context.get("path", "")).endswith("/"):
+        return _console_answer(308, "", "text/plain; charset=utf-8", Location="console/")
+    return _console_file(console.INDEX)
+
+
+@app.route("/console/{name}", methods=["GET"])
+def console_asset(name: str) -> Response:
+    return _console_file(name)
 
 
 # --- agents ------------------------------------------------------------------------------

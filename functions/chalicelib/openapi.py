@@ -33,6 +33,8 @@ from modelforge_protocol.credentials import (
 )
 from modelforge_protocol.versions import CONTROL_PLANE_RELEASE, Component, Verdict
 
+from . import console
+
 OPENAPI_VERSION = "3.1.0"
 #: Who may call an operation.
 PUBLIC, ADMIN, NODE = "public", "admin", "node"
@@ -311,6 +313,23 @@ COMPATIBILITY_ANSWER = _closed(
     }
 )
 OPENAPI_ANSWER = {"type": "object", "required": ["openapi", "info", "paths"], "description": "this document"}
+_SETTINGS_FIELDS = list(schemas.NODE_AGENT_SETTINGS["properties"])
+NODE_AGENT_SETTINGS_CHECK = _closed(
+    {
+        "ok": {"type": "boolean", "description": "true when there is no problem; settings are then given"},
+        "release": {**_TEXT, "description": "the release the image rules are checked against (image tags' spelling)"},
+        "problems": {
+            "type": "array",
+            "items": _closed({"field": {"enum": _SETTINGS_FIELDS}, "message": _TEXT}),
+            "description": "what is missing or wrong, each naming the request field it is about",
+        },
+        "settings": {
+            "type": "array",
+            "items": _closed({"name": {"type": "string", "pattern": "^[A-Z][A-Z0-9_]*$"}, "value": _TEXT}),
+            "description": "the node's .env, in order (empty while there are problems); never a secret",
+        },
+    }
+)
 
 #: Named schemas of the document: the protocol's request schemas, as the control plane validates them.
 COMPONENT_SCHEMAS: dict[str, Any] = {
@@ -318,6 +337,7 @@ COMPONENT_SCHEMAS: dict[str, Any] = {
     "Enroll": portable(schemas.ENROLL),
     "Heartbeat": portable(schemas.HEARTBEAT),
     "ReplaceInventory": portable(schemas.REPLACE_INVENTORY),
+    "NodeAgentSettings": portable(schemas.NODE_AGENT_SETTINGS),
     "Empty": portable(schemas.EMPTY),
     "SubmitWork": portable(work_protocol.SUBMIT_WORK),
     "RenewWork": portable(work_protocol.RENEW_WORK),
@@ -337,6 +357,7 @@ COMPONENT_SCHEMAS: dict[str, Any] = {
     "HealthAnswer": HEALTH_ANSWER,
     "CompatibilityAnswer": COMPATIBILITY_ANSWER,
     "OpenApiDocument": OPENAPI_ANSWER,
+    "NodeAgentSettingsCheck": NODE_AGENT_SETTINGS_CHECK,
 }
 #: Where each request schema comes from (a unit test compares them with the protocol's).
 REQUEST_SCHEMA_SOURCES: dict[str, Any] = {
@@ -344,6 +365,7 @@ REQUEST_SCHEMA_SOURCES: dict[str, Any] = {
     "Enroll": schemas.ENROLL,
     "Heartbeat": schemas.HEARTBEAT,
     "ReplaceInventory": schemas.REPLACE_INVENTORY,
+    "NodeAgentSettings": schemas.NODE_AGENT_SETTINGS,
     "Empty": schemas.EMPTY,
     "SubmitWork": work_protocol.SUBMIT_WORK,
     "RenewWork": work_protocol.RENEW_WORK,
@@ -359,6 +381,10 @@ class Answer:
     description: str
     #: the body's schema; None: no body
     schema: dict[str, Any] | None = None
+    #: the body's media types (the console's files are not JSON)
+    media_types: tuple[str, ...] = ("application/json",)
+    #: headers the answer always carries, by name
+    headers: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -425,6 +451,11 @@ _PAGE = (
 _ENROLLMENT_PARAMETER = _path_id("enrollment_id", _ENROLLMENT_ID, "an enrollment id")
 _NODE_PARAMETER = _path_id("node_id", _NODE_ID, "a node id")
 _WORK_PARAMETER = _path_id("work_id", _WORK_ID, "a work id")
+#: Every console answer carries these (chalicelib/console.py).
+_CONSOLE_HEADERS = {
+    name: {"required": True, "schema": {"const": value}} for name, value in console.SECURITY_HEADERS.items()
+}
+_CONSOLE_BODY = {"type": "string"}
 _LEASE_REFUSALS = {404: ("work_not_found",), 409: ("work_cancelled", "work_finished", "lease_lost")}
 _AGENT_BODY = {400: ("protocol_incompatible",)}
 
@@ -471,6 +502,16 @@ OPERATIONS: tuple[Operation, ...] = (
         answers={200: Answer("the revoked enrollment", _ref("Enrollment"))},
         refusals={404: ("enrollment_not_found",), 409: ("enrollment_consumed", "enrollment_revoked")},
         description="A consumed token cannot be revoked (`enrollment_consumed`): revoke the node's credential instead.",
+    ),
+    Operation(
+        "POST", "/api/v1/admin/node-agent-settings/check", "checkNodeAgentSettings",
+        "Check a node's agent settings and render its .env (the console's Enroll node wizard)", "enrollments", ADMIN,
+        request="NodeAgentSettings",
+        answers={200: Answer("every problem by field, or the node's .env settings in order", _ref("NodeAgentSettingsCheck"))},
+        description="The image is checked against this release: a pasted `images.modelforge-node-agent` manifest "
+        "entry with the rules of `modelforge release manifest` (exact tag, RootFS layers, architecture, every OCI "
+        "label; the image/config ID is ignored), or a registry reference pinned by `@sha256:` digest. Problems are "
+        "an answer (200, `ok: false`), not an error. Never takes or returns a token.",
     ),
     Operation(
         "GET", "/api/v1/admin/nodes", "listNodes", "List nodes", "nodes", ADMIN, parameters=_PAGE,
@@ -559,6 +600,24 @@ OPERATIONS: tuple[Operation, ...] = (
         request="Empty", body_optional=True, parameters=(_WORK_PARAMETER,),
         answers={200: Answer("the cancelled item", _ref("WorkItem"))},
         refusals={404: ("work_not_found",), 409: ("work_finished", "work_conflict")},
+    ),
+    Operation(
+        "GET", "/console", "getConsole", "The web console's page", "console", PUBLIC,
+        answers={
+            200: Answer("the page (at /console/)", _CONSOLE_BODY, ("text/html",), _CONSOLE_HEADERS),
+            308: Answer(
+                "/console without its slash: sent to /console/ (relative Location: console/)",
+                None,
+                headers={**_CONSOLE_HEADERS, "Location": {"required": True, "schema": {"const": "console/"}}},
+            ),
+        },
+        description="Static, served by the same function as the API; it calls the admin API of the same origin.",
+    ),
+    Operation(
+        "GET", "/console/{name}", "getConsoleFile", "One of the web console's files", "console", PUBLIC,
+        parameters=(_path_id("name", {"enum": sorted(console.ASSETS)}, "a file of the console (a fixed list)"),),
+        answers={200: Answer("the file", _CONSOLE_BODY, ("text/javascript", "text/css"), _CONSOLE_HEADERS)},
+        refusals={404: ("console_file_not_found",)},
     ),
     Operation(
         "POST", "/api/v1/agent/work/claim", "claimWork", "Lease the oldest claimable work item", "agent", NODE,
@@ -674,8 +733,10 @@ def _operation(operation: Operation) -> dict[str, Any]:
     responses: dict[str, Any] = {}
     for status, answer in sorted(operation.answers.items()):
         entry: dict[str, Any] = {"description": answer.description}
+        if answer.headers:
+            entry["headers"] = copy.deepcopy(answer.headers)
         if answer.schema is not None:
-            entry["content"] = {"application/json": {"schema": answer.schema}}
+            entry["content"] = {media_type: {"schema": answer.schema} for media_type in answer.media_types}
         responses[str(status)] = entry
     for status, codes in operation.errors().items():
         responses[str(status)] = {"$ref": f"#/components/responses/{_error_name(status, codes)}"}
@@ -704,6 +765,7 @@ def build() -> dict[str, Any]:
             {"name": "nodes", "description": "admin: enrolled nodes"},
             {"name": "work", "description": "admin: the work queue"},
             {"name": "agent", "description": "the node agent"},
+            {"name": "console", "description": "the web console's static files (no authentication; it asks for the admin token)"},
         ],
         "paths": paths,
         "components": {

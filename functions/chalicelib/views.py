@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from modelforge_protocol.credentials import NODE_ID_HEADER
-from modelforge_protocol.versions import ACCEPTED, Component, verdict
+from modelforge_protocol.versions import ACCEPTED, IMAGE_TAG_VERSION, Component, verdict
 
 from . import liveness
 from .enrollments import public_state
 from .records import TELEMETRY_COLUMNS, Enrollment, FleetState, Inventory, Node, WorkItem
+from .node_agent_settings import SettingsCheck
 from .readiness import Check, Readiness
 from .settings import Settings
 from .timestamps import iso
@@ -152,6 +153,16 @@ def node_auth_hint() -> dict[str, str]:
         "scheme": "Bearer",
         "credential": "the credential the agent sent at enrollment",
         "node_id_header": NODE_ID_HEADER,
+    }
+
+
+def node_agent_settings(result: SettingsCheck) -> dict[str, Any]:
+    """The settings check: every problem by field, or the node's .env settings in order."""
+    return {
+        "ok": result.ok,
+        "release": IMAGE_TAG_VERSION,
+        "problems": [{"field": problem.field, "message": problem.message} for problem in result.problems],
+        "settings": [{"name": name, "value": value} for name, value in result.settings],
     }
 
 

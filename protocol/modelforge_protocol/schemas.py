@@ -19,6 +19,8 @@ MAX_ENROLLMENT_TTL_SECONDS = 86400
 #: The expiries the console offers; the API accepts any value in the range above.
 CONSOLE_ENROLLMENT_TTLS = (300, 900, 3600, 86400)
 ACCELERATOR_MODES = ("nvidia", "cpu", "auto")
+#: A node's hostname, as the agent reports it at enrollment (and as the console's settings check takes it).
+HOSTNAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}\Z"
 HEALTH_STATES = ("ok", "degraded", "unhealthy")
 
 _U64 = {"type": "integer", "minimum": 0, "maximum": 2**63 - 1}
@@ -139,7 +141,7 @@ ENROLL = _obj(
         "token": {"type": "string", "maxLength": 256},
         "idempotency_key": {"type": "string", "maxLength": 256},
         "credential": {"type": "string", "maxLength": 256},
-        "hostname": {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}\Z"},
+        "hostname": {"type": "string", "pattern": HOSTNAME_PATTERN},
         "agent_version": _VERSION_TEXT,
         "protocol_version": _PROTOCOL_VERSION,
         "accelerator_mode": {"enum": list(ACCELERATOR_MODES)},
@@ -155,6 +157,26 @@ ENROLL = _obj(
         "accelerator_mode",
         "inventory",
     ],
+)
+
+#: Image sources of a node's agent settings: the release bundle's tag, or a registry image by digest.
+IMAGE_SOURCES = ("release_bundle", "registry")
+#: The largest pasted release manifest entry the settings check reads.
+MAX_MANIFEST_ENTRY_CHARS = 32 * 1024
+
+#: The console's Enroll node wizard: the node's non-secret agent settings, to check and render.
+#: Only the types are checked here; what is missing or wrong is the answer's ``problems``.
+NODE_AGENT_SETTINGS = _obj(
+    {
+        "control_plane_url": {"type": "string", "maxLength": 2048},
+        "hostname": {"type": "string", "maxLength": 253},
+        "accelerator_mode": {"enum": list(ACCELERATOR_MODES)},
+        "state_volume": {"type": "string", "maxLength": 4096},
+        "image_source": {"enum": list(IMAGE_SOURCES)},
+        "manifest_entry": {"type": "string", "maxLength": MAX_MANIFEST_ENTRY_CHARS},
+        "image_reference": {"type": "string", "maxLength": 1024},
+    },
+    ["control_plane_url", "hostname", "accelerator_mode", "state_volume", "image_source"],
 )
 
 HEARTBEAT = _obj(

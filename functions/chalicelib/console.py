@@ -1,0 +1,81 @@
+"""The web console's files and the headers every console answer carries.
+
+The console is static: an HTML page, ES modules and a style sheet in ``console_assets/`` beside
+this module (Chalice packages ``chalicelib/`` whole, so they deploy with the API). What can be
+served is the fixed list below, looked up by name: a request never names a path on disk. The
+page talks to the admin API of the same origin; its security model is in docs/ARCHITECTURE.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+ASSET_DIR = Path(__file__).with_name("console_assets")
+#: The page, served at ``/console/``.
+INDEX = "index.html"
+#: Every file served at ``/console/<name>``, with its media type. Nothing else is ever read.
+ASSETS: dict[str, str] = {
+    "api.js": "text/javascript; charset=utf-8",
+    "app.js": "text/javascript; charset=utf-8",
+    "dialogs.js": "text/javascript; charset=utf-8",
+    "dom.js": "text/javascript; charset=utf-8",
+    "enroll.js": "text/javascript; charset=utf-8",
+    "format.js": "text/javascript; charset=utf-8",
+    "hardware.js": "text/javascript; charset=utf-8",
+    "node_detail.js": "text/javascript; charset=utf-8",
+    "readiness.js": "text/javascript; charset=utf-8",
+    "signin.js": "text/javascript; charset=utf-8",
+    "styles.css": "text/css; charset=utf-8",
+}
+HTML = "text/html; charset=utf-8"
+
+#: Scripts and styles only from this origin's files (no inline script or style, no eval), API
+#: calls only to this origin, no frames, no forms posting anywhere, no <base>, and DOM sinks
+#: that would parse HTML from a string refused outright (Trusted Types with no policy).
+CONTENT_SECURITY_POLICY = "; ".join(
+    (
+        "default-src 'none'",
+        "script-src 'self'",
+        "style-src 'self'",
+        "img-src 'self' data:",
+        "connect-src 'self'",
+        "base-uri 'none'",
+        "form-action 'none'",
+        "frame-ancestors 'none'",
+        "require-trusted-types-for 'script'",
+        "trusted-types 'none'",
+    )
+)
+#: On every console answer: the page, its files, the redirect to the page and a refusal.
+SECURITY_HEADERS: dict[str, str] = {
+    "Content-Security-Policy": CONTENT_SECURITY_POLICY,
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+    "Cross-Origin-Opener-Policy": "same-origin",
+    "Cross-Origin-Resource-Policy": "same-origin",
+    # a new release's files are fetched again (revalidated), never used stale
+    "Cache-Control": "no-cache",
+}
+
+
+@dataclass(frozen=True)
+class ConsoleFile:
+    body: str
+    content_type: str
+
+
+def find(name: str) -> ConsoleFile | None:
+    """The console file called ``name`` (``INDEX`` or one of ``ASSETS``); None for any other name."""
+    if name == INDEX:
+        return _read(INDEX, HTML)
+    content_type = ASSETS.get(name)
+    return None if content_type is None else _read(name, content_type)
+
+
+@lru_cache(maxsize=None)
+def _read(name: str, content_type: str) -> ConsoleFile:
+    """Read once per function instance, on the first request for it (not at cold start)."""
+    return ConsoleFile((ASSET_DIR / name).read_text(encoding="utf-8"), content_type)

@@ -1,0 +1,396 @@
+// The Enroll node wizard. The one-time token is held in this wizard's memory (`secret`) and
+// shown in one field; closing the wizard, checking readiness, revoking the unused token or
+// reaching its expiry clears it from the page. Nothing here writes it anywhere else.
+
+import * as api from "./api.js";
+import { openModal } from "./dialogs.js";
+import { fill, h, uid } from "./dom.js";
+import { clockTime, countdown } from "./format.js";
+import { renderReadiness, verdictLine } from "./readiness.js";
+
+/** What the wizard offers (modelforge_protocol.schemas.CONSOLE_ENROLLMENT_TTLS). */
+export const EXPIRIES = [
+  ["5 minutes", 300],
+  ["15 minutes", 900],
+  ["1 hour", 3600],
+  ["24 hours", 86400],
+];
+const DEFAULT_EXPIRY = 900;
+const ACCELERATOR_MODES = ["nvidia", "cpu", "auto"];
+const STATE_VOLUME = "/var/lib/modelforge/agent-state";
+/** The node's .env, written by the start command beside the repository's compose files. */
+const ENV_FILE = "node-agent.env";
+const HEREDOC = "MODELFORGE_ENV";
+/** The agent image's user (scripts/_node_agent_compose.sh): it must own the state directory. */
+const AGENT_UID = 65532;
+
+function suggestHostname(displayName) {
+  return displayName.trim().toLowerCase().replace(/[^a-z0-9._-]+/g, "_").replace(/^[^a-z0-9]+/, "").slice(0, 63);
+}
+
+function field(label, control, hint) {
+  const hintId = hint ? uid("hint") : null;
+  const problemId = uid("problem");
+  if (!control.id) control.id = uid("field");
+  control.setAttribute("aria-describedby", [hintId, problemId].filter(Boolean).join(" "));
+  const problem = h("p", { id: problemId, class: "field-problem" });
+  const wrapper = h(
+    "div",
+    { class: "field" },
+    h("label", { for: control.id }, label),
+    control,
+    hint ? h("p", { id: hintId, class: "hint" }, hint) : null,
+    problem,
+  );
+  return { wrapper, control, problem };
+}
+
+function radioGroup(legend, name, options, checkedValue, onchange) {
+  const radios = options.map(([label, value]) => {
+    const id = uid(name);
+    const radio = h("input", { type: "radio", id, name, value, checked: value === checkedValue, onchange });
+    return { radio, label: h("label", { class: "choice", for: id }, radio, ` ${label}`) };
+  });
+  const fieldset = h("fieldset", {}, h("legend", {}, legend), radios.map((entry) => entry.label));
+  return { fieldset, radios: radios.map((entry) => entry.radio) };
+}
+
+function block(title, text, copyLabel, note) {
+  const headingId = uid("block");
+  const pre = h("pre", { tabindex: "0", class: "block" }, text);
+  const section = h(
+    "section",
+    { "aria-labelledby": headingId, class: "result-block" },
+    h("h3", { id: headingId }, title),
+    note ? h("p", { class: "hint" }, note) : null,
+    pre,
+  );
+  return { section, pre, copyLabel };
+}
+
+export function envText(settings) {
+  return settings.map(({ name, value }) => `${name}=${value}`).join("\n");
+}
+
+export function startCommand(settings) {
+  const stateVolume = settings.find(({ name }) => name === "MODELFORGE_AGENT_STATE_VOLUME").value;
+  return [
+    "# In a Bash shell, from the node-agent repository (the folder with scripts/node-agent-start.sh).",
+    "# Once, if the state directory does not exist yet:",
+    `#   sudo install -d -m 0700 -o ${AGENT_UID} -g ${AGENT_UID} ${stateVolume}`,
+    `cat > ${ENV_FILE} <<'${HEREDOC}'`,
+    envText(settings),
+    HEREDOC,
+    `bash scripts/node-agent-start.sh ${ENV_FILE}`,
+  ].join("\n");
+}
+
+export function recreationCommand() {
+  return [
+    "# After the node has enrolled, from the same folder: the container is recreated without the",
+    "# one-time token; the identity and credential stay in the state directory.",
+    `bash scripts/recreate-node-agent.sh ${ENV_FILE}`,
+  ].join("\n");
+}
+
+export function openEnrollWizard({ onClosed }) {
+  // The one-time token: here, in the field that shows it, and nowhere else.
+  let secret = null;
+  let tick = null;
+  let enrollment = null;
+  let tokenArea = null;
+
+  const modal = openModal({
+    title: "Enroll node",
+    className: "wizard",
+    onClose: () => {
+      clearSecret(null);
+      if (onClosed) onClosed();
+    },
+  });
+  const problems = h("div", { class: "error", role: "alert" });
+  const status = h("p", { class: "muted", role: "status" });
+
+  // --- step 1: the choices ---------------------------------------------------------------
+  const displayName = field("Display name", h("input", { type: "text", required: true, maxlength: "128", autocomplete: "off" }));
+  let hostnameEdited = false;
+  const hostname = field(
+    "Hostname",
+    h("input", { type: "text", required: true, maxlength: "253", autocomplete: "off", spellcheck: "false", oninput: () => { hostnameEdited = true; } }),
+    "The node's name as the agent reports it (MODELFORGE_AGENT_HOSTNAME).",
+  );
+  displayName.control.addEventListener("input", () => {
+    if (!hostnameEdited) hostname.control.value = suggestHostname(displayName.control.value);
+  });
+  const expiry = radioGroup("Token expiry", uid("expiry"), EXPIRIES.map(([label, seconds]) => [label, String(seconds)]), String(DEFAULT_EXPIRY));
+  const eligibleId = uid("eligible");
+  const eligible = h(
+    "div",
+    { class: "field" },
+    h("label", { class: "choice", for: eligibleId }, h("input", { type: "checkbox", id: eligibleId, disabled: true }), " Production eligible"),
+    h("p", { class: "hint" }, "production_eligible=false: release-candidate enrollments are never production eligible."),
+  );
+  const origin = field(
+    "API origin",
+    h("input", { type: "text", readonly: true, value: window.location.origin, spellcheck: "false" }),
+    "The node reaches this control plane here (MODELFORGE_AGENT_CONTROL_PLANE_URL); locked to this console's origin.",
+  );
+  const accelerator = field(
+    "Accelerator mode",
+    h("select", {}, ACCELERATOR_MODES.map((mode) => h("option", { value: mode }, mode))),
+    "nvidia: NVML and at least one GPU are required; cpu: a node without NVIDIA GPUs; auto: NVML only when NVIDIA devices are seen.",
+  );
+  const stateVolume = field(
+    "State volume",
+    h("input", { type: "text", required: true, value: STATE_VOLUME, spellcheck: "false", autocomplete: "off" }),
+    "A durable directory on the node that keeps its identity and credential (on Unraid, under appdata).",
+  );
+  const manifestEntry = field(
+    "Release manifest entry",
+    h("textarea", { rows: "7", spellcheck: "false", autocomplete: "off" }),
+    "Paste images.modelforge-node-agent from the release manifest (modelforge release manifest), after loading the bundle with docker image load. The image/config ID is not checked.",
+  );
+  const imageReference = field(
+    "Image reference",
+    h("input", { type: "text", spellcheck: "false", autocomplete: "off", placeholder: "registry.example.com/modelforge-node-agent@sha256:…" }),
+    "A registry image pinned by digest: name@sha256:<64 hex>. A tag alone is refused.",
+  );
+  const imageSource = radioGroup(
+    "Image source",
+    uid("image-source"),
+    [["Local release bundle", "release_bundle"], ["Registry image", "registry"]],
+    "release_bundle",
+    () => showImageSource(),
+  );
+  function chosen(group) {
+    return group.radios.find((radio) => radio.checked).value;
+  }
+  function showImageSource() {
+    const registry = chosen(imageSource) === "registry";
+    manifestEntry.wrapper.hidden = registry;
+    imageReference.wrapper.hidden = !registry;
+  }
+  showImageSource();
+
+  const fields = {
+    hostname,
+    state_volume: stateVolume,
+    manifest_entry: manifestEntry,
+    image_reference: imageReference,
+    control_plane_url: origin,
+    accelerator_mode: accelerator,
+  };
+  const create = h("button", { type: "submit", class: "primary" }, "Create enrollment token");
+  const form = h(
+    "form",
+    { novalidate: true, onsubmit: submit },
+    displayName.wrapper,
+    expiry.fieldset,
+    eligible,
+    origin.wrapper,
+    hostname.wrapper,
+    accelerator.wrapper,
+    stateVolume.wrapper,
+    imageSource.fieldset,
+    manifestEntry.wrapper,
+    imageReference.wrapper,
+    h("div", { class: "actions" }, create),
+  );
+  const content = h("div", {}, form);
+  const close = h("button", { type: "button", onclick: () => modal.close() }, "Close");
+  modal.body.append(problems, status, content, h("div", { class: "actions end" }, close));
+  displayName.control.focus();
+
+  function showProblems(list) {
+    for (const entry of Object.values(fields)) {
+      entry.problem.textContent = "";
+      entry.control.removeAttribute("aria-invalid");
+    }
+    if (list.length === 0) {
+      problems.replaceChildren();
+      return;
+    }
+    const items = list.map((problem) => {
+      const entry = fields[problem.field];
+      const label = entry ? entry.wrapper.querySelector("label").textContent : problem.field;
+      if (entry) {
+        entry.control.setAttribute("aria-invalid", "true");
+        entry.problem.append(h("span", {}, problem.message), " ");
+      }
+      return h("li", {}, `${label}: ${problem.message}`);
+    });
+    fill(problems, h("p", {}, "Nothing was created. Fix these first:"), h("ul", {}, items));
+    const first = list.map((problem) => fields[problem.field]).find(Boolean);
+    if (first) first.control.focus();
+  }
+
+  async function submit(event) {
+    event.preventDefault();
+    const name = displayName.control.value.trim();
+    if (!name) {
+      showProblems([]);
+      fill(problems, h("p", {}, "Display name: give the node a name (1 to 128 characters)."));
+      displayName.control.setAttribute("aria-invalid", "true");
+      displayName.control.focus();
+      return;
+    }
+    displayName.control.removeAttribute("aria-invalid");
+    create.disabled = true;
+    status.textContent = "Checking the settings…";
+    try {
+      const registry = chosen(imageSource) === "registry";
+      const body = {
+        control_plane_url: origin.control.value,
+        hostname: hostname.control.value,
+        accelerator_mode: accelerator.control.value,
+        state_volume: stateVolume.control.value,
+        image_source: chosen(imageSource),
+      };
+      if (registry) body.image_reference = imageReference.control.value;
+      else body.manifest_entry = manifestEntry.control.value;
+      const checked = (await api.post("admin/node-agent-settings/check", body)).data;
+      if (!checked.ok) {
+        status.textContent = "";
+        showProblems(checked.problems);
+        return;
+      }
+      showProblems([]);
+      status.textContent = "Creating the enrollment token…";
+      const minted = (await api.post("admin/node-enrollments", {
+        display_name: name,
+        expires_in_seconds: Number(chosen(expiry)),
+        production_eligible: false,
+      })).data;
+      const { token, ...record } = minted;
+      secret = token;
+      enrollment = record;
+      showResult(checked.settings);
+    } catch (error) {
+      status.textContent = "";
+      fill(problems, h("p", {}, error.message));
+    } finally {
+      create.disabled = false;
+    }
+  }
+
+  // --- step 2: the reveal, the settings and the commands ---------------------------------
+  const verdict = verdictLine();
+  const readinessDetails = h("div", {});
+
+  function showResult(settings) {
+    const expiresMs = Date.parse(enrollment.expires_at);
+    // the token's lifetime as the API set it, counted on this browser's clock (immune to skew)
+    const deadline = Date.now() + (expiresMs - Date.parse(enrollment.created_at));
+    const tokenField = h("input", { type: "text", readonly: true, spellcheck: "false", autocomplete: "off", class: "token", value: secret });
+    const tokenId = uid("token");
+    tokenField.id = tokenId;
+    const remaining = h("span", { role: "timer", class: "countdown" }, countdown(deadline - Date.now()));
+    const copy = h("button", { type: "button", onclick: copySecret }, "Copy token");
+    tokenArea = h(
+      "section",
+      { class: "token-area", "aria-labelledby": `${tokenId}-heading` },
+      h("h3", { id: `${tokenId}-heading` }, "Enrollment token"),
+      h("p", { class: "hint" }, "Shown once: the control plane keeps only its SHA-256. It is cleared from this page when you close the wizard, check readiness, revoke it, or when it expires."),
+      h("div", { class: "field" }, h("label", { for: tokenId }, "One-time token"), h("div", { class: "token-row" }, tokenField, copy)),
+      h("p", {}, "Expires in ", remaining, ` (at ${clockTime(expiresMs)}, this browser's clock).`),
+    );
+    tick = setInterval(() => {
+      const left = deadline - Date.now();
+      if (left <= 0) clearSecret("it expired; create a new enrollment token to enroll a node");
+      else remaining.textContent = countdown(left);
+    }, 1000);
+
+    const blocks = [
+      block("Generated .env", envText(settings), "Copy .env", `Non-secret settings only: the token is never in this file. The start command below writes it as ${ENV_FILE}.`),
+      block("Start command", startCommand(settings), "Copy start command", "Paste into a Bash shell from the node-agent repository. scripts/node-agent-start.sh turns shell tracing off, asks for the token without echo, passes it in a temporary mode-0600 env file that it removes on every exit, and starts with --no-build --pull never."),
+      block("Container recreation command", recreationCommand(), "Copy container recreation command", "After the enrollment is consumed: recreates the container without the one-time token in its environment, keeping the node's persisted identity and credential."),
+    ];
+    const readinessButton = h("button", { type: "button", class: "primary", onclick: checkReadiness }, "Check node readiness");
+    const revoke = h("button", { type: "button", class: "danger", onclick: revokeUnused }, "Revoke unused token");
+    fill(
+      content,
+      h(
+        "p",
+        {},
+        `Enrollment ${enrollment.enrollment_id} for "${enrollment.display_name}" created; production_eligible=${enrollment.production_eligible}.`,
+      ),
+      tokenArea,
+      blocks.map((entry) => [entry.section, h("div", { class: "actions" }, h("button", { type: "button", onclick: () => copyText(entry.pre.textContent, entry.copyLabel) }, entry.copyLabel))]),
+      h("div", { class: "actions" }, readinessButton, revoke),
+      h("section", { class: "readiness", "aria-labelledby": `${tokenId}-ready` }, h("h3", { id: `${tokenId}-ready` }, "Node readiness"), verdict, readinessDetails),
+    );
+    status.textContent = "";
+    tokenField.focus();
+    tokenField.select();
+  }
+
+  async function copyText(text, what) {
+    try {
+      await navigator.clipboard.writeText(text);
+      status.textContent = `${what.replace(/^Copy /, "")} copied to the clipboard.`;
+    } catch (error) {
+      status.textContent = `Could not copy (${error.message}): select the text and copy it.`;
+    }
+  }
+
+  function copySecret() {
+    // read from memory at the moment of the click: the button carries nothing
+    if (secret !== null) copyText(secret, "Copy token");
+  }
+
+  /** Forget the token and take it off the page; `why` says so in its place (null: closing). */
+  function clearSecret(why) {
+    secret = null;
+    if (tick !== null) clearInterval(tick);
+    tick = null;
+    if (tokenArea === null) return;
+    const hadFocus = tokenArea.contains(document.activeElement);
+    for (const input of tokenArea.querySelectorAll("input")) input.value = "";
+    if (why === null) {
+      tokenArea.remove();
+      tokenArea = null;
+      return;
+    }
+    const notice = h("p", { class: "cleared", tabindex: "-1" }, `The one-time token is no longer shown: ${why}.`);
+    fill(tokenArea, h("h3", {}, "Enrollment token"), notice);
+    tokenArea.removeAttribute("aria-labelledby");
+    tokenArea = null;
+    if (hadFocus) notice.focus();
+  }
+
+  async function checkReadiness(event) {
+    const button = event.currentTarget;
+    clearSecret("you checked readiness");
+    button.disabled = true;
+    problems.replaceChildren();
+    try {
+      const record = (await api.get(`admin/node-enrollments/${encodeURIComponent(enrollment.enrollment_id)}`)).data;
+      // the exact node this enrollment record names; before any node used it, the record's own
+      // readiness says so (no node id yet)
+      const target = record.node_id || record.enrollment_id;
+      const result = (await api.get(`admin/nodes/${encodeURIComponent(target)}/readiness`)).data;
+      renderReadiness(verdict, readinessDetails, result);
+    } catch (error) {
+      fill(problems, h("p", {}, error.message));
+    } finally {
+      button.disabled = false;
+      button.focus();
+    }
+  }
+
+  async function revokeUnused(event) {
+    const button = event.currentTarget;
+    clearSecret("you revoked it");
+    button.disabled = true;
+    problems.replaceChildren();
+    try {
+      const revoked = (await api.post(`admin/node-enrollments/${encodeURIComponent(enrollment.enrollment_id)}/revoke`, {})).data;
+      status.textContent = `Enrollment ${revoked.enrollment_id} is ${revoked.status}: its token can no longer enroll a node.`;
+    } catch (error) {
+      fill(problems, h("p", {}, error.message));
+      button.disabled = false;
+    }
+  }
+
+  return modal;
+}

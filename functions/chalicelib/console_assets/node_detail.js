@@ -1,0 +1,141 @@
+// A node's detail: identity, inventory, readiness, and revoking its credential (confirmed first).
+
+import * as api from "./api.js";
+import { confirmAction, openModal } from "./dialogs.js";
+import { fill, h } from "./dom.js";
+import { bytes, yesNo } from "./format.js";
+import { renderReadiness, verdictLine } from "./readiness.js";
+
+function facts(pairs) {
+  return h("dl", { class: "facts" }, pairs.map(([name, value]) => [h("dt", {}, name), h("dd", {}, value ?? "–")]));
+}
+
+function summary(node) {
+  const credential = node.credential.revoked_at
+    ? `${node.credential.state} (revoked at ${node.credential.revoked_at})`
+    : `${node.credential.state} (issued at ${node.credential.issued_at})`;
+  return facts([
+    ["Node ID", node.node_id],
+    ["Hostname", node.hostname],
+    ["Status", node.status],
+    ["Last heartbeat", node.last_heartbeat_at || "never"],
+    ["Accelerator mode", node.accelerator_mode],
+    ["Production eligible", yesNo(node.production_eligible)],
+    ["Agent version", node.agent_version],
+    ["Protocol", `${node.protocol_version} (${node.protocol_verdict})`],
+    ["Credential", credential],
+    ["Health", node.health ? `${node.health.status}${node.health.detail ? `: ${node.health.detail}` : ""}` : "not reported"],
+    ["Duplicate identity", node.duplicate_suspected.length ? `suspected: ${node.duplicate_suspected.join(", ")}` : "none"],
+    ["Enrollment", node.enrollment_id],
+    ["Enrolled at", node.created_at],
+  ]);
+}
+
+function inventory(node) {
+  const inv = node.inventory;
+  if (!inv) return h("p", {}, "No inventory has been received.");
+  const gpus = inv.gpus || [];
+  return [
+    facts([
+      ["CPU", inv.cpu ? `${inv.cpu.model}, ${inv.cpu.logical_cores} logical cores` : "–"],
+      ["Memory", bytes(inv.memory_total_bytes)],
+      ["Capabilities", (inv.capabilities || []).join(", ") || "none"],
+      ["Reported at", inv.updated_at],
+    ]),
+    gpus.length === 0
+      ? h("p", {}, "No GPUs.")
+      : h(
+          "table",
+          { class: "gpus" },
+          h("caption", {}, "GPUs"),
+          h("thead", {}, h("tr", {}, ["Index", "Name", "UUID", "Memory", "Driver", "CUDA"].map((name) => h("th", { scope: "col" }, name)))),
+          h(
+            "tbody",
+            {},
+            gpus.map((gpu) =>
+              h("tr", {}, [gpu.index, gpu.name, gpu.uuid, bytes(gpu.memory_total_bytes), gpu.driver_version, gpu.cuda_version].map((value) => h("td", {}, value))),
+            ),
+          ),
+        ),
+  ];
+}
+
+export function openNodeDetail(nodeId, { onClosed }) {
+  const modal = openModal({ title: `Node ${nodeId}`, className: "wide", onClose: onClosed });
+  const message = h("p", { role: "status", class: "muted" }, "Loading…");
+  const problem = h("p", { class: "error", role: "alert" });
+  const content = h("div", {});
+  const verdict = verdictLine();
+  const details = h("div", {});
+  const close = h("button", { type: "button", onclick: () => modal.close() }, "Close");
+  modal.body.append(message, problem, content, h("div", { class: "actions end" }, close));
+  close.focus();
+
+  async function checkReadiness(button) {
+    button.disabled = true;
+    try {
+      const { data } = await api.get(`admin/nodes/${encodeURIComponent(nodeId)}/readiness`);
+      renderReadiness(verdict, details, data);
+      problem.textContent = "";
+    } catch (error) {
+      problem.textContent = error.message;
+    } finally {
+      button.disabled = false;
+    }
+  }
+
+  async function revoke(node, button) {
+    const confirmed = await confirmAction({
+      title: "Revoke credential?",
+      message: `${node.display_name} (${node.node_id}) can no longer report or take work with its credential; it must be enrolled again with a new token.`,
+      confirmLabel: "Revoke credential",
+    });
+    if (!confirmed) {
+      button.focus();
+      return;
+    }
+    try {
+      const { data } = await api.post(`admin/nodes/${encodeURIComponent(nodeId)}/revoke-credential`, {});
+      show(data);
+      message.textContent = "The credential was revoked.";
+    } catch (error) {
+      problem.textContent = error.message;
+    }
+    close.focus();
+  }
+
+  function show(node) {
+    modal.heading.textContent = `Node ${node.display_name}`;
+    const readiness = h("button", { type: "button", onclick: (event) => checkReadiness(event.currentTarget) }, "Check readiness");
+    const revokeButton = h(
+      "button",
+      { type: "button", class: "danger", disabled: node.credential.state !== "active", onclick: (event) => revoke(node, event.currentTarget) },
+      "Revoke credential",
+    );
+    fill(
+      content,
+      summary(node),
+      h("h3", {}, "Inventory"),
+      inventory(node),
+      h("h3", {}, "Readiness"),
+      h("div", { class: "actions" }, readiness),
+      verdict,
+      details,
+      h("h3", {}, "Credential"),
+      h("p", {}, "Revoking the credential stops this node at once; to bring it back, enroll it again."),
+      h("div", { class: "actions" }, revokeButton),
+    );
+  }
+
+  api
+    .get(`admin/nodes/${encodeURIComponent(nodeId)}`)
+    .then(({ data }) => {
+      message.textContent = "";
+      show(data);
+    })
+    .catch((error) => {
+      message.textContent = "";
+      problem.textContent = error.message;
+    });
+  return modal;
+}

@@ -1,0 +1,148 @@
+"""A node's non-secret agent settings, checked and rendered for the console's Enroll node wizard.
+
+The wizard sends what the admin chose; this answers every problem, each naming its field, or the
+settings of the node's ``.env`` in order. The image rules are not written here: a pasted release
+manifest entry is checked by ``modelforge_protocol.release_bundle`` (the rules ``modelforge release
+manifest`` and ``verify`` apply), a registry reference by ``modelforge_protocol.image_reference``.
+The enrollment token is never part of these settings: the node's start script reads it from the
+terminal.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+from modelforge_protocol import schemas
+from modelforge_protocol.image_reference import check_pinned_reference
+from modelforge_protocol.release_bundle import NODE_AGENT_IMAGE, NODE_AGENT_IMAGE_VARIABLE, check_image_entry, release_tag
+from modelforge_protocol.versions import IMAGE_TAG_VERSION
+
+from .validation import validate
+
+RELEASE_BUNDLE, REGISTRY = schemas.IMAGE_SOURCES
+_HOSTNAME = re.compile(schemas.HOSTNAME_PATTERN)
+#: An absolute path that needs no quoting in a .env file or a shell: no spaces, quotes, ``$`` or ``#``.
+_STATE_VOLUME = re.compile(r"/[A-Za-z0-9._@%+=:,/-]{1,4094}\Z")
+#: Always on: a private CA is configured on the node, never bypassed.
+TLS_VERIFY = "true"
+IDENTITY_MODE = "persisted"
+#: The JSON a pasted entry may nest (an entry is two levels deep).
+_MAX_DEPTH = 16
+
+
+@dataclass(frozen=True)
+class Problem:
+    #: the request field the problem is about
+    field: str
+    message: str
+
+
+@dataclass(frozen=True)
+class SettingsCheck:
+    problems: list[Problem] = field(default_factory=list)
+    #: the .env's settings, in order (name, value); empty while there are problems
+    settings: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def check(body: dict[str, Any]) -> SettingsCheck:
+    """Every problem of the wizard's choices, or the node's settings when there is none."""
+    validate(body, "NODE_AGENT_SETTINGS")
+    problems: list[Problem] = []
+    url = _control_plane_url(body["control_plane_url"], problems)
+    hostname = body["hostname"].strip()
+    if not _HOSTNAME.match(hostname):
+        problems.append(Problem("hostname", "1 to 253 letters, digits, '.', '_' or '-', starting with a letter or digit"))
+    state_volume = body["state_volume"].strip()
+    if not _STATE_VOLUME.match(state_volume) or "/../" in f"{state_volume}/":
+        problems.append(
+            Problem(
+                "state_volume",
+                "an absolute path on the node (letters, digits and . _ - / @ % + = : , only; no spaces, "
+                "quotes or ..): the durable directory that keeps the node's identity",
+            )
+        )
+    image = _image(body, problems)
+    if problems:
+        return SettingsCheck(problems=problems)
+    return SettingsCheck(
+        settings=[
+            ("MODELFORGE_AGENT_CONTROL_PLANE_URL", url),
+            ("MODELFORGE_AGENT_HOSTNAME", hostname),
+            ("MODELFORGE_AGENT_ACCELERATOR_MODE", body["accelerator_mode"]),
+            ("MODELFORGE_AGENT_TLS_VERIFY", TLS_VERIFY),
+            ("MODELFORGE_AGENT_STATE_VOLUME", state_volume),
+            ("MODELFORGE_AGENT_IDENTITY_MODE", IDENTITY_MODE),
+            (NODE_AGENT_IMAGE_VARIABLE, image),
+        ]
+    )
+
+
+def _control_plane_url(raw: str, problems: list[Problem]) -> str:
+    """``scheme://host[:port]``: what the agent's MODELFORGE_AGENT_CONTROL_PLANE_URL must be."""
+    parts = urlsplit(raw.strip())
+    try:
+        port_ok = parts.port is None or 1 <= parts.port <= 65535
+    except ValueError:
+        port_ok = False
+    if (
+        parts.scheme not in ("http", "https")
+        or not parts.hostname
+        or not port_ok
+        or parts.path not in ("", "/")
+        or parts.query
+        or parts.fragment
+        or "@" in parts.netloc
+    ):
+        problems.append(Problem("control_plane_url", "must be the console's origin: scheme://host[:port] and nothing else"))
+        return ""
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+def _image(body: dict[str, Any], problems: list[Problem]) -> str:
+    """The value of MODELFORGE_NODE_AGENT_IMAGE: the release's local tag, or a pinned registry image."""
+    if body["image_source"] == REGISTRY:
+        reference = body.get("image_reference", "").strip()
+        problems.extend(Problem("image_reference", message) for message in check_pinned_reference(reference))
+        return reference
+    entry = _parse_entry(body.get("manifest_entry", ""), problems)
+    if entry is not None:
+        problems.extend(Problem("manifest_entry", message) for message in check_image_entry(NODE_AGENT_IMAGE, entry))
+    return release_tag(NODE_AGENT_IMAGE)
+
+
+def _parse_entry(text: str, problems: list[Problem]) -> Any:
+    where = f"images.{NODE_AGENT_IMAGE} of modelforge-{IMAGE_TAG_VERSION}-manifest.json"
+    if not text.strip():
+        problems.append(Problem("manifest_entry", f"missing: paste the value of {where}"))
+        return None
+    try:
+        entry = json.loads(text, parse_constant=_refuse_constant)
+    except (ValueError, RecursionError):
+        problems.append(Problem("manifest_entry", f"not valid JSON: paste the value of {where}, braces included"))
+        return None
+    if _depth(entry) > _MAX_DEPTH:
+        problems.append(Problem("manifest_entry", f"nested deeper than a manifest entry is: paste the value of {where}"))
+        return None
+    return entry
+
+
+def _refuse_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _depth(value: Any, level: int = 1) -> int:
+    if level > _MAX_DEPTH:
+        return level
+    if isinstance(value, dict):
+        return max((_depth(item, level + 1) for item in value.values()), default=level)
+    if isinstance(value, list):
+        return max((_depth(item, level + 1) for item in value), default=level)
+    return level

@@ -1,0 +1,117 @@
+"""The console over HTTP, without a browser, from the in-process stack (the same app and server as
+`modelforge local up`): every console answer carries the security headers and its media type,
+`/console` is sent to `/console/`, nothing outside the file list is ever served, and the wizard's
+settings check is an admin operation."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import requests
+from chalicelib import console
+from modelforge_protocol.versions import IMAGE_TAG_VERSION
+
+from tests.support.api import ControlPlane
+
+HEADERS = {
+    "Content-Security-Policy": console.CONTENT_SECURITY_POLICY,
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+}
+
+
+def _secured(response: requests.Response) -> None:
+    for name, value in HEADERS.items():
+        assert response.headers.get(name) == value, (response.url, name, response.headers.get(name))
+
+
+def test_the_page_is_served_at_console_slash_with_the_security_headers(cp: ControlPlane) -> None:
+    response = cp.request("GET", "/console/")
+    assert response.status_code == 200 and response.headers["Content-Type"] == "text/html; charset=utf-8"
+    _secured(response)
+    assert '<script type="module" src="app.js"></script>' in response.text
+
+
+def test_console_without_the_slash_is_sent_to_the_page(cp: ControlPlane) -> None:
+    response = cp.request("GET", "/console", allow_redirects=False)
+    assert response.status_code == 308 and response.headers["Location"] == "console/"
+    _secured(response)
+    followed = cp.request("GET", "/console")
+    assert followed.status_code == 200 and followed.url.endswith("/console/")
+
+
+@pytest.mark.parametrize("name", sorted(console.ASSETS))
+def test_each_file_is_served_with_its_media_type_and_the_security_headers(cp: ControlPlane, name: str) -> None:
+    response = cp.request("GET", f"/console/{name}")
+    assert response.status_code == 200 and response.headers["Content-Type"] == console.ASSETS[name]
+    _secured(response)
+    assert response.text == (console.ASSET_DIR / name).read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/console/index.htm",
+        "/console/app.py",
+        "/console/..%2fapp.py",
+        "/console/%2e%2e%2fconsole.py",
+        "/console/..%5c..%5capp.py",
+        "/console/console.py",
+        "/console/APP.JS",
+        "/console/app.js%00.css",
+    ],
+)
+def test_a_name_outside_the_list_is_404_with_the_security_headers(cp: ControlPlane, path: str) -> None:
+    response = cp.request("GET", path)
+    assert response.status_code == 404, response.text
+    _secured(response)
+    assert response.json()["error"]["code"] == "console_file_not_found"
+
+
+@pytest.mark.parametrize("path", ["/console/a/app.js", "/console/../app.py", "/consoles/app.js"])
+def test_a_deeper_or_other_path_is_not_a_console_file(cp: ControlPlane, path: str) -> None:
+    response = cp.request("GET", path)
+    assert response.status_code == 404 and "console.py" not in response.text and "import" not in response.text
+
+
+def test_the_console_answers_no_other_method(cp: ControlPlane) -> None:
+    for method in ("POST", "PUT", "DELETE"):
+        response = cp.request(method, "/console/app.js")
+        assert response.status_code == 405 and response.headers["Allow"] == "GET"
+
+
+def _settings(**changes: object) -> dict[str, object]:
+    body: dict[str, object] = {
+        "control_plane_url": "https://modelforge.example.com",
+        "hostname": "gpu_node",
+        "accelerator_mode": "cpu",
+        "state_volume": "/var/lib/modelforge/agent-state",
+        "image_source": "registry",
+        "image_reference": "registry.example.com/modelforge-node-agent@sha256:" + "0" * 64,
+    }
+    body.update(changes)
+    return body
+
+
+def test_the_settings_check_needs_the_admin_token(cp: ControlPlane) -> None:
+    path = "/api/v1/admin/node-agent-settings/check"
+    assert cp.request("POST", path, json=_settings()).json()["error"]["code"] == "admin_token_missing"
+    wrong = cp.request("POST", path, json=_settings(), headers={"X-ModelForge-Admin-Token": "x" * 43})
+    assert wrong.status_code == 403 and wrong.json()["error"]["code"] == "admin_token_invalid"
+
+
+def test_the_settings_check_answers_settings_or_problems(cp: ControlPlane) -> None:
+    path = "/api/v1/admin/node-agent-settings/check"
+    good = cp.admin("POST", path, json=_settings())
+    assert good.status_code == 200, good.text
+    assert good.json()["ok"] is True and good.json()["release"] == IMAGE_TAG_VERSION
+    assert {"name": "MODELFORGE_AGENT_TLS_VERIFY", "value": "true"} in good.json()["settings"]
+    bad = cp.admin("POST", path, json=_settings(image_reference="registry.example.com/modelforge-node-agent:latest"))
+    assert bad.status_code == 200 and bad.json()["ok"] is False and bad.json()["settings"] == []
+    assert bad.json()["problems"][0]["field"] == "image_reference"
+    assert "not pinned by digest" in bad.json()["problems"][0]["message"]
+    schema = cp.admin("POST", path, json=_settings(accelerator_mode="gpu"))
+    assert schema.status_code == 400 and schema.json()["error"]["code"] == "invalid_request"
+    assert "token" not in json.dumps(good.json()).lower()
