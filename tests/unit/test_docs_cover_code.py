@@ -24,7 +24,7 @@ UNDOCUMENTED: dict[str, str] = {}
 #: Upper-case keys the scan finds that are not environment variables at all.
 NOT_ENVIRONMENT: dict[str, str] = {
     name: "a key of a WSGI request's environ (the AWS emulator's request handling), not a process variable"
-    for name in ("HTTP_USER_AGENT", "HTTP_X_AMZ_TARGET", "PATH_INFO", "REQUEST_METHOD")
+    for name in ("CONTENT_LENGTH", "HTTP_USER_AGENT", "HTTP_X_AMZ_TARGET", "PATH_INFO", "REQUEST_METHOD")
 }
 
 _ENV_NAME = re.compile(r"\bMODELFORGE_[A-Z0-9_]*[A-Z0-9]\b")
