@@ -101,7 +101,14 @@ def _control_plane_url(raw: str, problems: list[Problem]) -> str:
         or parts.fragment
         or "@" in parts.netloc
     ):
-        problems.append(Problem("control_plane_url", "must be the console's origin: scheme://host[:port] and nothing else"))
+        problems.append(
+            Problem(
+                "control_plane_url",
+                "must be an origin, scheme://host[:port], that serves the API at its root (an agent's URL has no path): "
+                "when the console is served under a path such as an API Gateway stage, open it through a domain that "
+                "maps the API at the empty base path (docs/DEPLOY.md)",
+            )
+        )
         return ""
     return f"{parts.scheme}://{parts.netloc}"
 

@@ -214,8 +214,8 @@ def test_enroll_a_cpu_agent_from_the_console_until_it_is_ready(
     }
     start = console.block(wizard, "Start command")
     recreate = console.block(wizard, "Container recreation command")
-    assert start.rstrip().endswith("bash scripts/node-agent-start.sh node-agent.env") and env_text in start
-    assert recreate.rstrip().endswith("bash scripts/recreate-node-agent.sh node-agent.env")
+    assert start.rstrip().endswith("bash scripts/node-agent-start.sh .env") and env_text in start
+    assert recreate.rstrip().endswith("bash scripts/recreate-node-agent.sh .env")
     for text in (env_text, start, recreate):
         assert token not in text and "ENROLLMENT_TOKEN" not in text
     console.screenshot("wizard-after-create", mask=[wizard.get_by_label("One-time token")], mask_color="#8c959f")
@@ -224,7 +224,7 @@ def test_enroll_a_cpu_agent_from_the_console_until_it_is_ready(
     node = Node.make(tmp_path)
     started = node.paste(start, typed=token + "\n")
     assert token not in started.stdout + started.stderr
-    assert "ENROLLMENT_TOKEN" not in (node.folder / "node-agent.env").read_text()
+    assert "ENROLLMENT_TOKEN" not in (node.folder / ".env").read_text()
     agent_env, facts, argv = node.compose_up_env()
     assert (facts["mode"], facts["folder_mode"]) == (0o600, 0o700)
     assert argv[-5:] == ["-d", "--no-build", "--pull", "never", "node-agent"] and argv.count("up") == 1

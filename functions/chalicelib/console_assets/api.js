@@ -5,6 +5,12 @@ let adminToken = null;
 const listeners = new Set();
 // The API beside the console: /console/api.js -> /api/v1/ (under any stage prefix).
 const API_BASE = new URL("../api/v1/", import.meta.url);
+/**
+ * Where this console's API lives, as a node's MODELFORGE_AGENT_CONTROL_PLANE_URL would name it:
+ * the origin, plus the path prefix when the console is served under one (an API Gateway stage),
+ * which the settings check then refuses (an agent's URL is an origin only).
+ */
+export const API_ORIGIN = new URL("../", import.meta.url).href.replace(/\/$/, "");
 
 export class ApiError extends Error {
   constructor(status, code, message) {

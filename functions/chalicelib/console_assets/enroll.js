@@ -18,8 +18,8 @@ export const EXPIRIES = [
 const DEFAULT_EXPIRY = 900;
 const ACCELERATOR_MODES = ["nvidia", "cpu", "auto"];
 const STATE_VOLUME = "/var/lib/modelforge/agent-state";
-/** The node's .env, written by the start command beside the repository's compose files. */
-const ENV_FILE = "node-agent.env";
+/** The node's .env, written by the start command beside the repository's compose files (git-ignored). */
+const ENV_FILE = ".env";
 const HEREDOC = "MODELFORGE_ENV";
 /** The agent image's user (scripts/_node_agent_compose.sh): it must own the state directory. */
 const AGENT_UID = 65532;
@@ -78,6 +78,7 @@ export function startCommand(settings) {
     "# In a Bash shell, from the node-agent repository (the folder with scripts/node-agent-start.sh).",
     "# Once, if the state directory does not exist yet:",
     `#   sudo install -d -m 0700 -o ${AGENT_UID} -g ${AGENT_UID} ${stateVolume}`,
+    `# This replaces ${ENV_FILE} there with the settings below; the script then asks for the token.`,
     `cat > ${ENV_FILE} <<'${HEREDOC}'`,
     envText(settings),
     HEREDOC,
@@ -132,7 +133,7 @@ export function openEnrollWizard({ onClosed }) {
   );
   const origin = field(
     "API origin",
-    h("input", { type: "text", readonly: true, value: window.location.origin, spellcheck: "false" }),
+    h("input", { type: "text", readonly: true, value: api.API_ORIGIN, spellcheck: "false" }),
     "The node reaches this control plane here (MODELFORGE_AGENT_CONTROL_PLANE_URL); locked to this console's origin.",
   );
   const accelerator = field(
@@ -148,7 +149,7 @@ export function openEnrollWizard({ onClosed }) {
   const manifestEntry = field(
     "Release manifest entry",
     h("textarea", { rows: "7", spellcheck: "false", autocomplete: "off" }),
-    "Paste images.modelforge-node-agent from the release manifest (modelforge release manifest), after loading the bundle with docker image load. The image/config ID is not checked.",
+    "On the node: verify the release bundle against its SHA256SUMS (modelforge release verify), load modelforge-<release>-images.tar with docker image load, then paste images.modelforge-node-agent from the matching release manifest here. The image/config ID is not checked: docker load may rewrite it.",
   );
   const imageReference = field(
     "Image reference",
