@@ -73,7 +73,9 @@ def cp(stack) -> ControlPlane:  # type: ignore[no-untyped-def]
 def local_up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningProcess]:
     """A real `modelforge local up` process, on the documented port 8000 when it is free."""
     log = tmp_path_factory.mktemp("local-up") / "local-up.log"
-    port = 8000 if port_is_free(8000) else None
+    # one of pytest-xdist's workers at most may take the documented port (they start together)
+    first_worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0") == "gw0"
+    port = 8000 if first_worker and port_is_free(8000) else None
     external = external_aws_endpoint()
     args = ("--aws-endpoint-url", external) if external else ()
     with start_local_up(log, *args, port=port, env={"MODELFORGE_ADMIN_TOKEN": ADMIN_TOKEN}) as running:

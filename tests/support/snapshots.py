@@ -6,6 +6,7 @@ from typing import Any
 
 import boto3
 from chalicelib import resources
+from modelforge_cli.emulator import READ_OPERATIONS
 
 TABLE_VARS = tuple(table.env_var for table in resources.TABLES)
 
@@ -37,21 +38,22 @@ def bucket_objects(endpoint_url: str, bucket: str, prefix: str = "") -> dict[str
     return objects
 
 
-#: Emulator operations that never change state (the stream poller's own calls are prefixed
-#: "poller:").
-READ_OPERATIONS = frozenset(
-    {"GetItem", "BatchGetItem", "Query", "Scan", "DescribeTable", "ListTables", "DescribeTimeToLive", "S3:GET", "S3:HEAD"}
-)
 
 
 def writes_so_far(stack: Any) -> dict[str, int]:
     """The emulator's count of every operation that can change state, by operation (the app's
-    own calls: the stream poller's are left out)."""
+    own calls: the stream poller's, prefixed "poller:", are left out), accepted or refused."""
     return {
         operation: count
         for operation, count in stack.aws_operations().items()
         if not operation.startswith("poller:") and operation not in READ_OPERATIONS
     }
+
+
+def accepted_writes(stack: Any) -> int:
+    """How many app writes the emulator has accepted so far. DynamoDB and S3 change nothing on a
+    refused write, so while this has not moved, no app request has changed the state."""
+    return int(stack.aws_changes())
 
 
 def state_log_objects(endpoint_url: str, bucket: str) -> dict[str, bytes]:

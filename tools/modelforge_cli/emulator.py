@@ -23,6 +23,31 @@ POLLER_USER_AGENT = "modelforge-local-stream-poller"
 
 WsgiApp = Callable[[dict, Callable[..., Any]], Iterable[bytes]]
 
+#: AWS operations that change no state, as the middleware names them (DynamoDB's and DynamoDB
+#: Streams' X-Amz-Target operation, ``S3:<method>``); every other operation may write.
+READ_OPERATIONS = frozenset(
+    {
+        "BatchGetItem",
+        "DescribeContinuousBackups",
+        "DescribeEndpoints",
+        "DescribeLimits",
+        "DescribeStream",
+        "DescribeTable",
+        "DescribeTimeToLive",
+        "GetItem",
+        "GetRecords",
+        "GetShardIterator",
+        "ListStreams",
+        "ListTables",
+        "ListTagsOfResource",
+        "Query",
+        "Scan",
+        "TransactGetItems",
+        "S3:GET",
+        "S3:HEAD",
+    }
+)
+
 #: The moto internals this module reaches into (moto is pinned exactly in pyproject.toml);
 #: tests/unit/test_emulator_canary.py checks that each still exists and behaves as assumed.
 MOTO_INTERNALS = (
@@ -106,6 +131,9 @@ class SerializingMiddleware:
 
     ``generation`` counts the requests handled that were not the local stream poller's: a
     snapshot taken at one generation is still current while the generation has not moved.
+    ``changes`` counts the app's writes that the emulator accepted (a write operation answered
+    2xx): DynamoDB and S3 change nothing on a refused write (a failed condition, a cancelled
+    transaction), so while ``changes`` has not moved, no app request has changed the state.
     """
 
     def __init__(self, app: WsgiApp, serialize: bool = True) -> None:
@@ -116,9 +144,12 @@ class SerializingMiddleware:
         self._observer: Observer | None = None
         self.operations: collections.Counter[str] = collections.Counter()
         self.generation = 0
+        self.changes = 0
 
     def __call__(self, environ: dict, start_response: Callable[..., Any]) -> Iterable[bytes]:
         operation, by_poller = self._count(environ)
+        if operation is not None and not by_poller and operation not in READ_OPERATIONS:
+            start_response = self._counting_accepted_writes(start_response)
         if not self._serialize:
             try:
                 return self._app(environ, start_response)
@@ -144,6 +175,15 @@ class SerializingMiddleware:
         """Hold this to see (or change) moto's state between requests: no request runs meanwhile
         (with ``serialize=False``, only other holders are kept out)."""
         return self._lock
+
+    def _counting_accepted_writes(self, start_response: Callable[..., Any]) -> Callable[..., Any]:
+        def counted(status: str, *args: Any, **kwargs: Any) -> Any:
+            if status.startswith("2"):
+                with self._count_lock:
+                    self.changes += 1
+            return start_response(status, *args, **kwargs)
+
+        return counted
 
     def _moved(self, by_poller: bool) -> None:
         if not by_poller:
@@ -328,6 +368,12 @@ class Emulator:
         """How many requests (other than the stream poller's) the emulator has handled."""
         assert self.middleware is not None
         return self.middleware.generation
+
+    @property
+    def changes(self) -> int:
+        """How many app writes the emulator has accepted (see ``SerializingMiddleware``)."""
+        assert self.middleware is not None
+        return self.middleware.changes
 
     def exclusive(self) -> threading.Lock:
         """A lock that keeps every request out while held (see ``SerializingMiddleware``)."""

@@ -250,6 +250,12 @@ class LocalStack:
         assert self._poller is not None
         return self._poller.poll_once()
 
+    def aws_changes(self) -> int:
+        """How many app writes the embedded emulator has accepted (``SerializingMiddleware.changes``)."""
+        if self.emulator is None or self.emulator.middleware is None:
+            raise RuntimeError("AWS writes are counted only by the embedded emulator")
+        return self.emulator.changes
+
     def aws_operations(self) -> dict[str, int]:
         if self.emulator is None or self.emulator.middleware is None:
             raise RuntimeError("AWS operations are counted only by the embedded emulator")

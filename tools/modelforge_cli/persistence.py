@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .emulator import POLLER_USER_AGENT, Emulator
+from .emulator import POLLER_USER_AGENT, READ_OPERATIONS, Emulator
 from .periodic import Periodic
 
 log = logging.getLogger("modelforge.local.persistence")
@@ -221,25 +221,6 @@ def _create_request(description: dict[str, Any]) -> dict[str, Any]:
     return request
 
 
-#: DynamoDB operations that change nothing: left out when a recording is migrated.
-_READ_OPERATIONS = frozenset(
-    {
-        "BatchGetItem",
-        "DescribeContinuousBackups",
-        "DescribeEndpoints",
-        "DescribeLimits",
-        "DescribeTable",
-        "DescribeTimeToLive",
-        "GetItem",
-        "ListTables",
-        "ListTagsOfResource",
-        "Query",
-        "Scan",
-        "TransactGetItems",
-    }
-)
-
-
 def _header(headers: dict[str, str], name: str) -> str:
     return next((value for key, value in headers.items() if key.lower() == name.lower()), "")
 
@@ -252,8 +233,7 @@ def changes_state(entry: dict[str, Any]) -> bool:
         return False
     target = _header(headers, "X-Amz-Target")
     if target:
-        service, _, operation = target.partition(".")
-        return not service.startswith("DynamoDBStreams") and operation not in _READ_OPERATIONS
+        return target.rsplit(".", 1)[-1] not in READ_OPERATIONS
     return entry.get("method") in ("PUT", "POST", "DELETE")
 
 
