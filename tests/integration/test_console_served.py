@@ -115,3 +115,16 @@ def test_the_settings_check_answers_settings_or_problems(cp: ControlPlane) -> No
     schema = cp.admin("POST", path, json=_settings(accelerator_mode="gpu"))
     assert schema.status_code == 400 and schema.json()["error"]["code"] == "invalid_request"
     assert "token" not in json.dumps(good.json()).lower()
+
+
+@pytest.mark.slow
+def test_the_lambda_bundle_carries_every_console_file() -> None:
+    """The deployed console is the same files: `modelforge infra package` puts them in the bundle
+    (shared with the other packaging tests of the session)."""
+    import zipfile
+
+    from tests.support import packaging
+
+    names = set(zipfile.ZipFile(packaging.packaged() / "deployment.zip").namelist())
+    assert "chalicelib/console.py" in names
+    assert {f"chalicelib/console_assets/{name}" for name in [console.INDEX, *console.ASSETS]} <= names
