@@ -33,6 +33,8 @@ from tests.support.polling import wait_until
 from tests.support.processes import RunningProcess, cli_command, run_to_exit, start_local_up
 
 pytestmark = pytest.mark.slow
+# a loaded 2-core CI machine: the page's own API calls may take seconds
+expect.set_options(timeout=15_000)
 
 REPO = repo_root()
 ARTIFACTS = REPO / "test-artifacts"
