@@ -4,8 +4,9 @@ The wizard sends what the admin chose; this answers every problem, each naming i
 settings of the node's ``.env`` in order. The image rules are not written here: a pasted release
 manifest entry is checked by ``modelforge_protocol.release_bundle`` (the rules ``modelforge release
 manifest`` and ``verify`` apply), a registry reference by ``modelforge_protocol.image_reference``.
-The enrollment token is never part of these settings: the node's start script reads it from the
-terminal.
+The settings themselves (names, order, the fixed values) are ``modelforge_protocol.agent_env``'s,
+which ``modelforge enrollments create`` prints too. The enrollment token is never part of them: the
+node's start script reads it from the terminal.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from modelforge_protocol import schemas
+from modelforge_protocol.agent_env import agent_settings
 from modelforge_protocol.image_reference import check_pinned_reference
-from modelforge_protocol.release_bundle import NODE_AGENT_IMAGE, NODE_AGENT_IMAGE_VARIABLE, check_image_entry, release_tag
+from modelforge_protocol.release_bundle import NODE_AGENT_IMAGE, check_image_entry, release_tag
 from modelforge_protocol.versions import IMAGE_TAG_VERSION
 
 from .validation import validate
@@ -27,9 +29,6 @@ RELEASE_BUNDLE, REGISTRY = schemas.IMAGE_SOURCES
 _HOSTNAME = re.compile(schemas.HOSTNAME_PATTERN)
 #: An absolute path that needs no quoting in a .env file or a shell: no spaces, quotes, ``$`` or ``#``.
 _STATE_VOLUME = re.compile(r"/[A-Za-z0-9._@%+=:,/-]{1,4094}\Z")
-#: Always on: a private CA is configured on the node, never bypassed.
-TLS_VERIFY = "true"
-IDENTITY_MODE = "persisted"
 #: The JSON a pasted entry may nest (an entry is two levels deep).
 _MAX_DEPTH = 16
 
@@ -73,15 +72,13 @@ def check(body: dict[str, Any]) -> SettingsCheck:
     if problems:
         return SettingsCheck(problems=problems)
     return SettingsCheck(
-        settings=[
-            ("MODELFORGE_AGENT_CONTROL_PLANE_URL", url),
-            ("MODELFORGE_AGENT_HOSTNAME", hostname),
-            ("MODELFORGE_AGENT_ACCELERATOR_MODE", body["accelerator_mode"]),
-            ("MODELFORGE_AGENT_TLS_VERIFY", TLS_VERIFY),
-            ("MODELFORGE_AGENT_STATE_VOLUME", state_volume),
-            ("MODELFORGE_AGENT_IDENTITY_MODE", IDENTITY_MODE),
-            (NODE_AGENT_IMAGE_VARIABLE, image),
-        ]
+        settings=agent_settings(
+            control_plane_url=url,
+            hostname=hostname,
+            accelerator_mode=body["accelerator_mode"],
+            state_volume=state_volume,
+            image=image,
+        )
     )
 
 

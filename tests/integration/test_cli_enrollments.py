@@ -6,6 +6,8 @@ import re
 import signal
 import sys
 from datetime import datetime
+
+from modelforge_protocol.versions import IMAGE_TAG_VERSION
 from pathlib import Path
 
 from tests.support.admin_cli import modelforge
@@ -20,19 +22,26 @@ def _seconds_between(start: str, end: str) -> float:
     return (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
 
 
-def test_create_prints_the_token_once_inside_the_nodes_configuration_and_the_next_commands(remote: ControlPlane) -> None:
+def test_create_prints_the_token_once_apart_from_the_nodes_settings_and_the_next_commands(remote: ControlPlane) -> None:
     done = modelforge(remote, "enrollments", "create", "--name", "rack 4 box", "--expires", "1h")
     assert done.returncode == 0, done.stderr
-    token = re.search(r"^MODELFORGE_AGENT_ENROLLMENT_TOKEN=(mfe\.\S+)$", done.stdout, re.M)
+    token = re.search(r"^(mfe\.\S+)$", done.stdout, re.M)
     assert token is not None, done.stdout
     assert done.stdout.count(token.group(1)) == 1 and token.group(1) not in done.stderr
     enrollment_id = token.group(1).split(".")[1]
-    assert f"MODELFORGE_AGENT_CONTROL_PLANE_URL={remote.base_url}\n" in done.stdout
-    for line in ("MODELFORGE_AGENT_ACCELERATOR_MODE=nvidia", "MODELFORGE_AGENT_TLS_VERIFY=true", "MODELFORGE_AGENT_STATE_VOLUME="):
-        assert line in done.stdout
+    settings = _env_block(done.stdout)
+    assert token.group(1) not in settings and "ENROLLMENT_TOKEN" not in settings  # the .env is non-secret
+    assert settings.splitlines() == [
+        f"MODELFORGE_AGENT_CONTROL_PLANE_URL={remote.base_url}",
+        "MODELFORGE_AGENT_ACCELERATOR_MODE=nvidia",
+        "MODELFORGE_AGENT_TLS_VERIFY=true",
+        "MODELFORGE_AGENT_STATE_VOLUME=/var/lib/modelforge/agent-state",
+        "MODELFORGE_AGENT_IDENTITY_MODE=persisted",
+        f"MODELFORGE_NODE_AGENT_IMAGE=modelforge-node-agent:{IMAGE_TAG_VERSION}",
+    ]
     assert "shown only now" in done.stdout
-    assert "set -a && . ./modelforge-agent.env && set +a && modelforge-node-agent" in done.stdout
-    assert "docker compose -f docker-compose.yml -f docker-compose.node-agent.yml up -d node-agent" in done.stdout
+    for command in ("bash scripts/node-agent-start.sh .env", "bash scripts/recreate-node-agent.sh .env"):
+        assert f"\n{command}\n" in done.stdout
     assert f"modelforge nodes readiness {enrollment_id}" in done.stdout
     shown = remote.admin("GET", f"/api/v1/admin/node-enrollments/{enrollment_id}").json()
     assert shown["display_name"] == "rack 4 box" and shown["status"] == "pending"
@@ -123,17 +132,20 @@ def test_revoke_an_unused_token_then_refusals_with_their_codes(remote: ControlPl
 
 def test_the_printed_next_command_starts_an_agent_that_becomes_ready(remote: ControlPlane, tmp_path: Path) -> None:
     done = modelforge(remote, "enrollments", "create", "--name", "next step box")
-    block = re.search(r"^umask 077 && cat > (\S+) <<'EOF'\n(.*?)^EOF$", done.stdout, re.M | re.S)
+    token = re.search(r"^(mfe\.\S+)$", done.stdout, re.M)
     start = re.search(r"^set -a && .*modelforge-node-agent$", done.stdout, re.M)
-    assert block is not None and start is not None, done.stdout
+    assert token is not None and start is not None, done.stdout
     enrollment_id = re.search(r"modelforge nodes readiness (enr_\w+)", done.stdout).group(1)  # type: ignore[union-attr]
     # as on a CPU-only node, with its state volume here; the rest exactly as printed
-    config = block.group(2).replace("ACCELERATOR_MODE=nvidia", "ACCELERATOR_MODE=cpu")
+    config = _env_block(done.stdout).replace("ACCELERATOR_MODE=nvidia", "ACCELERATOR_MODE=cpu")
     config = re.sub(r"STATE_VOLUME=.*", f"STATE_VOLUME={tmp_path / 'state'}", config)
-    (tmp_path / block.group(1)).write_text(config)
-    (tmp_path / block.group(1)).chmod(0o600)
+    (tmp_path / ".env").write_text(config + "\n")
+    # the token is typed at the prompt: here, standard input (read -s reads it from a pipe too)
+    typed = tmp_path / "typed"
+    typed.write_text(token.group(1) + "\n")
     venv_bin = str(Path(sys.executable).parent)
-    command = ["bash", "-c", f"cd {tmp_path} && " + start.group(0).replace("modelforge-node-agent", "exec modelforge-node-agent")]
+    started = start.group(0).replace("modelforge-node-agent", "exec modelforge-node-agent")
+    command = ["bash", "-c", f"cd {tmp_path} && {{ {started}; }} < {typed}"]
     env = {"PATH": f"{venv_bin}:/usr/bin:/bin", "MODELFORGE_AGENT_HEARTBEAT_INTERVAL_SECONDS": "0.5"}
     with LoggedProcess(command, tmp_path / "agent.log", env) as agent:
         wait_until(
@@ -143,4 +155,12 @@ def test_the_printed_next_command_starts_an_agent_that_becomes_ready(remote: Con
             interval=0.5,
             detail=agent.output,
         )
+        assert token.group(1) not in agent.output()
         assert agent.stop(signal.SIGTERM) == 0
+
+
+def _env_block(printed: str) -> str:
+    """The .env the output tells the admin to write on the node."""
+    block = re.search(r"^cat > \.env <<'EOF'\n(.*?)\n^EOF$", printed, re.M | re.S)
+    assert block is not None, printed
+    return block.group(1)

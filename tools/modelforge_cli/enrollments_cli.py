@@ -10,6 +10,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from modelforge_protocol import agent_env
+from modelforge_protocol.release_bundle import NODE_AGENT_IMAGE, release_tag
+
 from . import tables
 from .admin_api import add_command, EXIT_OK, AdminApi, ApiRefused, CommandFailed, add_connection_options, segment
 
@@ -17,8 +20,6 @@ PATH = "/api/v1/admin/node-enrollments"
 EXPIRY_CHOICES = {"5m": 300, "15m": 900, "1h": 3600, "24h": 86400}
 MIN_EXPIRY_SECONDS, MAX_EXPIRY_SECONDS = 60, 86400
 DEFAULT_NAME = "GPU Node"
-AGENT_ENV_FILE = "modelforge-agent.env"
-STATE_VOLUME = "/var/lib/modelforge/agent-state"
 #: where nodes reach the control plane, when not at the admin API's URL (a deployed stack: its
 #: NodeControlPlaneUrl output, the nodes' HTTP API)
 NODE_URL_VAR = "MODELFORGE_NODE_URL"
@@ -155,45 +156,56 @@ def node_url(args: argparse.Namespace, api: AdminApi) -> str:
 
 
 def next_steps(minted: dict[str, Any], api: AdminApi, control_plane_url: str | None = None) -> str:
-    """The token, once, inside the node's agent configuration, and the commands that follow."""
+    """The token once, on its own line; the node's non-secret .env (the console's settings); and the
+    commands that follow: start (which asks for the token), drop the token, check readiness."""
     enrollment_id = minted.get("enrollment_id")
     control_plane_url = control_plane_url or api.api_url
     url = urlsplit(control_plane_url)
+    settings = agent_env.agent_settings(
+        control_plane_url=control_plane_url,
+        accelerator_mode="nvidia",
+        state_volume=agent_env.DEFAULT_STATE_VOLUME,
+        image=release_tag(NODE_AGENT_IMAGE),
+    )
+    if api.ca_cert:  # the node needs the API's CA certificate at this path
+        settings.append(("MODELFORGE_AGENT_CA_CERT_PATH", str(Path(api.ca_cert).resolve())))
+    env_file = agent_env.ENV_FILE
     lines = [
         f"enrollment {enrollment_id} ({minted.get('display_name')!r}) created; its token expires at "
         f"{minted.get('expires_at')} ({tables.relative(minted.get('expires_at'))}) and works once.",
         "The token is shown only now: the control plane keeps only its SHA-256.",
         "",
-        f"1. On the node, write the agent's configuration (mode 0600; the token is in {AGENT_ENV_FILE} only):",
+        "One-time token (the start command asks for it; never put it in a file or on a command line):",
         "",
-        f"umask 077 && cat > {AGENT_ENV_FILE} <<'EOF'",
-        f"MODELFORGE_AGENT_CONTROL_PLANE_URL={control_plane_url}",
-        f"MODELFORGE_AGENT_ENROLLMENT_TOKEN={minted.get('token')}",
-        "# nvidia needs at least one GPU through NVML; cpu for a node without NVIDIA GPUs",
-        "MODELFORGE_AGENT_ACCELERATOR_MODE=nvidia",
-        "MODELFORGE_AGENT_TLS_VERIFY=true",
-        "# a durable directory: the node's identity lives here",
-        f"MODELFORGE_AGENT_STATE_VOLUME={STATE_VOLUME}",
-    ]
-    if api.ca_cert:
-        lines += [
-            "# copy the API's CA certificate to the node at this path",
-            f"MODELFORGE_AGENT_CA_CERT_PATH={Path(api.ca_cert).resolve()}",
-        ]
-    lines += [
-        "# to serve work, the runtime worker's socket:",
-        "# MODELFORGE_AGENT_WORKER_URL=unix:///var/lib/modelforge/worker/worker.sock",
+        str(minted.get("token")),
+        "",
+        "1. On the node, in the node-agent repository (the folder with scripts/node-agent-start.sh),",
+        f"   write the agent's non-secret settings to {env_file} (accelerator mode cpu for a node without",
+        "   NVIDIA GPUs; the state volume is a durable directory: the node's identity lives there):",
+        "",
+        *(
+            ["   Copy the API's CA certificate to the node at MODELFORGE_AGENT_CA_CERT_PATH below.", ""]
+            if api.ca_cert
+            else []
+        ),
+        f"cat > {env_file} <<'EOF'",
+        agent_env.env_text(settings),
         "EOF",
         "",
-        "2. Start the agent: with the agent's wheels installed (README: Node agent),",
+        "2. Start the agent; the script asks for the token without echo:",
         "",
-        f"set -a && . ./{AGENT_ENV_FILE} && set +a && modelforge-node-agent",
+        f"bash scripts/node-agent-start.sh {env_file}",
         "",
-        "   or, from the node-agent repository, with these variables in its .env:",
+        "   or, without containers, with the agent's wheels installed (README: Node agent):",
         "",
-        "docker compose -f docker-compose.yml -f docker-compose.node-agent.yml up -d node-agent",
+        f"set -a && . ./{env_file} && set +a && read -rsp 'Enrollment token: ' MODELFORGE_AGENT_ENROLLMENT_TOKEN"
+        " && export MODELFORGE_AGENT_ENROLLMENT_TOKEN && modelforge-node-agent",
         "",
-        f"3. Check it here: modelforge nodes readiness {enrollment_id}",
+        "3. Once it has enrolled, recreate the container without the token (identity and credential stay):",
+        "",
+        f"bash scripts/recreate-node-agent.sh {env_file}",
+        "",
+        f"4. Check it here: modelforge nodes readiness {enrollment_id}",
     ]
     if url.scheme == "http" and not _is_loopback(url.hostname or ""):
         lines.append(
