@@ -134,6 +134,10 @@ def access_log(event: Any, get_response: Callable[[Any], Response]) -> Response:
         if code == "method_not_allowed":
             message = f"{event.method} is not a method of this path; it has {response.headers.get('Allow', '')}"
         response.body = {"error": {"code": code, "message": message}}
+    if console.is_console_path(event.path):
+        # every console answer, Chalice's own refusals of a console route included (405, 415)
+        for name, value in console.SECURITY_HEADERS.items():
+            response.headers.setdefault(name, value)
     log.info(
         "request",
         extra={
@@ -316,8 +320,7 @@ def _console_answer(status: int, body: str | dict[str, Any], content_type: str, 
     return Response(body=body, status_code=status, headers=headers)
 
 
-def _console_file(name: str) -> Response:
-    found = console.find(name)
+def _console_file(found: console.ConsoleFile | None) -> Response:
     if found is None:
         error = NotFound("console_file_not_found", "the console has no such file; open /console/")
         return _console_answer(404, error.body(), "application/json")
@@ -330,12 +333,12 @@ def console_page() -> Response:
     (and the API's, ``../api/v1/``) resolve under any stage prefix."""
     if not str(_request().context.get("path", "")).endswith("/"):
         return _console_answer(308, "", "text/plain; charset=utf-8", Location="console/")
-    return _console_file(console.INDEX)
+    return _console_file(console.page())
 
 
 @app.route("/console/{name}", methods=["GET"])
 def console_asset(name: str) -> Response:
-    return _console_file(name)
+    return _console_file(console.find(name))
 
 
 # --- agents ------------------------------------------------------------------------------

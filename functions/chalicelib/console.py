@@ -13,7 +13,8 @@ from functools import lru_cache
 from pathlib import Path
 
 ASSET_DIR = Path(__file__).with_name("console_assets")
-#: The page, served at ``/console/``.
+#: The page, served at ``/console/`` only (``/console/index.html`` is an unknown name, as in the
+#: OpenAPI document).
 INDEX = "index.html"
 #: Every file served at ``/console/<name>``, with its media type. Nothing else is ever read.
 ASSETS: dict[str, str] = {
@@ -48,7 +49,9 @@ CONTENT_SECURITY_POLICY = "; ".join(
         "trusted-types 'none'",
     )
 )
-#: On every console answer: the page, its files, the redirect to the page and a refusal.
+#: On every console answer: the page, its files, the redirect to the page and every refusal of a
+#: ``/console`` path (the app's middleware, the local server's own refusals, and in the deployed
+#: stack API Gateway's gateway responses).
 SECURITY_HEADERS: dict[str, str] = {
     "Content-Security-Policy": CONTENT_SECURITY_POLICY,
     "X-Content-Type-Options": "nosniff",
@@ -67,10 +70,19 @@ class ConsoleFile:
     content_type: str
 
 
+def is_console_path(path: str) -> bool:
+    """Whether a request's path (or a route's) is the console's: ``/console`` and all below it."""
+    return path == "/console" or path.startswith("/console/")
+
+
+def page() -> ConsoleFile:
+    """The page, served at ``/console/``."""
+    return _read(INDEX, HTML)
+
+
 def find(name: str) -> ConsoleFile | None:
-    """The console file called ``name`` (``INDEX`` or one of ``ASSETS``); None for any other name."""
-    if name == INDEX:
-        return _read(INDEX, HTML)
+    """The file ``/console/<name>`` serves: one of ``ASSETS``; None for any other name (the page
+    included: its one address is ``/console/``)."""
     content_type = ASSETS.get(name)
     return None if content_type is None else _read(name, content_type)
 

@@ -17,8 +17,9 @@ One entry of the manifest's ``images`` object, keyed by image name::
     }
 
 ``labels`` holds the image's ``org.opencontainers.image.*`` labels; the five of
-:data:`REQUIRED_LABELS` must be among them. ``config_digest`` (the build host's image/config ID)
-is ignored when checking: ``docker load`` may rewrite it.
+:data:`REQUIRED_LABELS` must be among them, and the two whose value the release knows must have
+it: ``version`` the release's tag version, ``title`` the image name. ``config_digest`` (the build
+host's image/config ID) is ignored when checking: ``docker load`` may rewrite it.
 """
 
 from __future__ import annotations
@@ -101,7 +102,7 @@ def check_image_entry(name: str, entry: Any, tag_version: str = IMAGE_TAG_VERSIO
         *_check_tag(name, entry.get("tag"), tag_version),
         *_check_layers(entry.get("rootfs_layers")),
         *_check_platform(entry),
-        *_check_labels(entry.get("labels")),
+        *_check_labels(name, entry.get("labels"), tag_version),
     ]
 
 
@@ -142,7 +143,12 @@ def _check_platform(entry: dict[str, Any]) -> list[str]:
     return problems
 
 
-def _check_labels(labels: Any) -> list[str]:
+def known_label_values(name: str, tag_version: str = IMAGE_TAG_VERSION) -> dict[str, str]:
+    """The labels whose value the release fixes: the version and the title (issue 11's Dockerfiles)."""
+    return {OCI_LABEL_PREFIX + "version": tag_version, OCI_LABEL_PREFIX + "title": name}
+
+
+def _check_labels(name: str, labels: Any, tag_version: str) -> list[str]:
     if labels is None:
         return [f"labels: missing (the image's {OCI_LABEL_PREFIX}* labels)"]
     if not isinstance(labels, dict):
@@ -157,6 +163,10 @@ def _check_labels(labels: Any) -> list[str]:
             problems.append(f"labels: {shorten(label)} is not an {OCI_LABEL_PREFIX}* label")
         elif not isinstance(value, str) or not value or len(value) > MAX_LABEL_CHARS:
             problems.append(f"labels: {label} is {shorten(value)}, not a non-empty string")
+    for label, expected in known_label_values(name, tag_version).items():
+        value = labels.get(label)
+        if isinstance(value, str) and value and value != expected:
+            problems.append(f"labels.{label}: expected {expected}, found {shorten(value)}")
     return problems
 
 

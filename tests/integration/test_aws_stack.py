@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chalicelib import aws_permissions
+from chalicelib import aws_permissions, console
 from modelforge_cli import infra_admin_iam
 from modelforge_cli.http_server import load_app
 
@@ -263,6 +263,12 @@ def test_sam_transforms_the_template_and_cfn_lint_accepts_what_cloudformation_wo
     assert transformed["Resources"]["APIHandler"]["Properties"]["LoggingConfig"] == {"LogGroup": {"Ref": "APIHandlerLogGroup"}}
     body = transformed["Resources"]["RestAPI"]["Properties"]["Body"]
     assert body["paths"]["/api/v1/admin/nodes"]["get"]["security"]["Fn::If"][0] == CONDITION
+    # the console's security headers on each of API Gateway's own refusals, in the form it reads
+    responses = body["x-amazon-apigateway-gateway-responses"]
+    assert {"MISSING_AUTHENTICATION_TOKEN", "DEFAULT_4XX", "DEFAULT_5XX"} <= set(responses)
+    for kind, response in responses.items():
+        for name, value in console.SECURITY_HEADERS.items():
+            assert response["responseParameters"][f"gatewayresponse.header.{name}"] == f"'{value}'", (kind, name)
     path = tmp_path / "cloudformation.json"
     path.write_text(json.dumps(transformed))
     done = subprocess.run(

@@ -21,6 +21,7 @@ import pytest
 import requests
 from modelforge_protocol.credentials import ADMIN_TOKEN_HEADER, ENROLLMENT_TOKEN_RE
 from modelforge_protocol.release_bundle import NODE_AGENT_IMAGE, release_tag
+from modelforge_protocol.versions import IMAGE_TAG_VERSION
 from playwright.sync_api import expect
 
 from tests.conftest import ADMIN_TOKEN, repo_root
@@ -184,10 +185,13 @@ def test_enroll_a_cpu_agent_from_the_console_until_it_is_ready(
     at_sign_in = storage(page)
 
     wizard = console.open_wizard()
-    expiry = wizard.get_by_role("group", name="Token expiry")
+    expiry = wizard.get_by_role("radiogroup", name="Token expiry")
     assert [radio.get_attribute("value") for radio in expiry.get_by_role("radio").all()] == ["300", "900", "3600", "86400"]
     for label in ("5 minutes", "15 minutes", "1 hour", "24 hours"):
         expect(expiry.get_by_role("radio", name=label, exact=True)).to_have_count(1)
+    source = wizard.get_by_role("radiogroup", name="Image source")
+    assert [radio.get_attribute("value") for radio in source.get_by_role("radio").all()] == ["release_bundle", "registry"]
+    expect(source.get_by_role("radio", name="Registry image")).to_have_count(1)
     eligible = wizard.get_by_role("checkbox", name="Production eligible")
     expect(eligible).to_be_disabled()
     expect(eligible).not_to_be_checked()
@@ -195,7 +199,7 @@ def test_enroll_a_cpu_agent_from_the_console_until_it_is_ready(
     origin = wizard.get_by_label("API origin")
     expect(origin).to_have_value(stack.api_url)
     expect(origin).not_to_be_editable()
-    expect(wizard.get_by_role("radio", name="Local release bundle")).to_be_checked()
+    expect(source.get_by_role("radio", name="Local release bundle")).to_be_checked()
     state = tmp_path / "state"
     state.mkdir(mode=0o700)
     console.choose(wizard, accelerator="cpu", state_volume=str(state), entry=json.dumps(manifest_entry, indent=2))
@@ -279,6 +283,14 @@ def test_enroll_a_cpu_agent_from_the_console_until_it_is_ready(
 
         _node_detail_and_revoke(console, node_id)
     console.log.assert_clean([token, ADMIN_TOKEN])
+    # nor in a log: the control plane's (`local up`) and the agent's, both with lines to look at
+    parsed = ENROLLMENT_TOKEN_RE.fullmatch(token)
+    assert parsed is not None
+    enrollment_secret = parsed.group(2)
+    for name, text, seen in (("local up", stack.output(), "http_request"), ("agent", agent_log.read_text(), node_id)):
+        assert seen in text, f"the {name} log has no {seen}: nothing was checked"
+        assert token not in text and enrollment_secret not in text, f"the one-time token is in the {name} log"
+        assert ADMIN_TOKEN not in text, f"the admin token is in the {name} log"
 
 
 def _node_detail_and_revoke(console: Console, node_id: str) -> None:
@@ -374,7 +386,42 @@ def test_reaching_the_expiry_clears_the_token(console: Console) -> None:
     expect(timer).to_have_text(re.compile(r"^[01]:\d\d$"))
     assert wizard.get_by_label("One-time token").input_value() == token
     console.page.clock.fast_forward("01:01")
-    expect(wizard.get_by_text("The one-time token is no longer shown: it expired")).to_be_visible()
+    expect(wizard.get_by_text("The one-time token is no longer shown: it expired")).to_contain_text(
+        "close the wizard and open it again for a new token"
+    )
+    assert_secret_gone(console.page, token)
+    console.log.assert_clean([token, ADMIN_TOKEN])
+
+
+# --- readiness: never Ready merely because the node connected ----------------------------------------
+
+
+def test_a_connected_node_that_fails_a_check_is_not_ready(console: Console) -> None:
+    """The node enrolled with the wizard's token and heartbeats (online, connection passes), but
+    reports itself degraded: the wizard says Not ready, with the failing check and its next step."""
+    console.open()
+    console.sign_in()
+    wizard = console.open_wizard()
+    console.choose(wizard, name="Degraded Node", reference=PINNED)
+    token = console.create(wizard)
+    identity = AgentIdentity()
+    enrolled = console.api.enroll(token, identity)
+    assert enrolled.status_code == 201, enrolled.text
+    beat = console.api.heartbeat(identity, health={"status": "degraded"})
+    assert beat.status_code == 200 and beat.json()["status"] == "online", beat.text
+
+    wizard.get_by_role("button", name="Check node readiness").click()
+    expect(wizard.get_by_role("status", name="Readiness")).to_have_text("Not ready")
+    expect(wizard.get_by_text(f"Node {identity.node_id} (online)")).to_be_visible()
+    checks = wizard.get_by_role("table", name="Readiness checks")
+
+    def result(check: str) -> Any:
+        return checks.get_by_role("row").filter(has=console.page.get_by_role("rowheader", name=check, exact=True))
+
+    expect(result("Connection").get_by_role("cell").first).to_have_text("Pass")
+    expect(result("Agent health").get_by_role("cell").first).to_have_text("Fail")
+    expect(result("Agent health")).to_contain_text("agent reports degraded")
+    expect(result("Agent health")).to_contain_text("read the agent's log")
     assert_secret_gone(console.page, token)
     console.log.assert_clean([token, ADMIN_TOKEN])
 
@@ -389,6 +436,7 @@ def _enrollment_count(api: ControlPlane) -> int:
 def test_a_wrong_manifest_entry_is_refused_with_the_reason(console: Console, manifest_entry: dict[str, Any]) -> None:
     wrong = {**manifest_entry, "tag": "modelforge-node-agent:1.2.9", "config_digest": "sha256:" + "0" * 64}
     wrong["labels"] = {name: value for name, value in wrong["labels"].items() if not name.endswith(".revision")}
+    wrong["labels"]["org.opencontainers.image.version"] = "1.2.9"
     before = _enrollment_count(console.api)
     console.open()
     console.sign_in()
@@ -398,6 +446,9 @@ def test_a_wrong_manifest_entry_is_refused_with_the_reason(console: Console, man
     alert = wizard.get_by_role("alert")
     expect(alert).to_contain_text(f"Release manifest entry: tag: expected {release_tag(NODE_AGENT_IMAGE)}, found 'modelforge-node-agent:1.2.9'")
     expect(alert).to_contain_text("Release manifest entry: labels: org.opencontainers.image.revision missing")
+    expect(alert).to_contain_text(
+        f"Release manifest entry: labels.org.opencontainers.image.version: expected {IMAGE_TAG_VERSION}, found '1.2.9'"
+    )
     expect(alert).not_to_contain_text("config")  # the image/config ID is ignored
     expect(wizard.get_by_label("Release manifest entry")).to_have_attribute("aria-invalid", "true")
     expect(wizard.get_by_label("Release manifest entry")).to_be_focused()
@@ -458,7 +509,8 @@ def test_the_wizard_works_with_the_keyboard_alone(console: Console) -> None:
     page.get_by_label("Admin token").press_sequentially(ADMIN_TOKEN)
     page.keyboard.press("Enter")
     enroll = page.get_by_role("button", name="Enroll node")
-    enroll.focus()
+    expect(enroll).to_be_visible()
+    _tab_to(page, "button:Enroll node")  # from wherever signing in left the focus, by Tab alone
     page.keyboard.press("Enter")
     wizard = page.get_by_role("dialog", name="Enroll node")
     expect(wizard.get_by_label("Display name")).to_be_focused()

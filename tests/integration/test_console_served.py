@@ -1,7 +1,8 @@
 """The console over HTTP, without a browser, from the in-process stack (the same app and server as
-`modelforge local up`): every console answer carries the security headers and its media type,
-`/console` is sent to `/console/`, nothing outside the file list is ever served, and the wizard's
-settings check is an admin operation."""
+`modelforge local up`): every console answer carries the security headers (refusals included:
+the app's, Chalice's and the local server's own) and its media type, `/console` is sent to
+`/console/`, nothing outside the file list is ever served, and the wizard's settings check is an
+admin operation."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import requests
 from chalicelib import console
 from modelforge_protocol.versions import IMAGE_TAG_VERSION
 
+from tests.support import raw_http
 from tests.support.api import ControlPlane
 
 HEADERS = {
@@ -23,8 +25,9 @@ HEADERS = {
 
 
 def _secured(response: requests.Response) -> None:
-    for name, value in HEADERS.items():
-        assert response.headers.get(name) == value, (response.url, name, response.headers.get(name))
+    assert HEADERS.items() <= console.SECURITY_HEADERS.items()
+    for name, value in console.SECURITY_HEADERS.items():
+        assert response.headers.get(name) == value, (response.request.method, response.url, name, response.headers.get(name))
 
 
 def test_the_page_is_served_at_console_slash_with_the_security_headers(cp: ControlPlane) -> None:
@@ -53,6 +56,7 @@ def test_each_file_is_served_with_its_media_type_and_the_security_headers(cp: Co
 @pytest.mark.parametrize(
     "path",
     [
+        "/console/index.html",  # the page's one address is /console/ (as the OpenAPI document says)
         "/console/index.htm",
         "/console/app.py",
         "/console/..%2fapp.py",
@@ -80,6 +84,52 @@ def test_the_console_answers_no_other_method(cp: ControlPlane) -> None:
     for method in ("POST", "PUT", "DELETE"):
         response = cp.request(method, "/console/app.js")
         assert response.status_code == 405 and response.headers["Allow"] == "GET"
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status"),
+    [
+        ("POST", "/console/", 405),  # Chalice's own 405, through the app's middleware
+        ("POST", "/console/app.js", 405),
+        ("DELETE", "/console", 405),
+        ("HEAD", "/console/", 405),
+        ("OPTIONS", "/console/", 405),  # the local server's own refusals
+        ("OPTIONS", "/console/app.js", 405),
+        ("GET", "/console/a/app.js", 404),
+    ],
+)
+def test_every_refusal_of_a_console_path_carries_the_security_headers(
+    cp: ControlPlane, method: str, path: str, status: int
+) -> None:
+    response = cp.request(method, path, allow_redirects=False)
+    assert response.status_code == status, response.text
+    _secured(response)
+    if method != "HEAD":
+        assert response.json()["error"]["code"] == ("method_not_allowed" if status == 405 else "not_found")
+
+
+def test_a_media_type_chalice_refuses_on_a_console_route_carries_the_security_headers(cp: ControlPlane) -> None:
+    response = cp.request("GET", "/console/app.js", headers={"Content-Type": "text/plain"})
+    assert response.status_code == 415, response.text
+    _secured(response)
+
+
+@pytest.mark.parametrize(
+    ("request_head", "status"),
+    [
+        ("TRACE /console/ HTTP/1.1", 405),  # a method the server has no handler for
+        ("POST /console/app.js HTTP/1.1\r\nTransfer-Encoding: chunked", 411),  # refused before the body
+    ],
+)
+def test_the_local_servers_framing_refusals_of_a_console_path_carry_the_security_headers(
+    cp: ControlPlane, request_head: str, status: int
+) -> None:
+    raw = f"{request_head}\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".encode()
+    (answer,) = raw_http.exchange(cp.base_url, raw)
+    assert answer.status == status, answer
+    for name, value in console.SECURITY_HEADERS.items():
+        assert answer.headers.get(name.lower()) == value, (request_head, name)
+
 
 
 def _settings(**changes: object) -> dict[str, object]:

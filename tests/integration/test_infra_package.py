@@ -136,6 +136,23 @@ def test_gateway_refusals_use_the_error_shape_and_never_echo_the_request(package
     assert ("SigV4" in unsigned["error"]["message"]) is iam  # IAM mode: an unsigned admin call lands here too
 
 
+@pytest.mark.parametrize("iam", [False, True], ids=["token-only", "iam-mode"])
+def test_every_gateway_refusal_carries_the_consoles_security_headers(packaged: Path, iam: bool) -> None:
+    """A gateway response answers console paths too (an unknown file below /console/, a method a
+    console route lacks), and every console answer carries the headers: each response sets them,
+    as static values in single quotes (API Gateway's form)."""
+    from chalicelib import console
+
+    template = resolve(json.loads((packaged / "sam.json").read_text()), {"AdminRoutesUseIam": iam})
+    responses = template["Resources"]["RestAPI"]["Properties"]["GatewayResponses"]
+    assert {"MISSING_AUTHENTICATION_TOKEN", "DEFAULT_4XX", "DEFAULT_5XX"} <= set(responses)
+    for kind, response in responses.items():
+        headers = response["ResponseParameters"]["Headers"]
+        for name, value in console.SECURITY_HEADERS.items():
+            assert headers[name] == f"'{value}'", (kind, name)
+    assert responses["THROTTLED"]["ResponseParameters"]["Headers"]["Retry-After"] == "'1'"
+
+
 def test_gateway_refusals_answer_what_the_local_server_and_the_openapi_document_say(packaged: Path) -> None:
     """An unknown path is 404 not_found deployed as locally (API Gateway answers a method a path
     lacks the same way: docs/ARCHITECTURE.md), and throttling is the 429 every operation lists."""

@@ -24,15 +24,24 @@ def test_the_served_files_are_exactly_the_folders_files() -> None:
 
 
 def test_find_serves_listed_names_only() -> None:
-    for name in [console.INDEX, *console.ASSETS]:
+    for name in console.ASSETS:
         found = console.find(name)
         assert found is not None and found.body == _text(name)
-    for name in ["", ".", "..", "../app.py", "..%2fapp.py", "/etc/passwd", "APP.JS", "app.js/", "console.py", "__init__.py"]:
+    assert console.page().body == _text(console.INDEX)
+    # the page has one address, /console/: index.html is no file name of /console/{name}
+    for name in [console.INDEX, "", ".", "..", "../app.py", "..%2fapp.py", "/etc/passwd", "APP.JS", "app.js/", "console.py"]:
         assert console.find(name) is None, name
 
 
+def test_console_paths_are_console_and_everything_below_it() -> None:
+    for path in ("/console", "/console/", "/console/app.js", "/console/{name}", "/console/a/b"):
+        assert console.is_console_path(path), path
+    for path in ("/", "/consoles/app.js", "/consolex", "/api/v1/console", "console/", "//console"):
+        assert not console.is_console_path(path), path
+
+
 def test_media_types_match_the_file_kinds() -> None:
-    assert console.find(console.INDEX).content_type == "text/html; charset=utf-8"  # type: ignore[union-attr]
+    assert console.page().content_type == "text/html; charset=utf-8"
     for name, content_type in console.ASSETS.items():
         kind = Path(name).suffix
         assert content_type == {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8"}[kind]

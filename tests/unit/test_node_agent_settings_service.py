@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from chalicelib import node_agent_settings, views
 from chalicelib.errors import Invalid
-from modelforge_protocol.release_bundle import REQUIRED_LABELS
+from modelforge_protocol.release_bundle import NODE_AGENT_IMAGE, REQUIRED_LABELS, known_label_values
 from modelforge_protocol.versions import IMAGE_TAG_VERSION
 
 from tests.support.image_tarballs import release_images, write_docker_save
@@ -19,6 +19,8 @@ from tests.support.image_tarballs import release_images, write_docker_save
 DIGEST = "sha256:" + "ab" * 32
 TAG = f"modelforge-node-agent:{IMAGE_TAG_VERSION}"
 PINNED = "registry.example.com:5000/team/modelforge-node-agent@" + DIGEST
+#: The five labels: the version and title the release fixes, the others made up.
+LABELS = {**{label: "x" for label in REQUIRED_LABELS}, **known_label_values(NODE_AGENT_IMAGE)}
 
 
 def _entry(**changes: Any) -> dict[str, Any]:
@@ -27,7 +29,7 @@ def _entry(**changes: Any) -> dict[str, Any]:
         "rootfs_layers": [DIGEST, "sha256:" + "cd" * 32],
         "architecture": "amd64",
         "os": "linux",
-        "labels": {label: "x" for label in REQUIRED_LABELS},
+        "labels": dict(LABELS),
         "config_digest": "sha256:" + "ef" * 32,
     }
     entry.update(changes)
@@ -91,7 +93,15 @@ def test_check_ignores_the_image_and_config_id() -> None:
         (_entry(rootfs_layers=["sha256:short"]), "rootfs_layers: layer 1"),
         (_entry(architecture=None), "architecture: missing"),
         (_entry(labels=None), "labels: missing"),
-        (_entry(labels={label: "x" for label in REQUIRED_LABELS[1:]}), f"labels: {REQUIRED_LABELS[0]} missing"),
+        (_entry(labels={label: LABELS[label] for label in REQUIRED_LABELS[1:]}), f"labels: {REQUIRED_LABELS[0]} missing"),
+        (
+            _entry(labels={**LABELS, "org.opencontainers.image.version": "1.2.0"}),
+            f"labels.org.opencontainers.image.version: expected {IMAGE_TAG_VERSION}, found '1.2.0'",
+        ),
+        (
+            _entry(labels={**LABELS, "org.opencontainers.image.title": "modelforge-runtime-worker"}),
+            "labels.org.opencontainers.image.title: expected modelforge-node-agent, found 'modelforge-runtime-worker'",
+        ),
     ],
 )
 def test_check_with_a_wrong_manifest_entry_says_what_is_missing_or_wrong(entry: dict[str, Any], expected: str) -> None:

@@ -100,6 +100,30 @@ def test_check_image_entry_non_oci_or_empty_label_named(entry: dict[str, Any]) -
     assert any("org.opencontainers.image.title is '', not a non-empty string" in problem for problem in problems)
 
 
+@pytest.mark.parametrize(
+    ("label", "value", "expected"),
+    [
+        ("org.opencontainers.image.version", "1.2.9", IMAGE_TAG_VERSION),
+        ("org.opencontainers.image.version", "latest", IMAGE_TAG_VERSION),
+        ("org.opencontainers.image.title", "modelforge-runtime-worker", AGENT),
+        ("org.opencontainers.image.title", "ModelForge node agent", AGENT),
+    ],
+)
+def test_check_image_entry_wrong_known_label_value_named(entry: dict[str, Any], label: str, value: str, expected: str) -> None:
+    entry["labels"][label] = value
+    assert check_image_entry(AGENT, entry) == [f"labels.{label}: expected {expected}, found {value!r}"]
+
+
+def test_check_image_entry_known_label_values_follow_the_release_checked(entry: dict[str, Any]) -> None:
+    """The version label must be the release being checked (``tag_version``), as the tag must."""
+    entry["tag"] = release_tag(AGENT, "9.9.9")
+    assert check_image_entry(AGENT, entry, "9.9.9") == [
+        f"labels.org.opencontainers.image.version: expected 9.9.9, found {IMAGE_TAG_VERSION!r}"
+    ]
+    entry["labels"]["org.opencontainers.image.version"] = "9.9.9"
+    assert check_image_entry(AGENT, entry, "9.9.9") == []
+
+
 def test_check_image_entry_every_problem_at_once() -> None:
     broken = {"tag": f"{AGENT}:latest", "labels": {}}
     fields = [problem.split(":")[0] for problem in check_image_entry(AGENT, broken)]

@@ -14,7 +14,7 @@ import pytest
 
 from modelforge_cli.release_manifest import make_bundle
 from modelforge_cli.release_verify import verify_bundle
-from modelforge_protocol.release_bundle import REQUIRED_LABELS
+from modelforge_protocol.release_bundle import REQUIRED_LABELS, known_label_values
 from modelforge_protocol.versions import IMAGE_TAG_VERSION
 
 pytestmark = pytest.mark.skipif(
@@ -38,7 +38,9 @@ def _umoci_image(tmp_path: Path, name: str, architecture: str) -> str:
     _run("umoci", "init", "--layout", layout)
     _run("umoci", "new", "--image", f"{layout}:base")
     _run("umoci", "insert", "--rootless", "--image", f"{layout}:base", str(files / "opt"), "/opt")
-    labels = [f"--config.label={label}={name if label.endswith('title') else 'x-' + label.rpartition('.')[2]}" for label in REQUIRED_LABELS]
+    # the release's own version and title (the values a manifest entry must have), the others made up
+    values = {**{label: "x-" + label.rpartition(".")[2] for label in REQUIRED_LABELS}, **known_label_values(name)}
+    labels = [f"--config.label={label}={value}" for label, value in values.items()]
     _run("umoci", "config", "--image", f"{layout}:base", "--tag", "built", f"--architecture={architecture}", *labels)
     return f"{layout}:built"
 

@@ -17,7 +17,8 @@ is hardened against hostile clients:
   Transfer-Encoding is refused (no chunked bodies, so no request smuggling);
 - HEAD answers carry headers only, and every refusal uses the API's JSON error shape (an unknown
   path: 404 ``not_found``; a method the path lacks, whatever the method: 405
-  ``method_not_allowed`` with ``Allow``);
+  ``method_not_allowed`` with ``Allow``); a refusal of a ``/console`` path carries the console's
+  security headers, as every console answer does;
 - a connection error is one JSON log line (``connection_error``), never a traceback.
 """
 
@@ -55,6 +56,8 @@ from modelforge_protocol.schemas import MAX_BODY_BYTES
 from modelforge_protocol.work import MAX_SUBMIT_BODY_BYTES
 
 from .catalogue import FUNCTIONS_DIR
+
+from chalicelib import console  # importable once .catalogue put functions/ on the path
 
 #: The largest body the server reads: what the API accepts, no more.
 MAX_REQUEST_BYTES = MAX_BODY_BYTES
@@ -170,6 +173,16 @@ class _Handler(ChaliceRequestHandler):
 
     do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = do_PATCH = do_OPTIONS = _generic_handle
 
+    def _console_headers(self) -> dict[str, str]:
+        """The console's security headers when the request is for a ``/console`` path, else none:
+        the server's own refusals of console paths carry them, as the app's answers do."""
+        target = getattr(self, "path", "") or ""
+        try:
+            path = urlsplit(target).path
+        except ValueError:
+            return {}
+        return dict(console.SECURITY_HEADERS) if console.is_console_path(path) else {}
+
     def _send_gateway_refusal(self, error: LocalGatewayException) -> None:
         """The gateway's own refusals in the API's error shape, as the deployed stack's gateway
         responses give them (infra.py). chalice's body would echo an Authorization header, and
@@ -179,15 +192,16 @@ class _Handler(ChaliceRequestHandler):
         else:
             status, code, message = HTTPStatus(error.CODE), "request_refused", "the API gateway refused the request"
         body = error_body(code, message)
-        self._send_http_response(status, {"Content-Type": "application/json"}, body)
+        self._send_http_response(status, {**self._console_headers(), "Content-Type": "application/json"}, body)
 
     def _method_refusal(self) -> tuple[HTTPStatus, bytes, dict[str, str]]:
         """A method no route of this path has: 405 with ``Allow``, or 404 when the path is unknown."""
         allowed = self.server.allowed_methods(self.path)
         if allowed is None:
-            return HTTPStatus.NOT_FOUND, error_body(NOT_FOUND, GATEWAY_ROUTE_NOT_FOUND), {}
+            return HTTPStatus.NOT_FOUND, error_body(NOT_FOUND, GATEWAY_ROUTE_NOT_FOUND), self._console_headers()
         message = f"{self.command} is not a method of this path; it has {', '.join(allowed)}"
-        return HTTPStatus.METHOD_NOT_ALLOWED, error_body(METHOD_NOT_ALLOWED, message), {"Allow": ", ".join(allowed)}
+        headers = {**self._console_headers(), "Allow": ", ".join(allowed)}
+        return HTTPStatus.METHOD_NOT_ALLOWED, error_body(METHOD_NOT_ALLOWED, message), headers
 
     def _send_options_refusal(self) -> None:
         """No route has OPTIONS (the API sets no CORS): refused like any method a path lacks.
@@ -224,7 +238,7 @@ class _Handler(ChaliceRequestHandler):
 
     def _refuse(self, status: HTTPStatus, code: str, message: str) -> None:
         """Answer in the API's error shape, unread body and all, then close the connection."""
-        self._refuse_with(status, error_body(code, message), {})
+        self._refuse_with(status, error_body(code, message), self._console_headers())
 
     def _refuse_with(self, status: HTTPStatus, body: bytes, headers: dict[str, str]) -> None:
         self.send_response(status)

@@ -20,7 +20,7 @@ from . import infra_admin_iam, infra_node_api
 from .catalogue import FUNCTIONS_DIR, REPO_ROOT, resources
 from .provision import RESOURCE_ENV, load_resources
 
-from chalicelib import aws_permissions  # importable once .catalogue put functions/ on the path
+from chalicelib import aws_permissions, console  # importable once .catalogue put functions/ on the path
 
 #: The bottom-layer packages the functions import, linked into functions/vendor/ (Chalice bundles it).
 SHARED_PACKAGES = (REPO_ROOT / "protocol" / "modelforge_protocol", REPO_ROOT / "protocol" / "modelforge_logging")
@@ -93,10 +93,20 @@ def _method_settings() -> list[dict[str, Any]]:
     ]
 
 
+def gateway_security_headers() -> dict[str, str]:
+    """The console's security headers as gateway-response header values. A gateway response cannot
+    tell a console path from an API path, so every one carries them (harmless on a JSON refusal).
+    API Gateway reads a static value in single quotes; the single quotes inside the policy
+    (``'none'``, ``'self'``) are taken as they are."""
+    return {name: f"'{value}'" for name, value in console.SECURITY_HEADERS.items()}
+
+
 def _gateway_responses() -> dict[str, Any]:
     """API Gateway's own refusals in the API's error shape, so agents and clients parse them like
     any other refusal. No template echoes the request (API Gateway's default message for an unknown
-    route quotes the Authorization header, which would be a node credential)."""
+    route quotes the Authorization header, which would be a node credential). Each carries the
+    console's security headers: an unknown console path, or a method a console route lacks, gets
+    its answer from here, and every console answer must carry them."""
     from .http_server import GATEWAY_ROUTE_NOT_FOUND, NOT_FOUND, error_body
 
     def answer(code: str, message: str) -> dict[str, str]:
@@ -112,7 +122,7 @@ def _gateway_responses() -> dict[str, Any]:
             ]
         }
     }
-    return {
+    responses: dict[str, Any] = {
         # API Gateway (REST) answers an unknown path and a method a path lacks alike, with this
         # response: both become 404 not_found (docs/ARCHITECTURE.md, "Unknown paths and methods");
         # in IAM mode an unsigned admin request gets it too, and the message says so
@@ -126,6 +136,10 @@ def _gateway_responses() -> dict[str, Any]:
         "DEFAULT_4XX": {"ResponseTemplates": answer("request_refused", "the API gateway refused the request")},
         "DEFAULT_5XX": {"ResponseTemplates": answer("gateway_error", "the API gateway could not reach the API; retry")},
     }
+    for response in responses.values():
+        headers = response.setdefault("ResponseParameters", {}).setdefault("Headers", {})
+        headers.update(gateway_security_headers())
+    return responses
 
 
 PARAMETER_ENV = {

@@ -51,7 +51,14 @@ function radioGroup(legend, name, options, checkedValue, onchange) {
     const radio = h("input", { type: "radio", id, name, value, checked: value === checkedValue, onchange });
     return { radio, label: h("label", { class: "choice", for: id }, radio, ` ${label}`) };
   });
-  const fieldset = h("fieldset", {}, h("legend", {}, legend), radios.map((entry) => entry.label));
+  // a radio group, as a screen reader announces it, named by its legend
+  const legendId = uid("legend");
+  const fieldset = h(
+    "fieldset",
+    { role: "radiogroup", "aria-labelledby": legendId },
+    h("legend", { id: legendId }, legend),
+    radios.map((entry) => entry.label),
+  );
   return { fieldset, radios: radios.map((entry) => entry.radio) };
 }
 
@@ -297,7 +304,7 @@ export function openEnrollWizard({ onClosed }) {
     );
     tick = setInterval(() => {
       const left = deadline - Date.now();
-      if (left <= 0) clearSecret("it expired; create a new enrollment token to enroll a node");
+      if (left <= 0) clearSecret("it expired; to enroll a node, close the wizard and open it again for a new token");
       else remaining.textContent = countdown(left);
     }, 1000);
 

@@ -119,8 +119,8 @@ export function showHardware(main) {
         fill(body, nodes.items.map((node) => row(node, jobs.get(node.node_id), nodes.serverTime, open)));
       }
       if (focused) {
-        const again = body.querySelector(`button[data-node-id="${focused}"]`);
-        if (again) again.focus();
+        const refocus = body.querySelector(`button[data-node-id="${focused}"]`);
+        if (refocus) refocus.focus();
       }
       fill(updated, `${nodes.items.length} node(s), updated at ${clockTime(Date.now())}; refreshes every ${REFRESH_SECONDS} s.`);
       problem.textContent = "";
