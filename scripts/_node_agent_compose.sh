@@ -2,6 +2,8 @@
 # both do around `docker compose ... up node-agent`. The caller has turned shell tracing off and
 # set PROG (its name, for messages) before sourcing this.
 #
+# - drop_environment_settings: unsets every exported MODELFORGE_* variable, naming them (never their
+#   values) on stderr: Compose would let them override the .env, which is the one source.
 # - read_env_file FILE: the node's .env (NAME=value lines, non-secret). Sets SETTINGS (its lines,
 #   as written), STATE_DIR, IMAGE, CA_CERT and TOKEN_LINE (the line that holds an enrollment
 #   token, 0 when none: that line is never copied anywhere). The file is read, never sourced.
@@ -59,6 +61,21 @@ install_traps() {
   trap 'exit 130' INT
   trap 'exit 143' TERM
   trap 'exit 129' HUP
+}
+
+drop_environment_settings() {
+  local name dropped=()
+  for name in $(compgen -e); do
+    case $name in
+      MODELFORGE_*)
+        unset "$name"
+        dropped+=("$name")
+        ;;
+    esac
+  done
+  if [ "${#dropped[@]}" -gt 0 ]; then
+    say "warning: ignoring ${dropped[*]} from this shell's environment: the container's settings come only from the .env file given (put them there)"
+  fi
 }
 
 read_env_file() {
@@ -196,8 +213,10 @@ verify_container() {
     running=""
     read -r running <"$WORK/out" || true
     if [ "$running" != "$IMAGE_ID" ]; then
-      run_docker stop "$id" >/dev/null || true
-      die 1 "container $id runs image ${running:-?}, not $IMAGE_ID ($IMAGE, captured before the start): stopped it. Load the release bundle again and rerun"
+      # removed, not only stopped: its configuration (docker inspect) holds the env file's settings,
+      # the one-time token included when the start script created it
+      run_docker rm -f "$id" || true
+      die 1 "container $id runs image ${running:-?}, not $IMAGE_ID ($IMAGE, captured before the start): removed it. Load the release bundle again and rerun"
     fi
   done
   say "node-agent is running $IMAGE ($IMAGE_ID) in container ${ids[0]}; follow it with: docker logs -f ${ids[0]}"

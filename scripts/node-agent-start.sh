@@ -20,8 +20,13 @@ set +x # first of all: the enrollment token passes through this shell; never tra
 #
 # Exit status: 0 started; 2 bad arguments or settings (nothing started); 1 or docker's own status
 # when docker fails; 130/143/129 when interrupted.
+set +a # allexport (set -a, or SHELLOPTS=allexport from the caller) would export the token to docker
 set -euo pipefail
 PROG=node-agent-start.sh
+# The token's variable: a caller's exported TOKEN would keep its export flag through an assignment
+# and hand the token to every docker command's environment. Unset, it is a plain shell variable.
+unset TOKEN
+TOKEN=""
 source "$(dirname "${BASH_SOURCE[0]}")/_node_agent_compose.sh"
 
 #: what an enrollment token looks like (modelforge_protocol.credentials.ENROLLMENT_TOKEN_RE)
@@ -53,11 +58,7 @@ read_token() {
   fi
 }
 
-# Settings from the environment would override the .env in Compose: ENV_FILE is the one source.
-for _name in $(compgen -e); do
-  case $_name in MODELFORGE_*) unset "$_name" ;; esac
-done
-unset _name
+drop_environment_settings
 
 if [ "$#" -ne 1 ] || [ -z "$1" ]; then
   usage

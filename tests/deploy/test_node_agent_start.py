@@ -151,13 +151,16 @@ def test_start_script_token_from_terminal_is_not_echoed(node: NodeHost) -> None:
     assert node.leaks(token) == []
 
 
-def test_start_script_image_id_differing_after_start_stops_container_and_fails(node: NodeHost) -> None:
+def test_start_script_image_id_differing_after_start_removes_container_and_fails(node: NodeHost) -> None:
+    """Removed, not only stopped: a stopped container's configuration (docker inspect) would still
+    hold the one-time token."""
     token = new_token()
     other = "sha256:" + "cd" * 32
     result = node.run(START, str(node.write_env_file()), stdin=token, FAKE_DOCKER_CONTAINER_IMAGE_ID=other)
     assert result.returncode == 1
-    assert f"runs image {other}, not {IMAGE_ID}" in result.stderr
-    assert node.call("stop")["argv"] == ["stop", fake_docker.CONTAINER_ID]
+    assert f"runs image {other}, not {IMAGE_ID}" in result.stderr and "removed it" in result.stderr
+    assert node.call("rm")["argv"] == ["rm", "-f", fake_docker.CONTAINER_ID]
+    assert "stop" not in [call["name"] for call in node.calls()]
     assert list(node.tmp_dir.iterdir()) == []
     assert node.leaks(token, result.stdout, result.stderr) == []
 
@@ -278,3 +281,30 @@ def test_start_script_settings_in_callers_environment_do_not_reach_docker(node: 
         assert "MODELFORGE_AGENT_ENROLLMENT_TOKEN" not in call["env"]
         assert "MODELFORGE_AGENT_STATE_VOLUME" not in call["env"]
     assert node.leaks(exported) == []
+    # each dropped variable is named (so a `export MODELFORGE_AGENT_...` that did nothing is seen),
+    # never its value
+    warnings = [line for line in result.stderr.splitlines() if "from this shell's environment" in line]
+    assert len(warnings) == 1, result.stderr
+    assert "MODELFORGE_AGENT_ENROLLMENT_TOKEN" in warnings[0] and "MODELFORGE_AGENT_STATE_VOLUME" in warnings[0]
+    assert "put them there" in warnings[0]
+    assert exported not in result.stderr and "/somewhere/else" not in result.stderr
+
+
+def test_start_script_without_callers_settings_warns_of_nothing(node: NodeHost) -> None:
+    result = node.run(START, str(node.write_env_file()), stdin=new_token())
+    assert result.returncode == 0, result.stderr
+    assert "from this shell's environment" not in result.stderr
+
+
+@pytest.mark.parametrize("caller", [{"TOKEN": "x"}, {"SHELLOPTS": "allexport"}], ids=["exported-TOKEN", "allexport"])
+def test_start_script_token_never_exported_to_docker(node: NodeHost, caller: dict[str, str]) -> None:
+    """A caller's exported TOKEN (the name the script reads the token into) or allexport must not
+    carry the token into the environment of the docker commands that follow the prompt."""
+    token = new_token()
+    result = node.run(START, str(node.write_env_file()), stdin=token, **caller)
+    assert result.returncode == 0, result.stderr
+    assert [call["name"] for call in node.calls()] == ["image-inspect", "compose-up", "compose-ps", "inspect"]
+    for call in node.calls():
+        assert not [name for name, value in call["env"].items() if token in value], call["name"]
+        assert call["env"].get("TOKEN") in (None, "x")
+    assert node.leaks(token, result.stdout, result.stderr) == []

@@ -5,7 +5,9 @@ goes on success, failure and signal as the start script's does."""
 
 from __future__ import annotations
 
+import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -13,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from modelforge_node_agent.identity import IDENTITY_FILE
+from modelforge_node_agent.identity import IDENTITY_FILE, StateVolume, new_identity
 from modelforge_protocol.versions import IMAGE_TAG_VERSION
 from tests.deploy.node_host import RECREATE, ROOT, NodeHost, new_token
 from tests.support import fake_docker
@@ -27,8 +29,18 @@ def node(tmp_path: Path) -> NodeHost:
     return NodeHost(tmp_path)
 
 
+def _identity(node: NodeHost, node_id: str | None) -> None:
+    """identity.json as the agent writes it: with ``node_id`` None before it calls enroll, the
+    node's ID once the control plane answered."""
+    state = StateVolume(node.state_dir)
+    identity = new_identity("https://cp.node-test.internal:8000")
+    state.save(identity)
+    if node_id is not None:
+        state.enrolled_as(identity, node_id)
+
+
 def _enrolled(node: NodeHost) -> None:
-    (node.state_dir / IDENTITY_FILE).write_text("{}")
+    _identity(node, "node_" + secrets.token_hex(16))
 
 
 def _compose_env_file(call: dict) -> tuple[str, dict]:
@@ -37,10 +49,18 @@ def _compose_env_file(call: dict) -> tuple[str, dict]:
 
 
 def _probe(node: NodeHost) -> subprocess.CompletedProcess[str]:
-    """The identity probe the script gave `docker run`, run here on the state directory itself."""
+    """The identity probe the script gave `docker run`, run again here on the state directory."""
     argv = node.call("run")["argv"]
-    code = argv[argv.index("-c") + 1].replace("/state/", f"{node.state_dir}/")
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    code, args = argv[argv.index("-c") + 1], argv[argv.index("-c") + 2 :]
+    assert args == [f"/state/{IDENTITY_FILE}"]
+    return subprocess.run([sys.executable, "-c", code, str(node.state_dir / IDENTITY_FILE)], capture_output=True, text=True, timeout=30)
+
+
+def _refused_before_compose(node: NodeHost, result: subprocess.CompletedProcess[str]) -> None:
+    assert result.returncode == 3, result.stderr
+    assert "Nothing was recreated" in result.stderr
+    assert [call["name"] for call in node.calls()] == ["image-inspect", "run"]
+    assert list(node.tmp_dir.iterdir()) == []
 
 
 def test_recreate_script_without_identity_refuses_before_compose(node: NodeHost) -> None:
@@ -56,12 +76,54 @@ def test_recreate_script_without_identity_refuses_before_compose(node: NodeHost)
     assert list(node.tmp_dir.iterdir()) == []
 
 
+def test_recreate_script_identity_written_before_enroll_refused(node: NodeHost) -> None:
+    """The agent persists its identity with node_id null before it calls enroll: that file alone
+    must not let the token go."""
+    _identity(node, None)
+    assert json.loads((node.state_dir / IDENTITY_FILE).read_text())["node_id"] is None
+    result = node.run(RECREATE, str(node.write_env_file()))
+    _refused_before_compose(node, result)
+    assert f"{node.state_dir / IDENTITY_FILE} has no node ID yet: the enrollment has not been consumed" in result.stderr
+    assert "enrolled as node_" in result.stderr and "logs node-agent" in result.stderr  # what to wait for
+    assert _probe(node).returncode == 4
+
+
+@pytest.mark.parametrize(
+    "content", [b"\x00garbage{", b"", b'["node_id", "node_x"]', b'{"node_id": ""}', b'{"node_id": 7}'],
+    ids=["garbage", "empty", "list", "empty-id", "number-id"],
+)
+def test_recreate_script_identity_not_an_enrolled_json_object_refused(node: NodeHost, content: bytes) -> None:
+    (node.state_dir / IDENTITY_FILE).write_bytes(content)
+    result = node.run(RECREATE, str(node.write_env_file()))
+    _refused_before_compose(node, result)
+    assert "not a JSON object" in result.stderr or "has no node ID yet" in result.stderr
+
+
+def test_recreate_script_identity_unreadable_refused_with_the_reason(node: NodeHost) -> None:
+    (node.state_dir / IDENTITY_FILE).mkdir()  # a folder where the file should be: read fails (EISDIR)
+    result = node.run(RECREATE, str(node.write_env_file()))
+    _refused_before_compose(node, result)
+    assert "cannot read" in result.stderr and "Is a directory" in result.stderr
+    assert "could not be read by the agent's user" in result.stderr
+
+
+def test_recreate_script_identity_symbolic_link_refused(node: NodeHost) -> None:
+    _enrolled(node)
+    real = node.root / "elsewhere.json"
+    (node.state_dir / IDENTITY_FILE).rename(real)
+    (node.state_dir / IDENTITY_FILE).symlink_to(real)  # the agent does not follow it: neither does the check
+    result = node.run(RECREATE, str(node.write_env_file()))
+    _refused_before_compose(node, result)
+    assert "cannot open" in result.stderr
+
+
 def test_recreate_script_with_identity_force_recreates_without_token(node: NodeHost) -> None:
     _enrolled(node)
     result = node.run(RECREATE, str(node.write_env_file()))
     assert result.returncode == 0, result.stderr
     assert [call["name"] for call in node.calls()] == ["image-inspect", "run", "compose-up", "compose-ps", "inspect"]
     assert _probe(node).returncode == 0
+    assert json.loads((node.state_dir / IDENTITY_FILE).read_text())["node_id"].startswith("node_")
     up = node.call("compose-up")
     path, env = _compose_env_file(up)
     assert up["argv"][-len(UP):] == UP
@@ -137,4 +199,12 @@ def test_recreate_script_too_many_arguments_print_usage(node: NodeHost) -> None:
 def test_recreate_script_identity_file_name_is_the_agents() -> None:
     helper = (ROOT / "scripts" / "_node_agent_compose.sh").read_text()
     assert f"\nIDENTITY_FILE={IDENTITY_FILE}\n" in helper
-    assert fake_docker.IDENTITY_FILE == IDENTITY_FILE
+
+
+def test_recreate_script_callers_settings_dropped_by_name_only(node: NodeHost) -> None:
+    _enrolled(node)
+    result = node.run(RECREATE, str(node.write_env_file()), MODELFORGE_AGENT_HOSTNAME="other-secret-ish-value")
+    assert result.returncode == 0, result.stderr
+    assert "warning: ignoring MODELFORGE_AGENT_HOSTNAME from this shell's environment" in result.stderr
+    assert "other-secret-ish-value" not in result.stderr
+    assert all("MODELFORGE_AGENT_HOSTNAME" not in call["env"] for call in node.calls())

@@ -12,8 +12,10 @@ mode (and its folder's), read while the call runs (the scripts remove the file w
 | ``compose-up`` | nothing |
 | ``compose-ps`` | ``CONTAINER_ID`` |
 | ``inspect`` | ``$FAKE_DOCKER_CONTAINER_IMAGE_ID``, else ``$FAKE_DOCKER_IMAGE_ID`` |
-| ``run`` | exit 0 when the ``--mount`` bind source holds ``identity.json``, else 3 (the scripts' identity probe) |
-| ``stop`` and anything else | nothing |
+| ``run`` | runs the ``python3 -c CODE ARGS`` it was given with this Python, each argument under the
+  ``--mount`` target mapped to the bind source: the scripts' own identity probe, on the test's
+  state directory; its exit status and standard error |
+| ``rm``, ``stop`` and anything else | nothing |
 
 ``FAKE_DOCKER_FAIL=<name>`` makes that call print an error and exit ``FAIL_STATUS``;
 ``FAKE_DOCKER_HANG=<name>`` makes it write ``log_dir/hanging`` (its pid) and wait to be killed.
@@ -26,11 +28,10 @@ import csv
 import json
 import os
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
-#: the agent's identity file in its state volume (modelforge_node_agent.identity.IDENTITY_FILE)
-IDENTITY_FILE = "identity.json"
 CONTAINER_ID = "c0ffee0000000000000000000000000000000000000000000000000000000000"
 FAIL_STATUS = 17
 #: compose's global options that take a value (the scripts pass -f and --env-file)
@@ -81,14 +82,33 @@ def _env_files(argv: list[str]) -> dict[str, dict[str, object]]:
     return found
 
 
-def _mount_source(argv: list[str]) -> Path | None:
+def _bind_mounts(argv: list[str]) -> dict[str, str]:
+    """``--mount type=bind,source=S,target=T`` options, as {T: S}."""
+    mounts: dict[str, str] = {}
     for i, arg in enumerate(argv[:-1]):
         if arg == "--mount":
-            for field in next(csv.reader([argv[i + 1]])):
-                key, _, value = field.partition("=")
-                if key in ("source", "src"):
-                    return Path(value)
-    return None
+            fields = dict(field.partition("=")[::2] for field in next(csv.reader([argv[i + 1]])))
+            if fields.get("type") == "bind":
+                mounts[fields.get("target") or fields["dst"]] = fields.get("source") or fields["src"]
+    return mounts
+
+
+def _run_container_python(argv: list[str]) -> int:
+    """``docker run ... IMAGE python3 -c CODE ARGS``: CODE run here, with the bind mounts' targets
+    in ARGS replaced by their sources (what the container would have seen there)."""
+    if "-c" not in argv or argv[argv.index("-c") - 1] != "python3":
+        print("fake docker: run supports only IMAGE python3 -c CODE ARGS", file=sys.stderr)
+        return 125
+    code, args = argv[argv.index("-c") + 1], argv[argv.index("-c") + 2 :]
+    mounts = _bind_mounts(argv)
+    mapped = []
+    for arg in args:
+        for target, source in mounts.items():
+            if arg == target or arg.startswith(target.rstrip("/") + "/"):
+                arg = source + arg[len(target) :]
+                break
+        mapped.append(arg)
+    return subprocess.run([sys.executable, "-I", "-c", code, *mapped], check=False).returncode
 
 
 def _answer(name: str, argv: list[str]) -> int:
@@ -100,8 +120,7 @@ def _answer(name: str, argv: list[str]) -> int:
     elif name == "inspect":
         print(env.get("FAKE_DOCKER_CONTAINER_IMAGE_ID") or env.get("FAKE_DOCKER_IMAGE_ID", ""))
     elif name == "run":
-        source = _mount_source(argv)
-        return 0 if source is not None and os.path.lexists(source / IDENTITY_FILE) else 3
+        return _run_container_python(argv)
     return 0
 
 
