@@ -49,14 +49,25 @@ export function openModal({ title, className, role, onClose }) {
   const heading = h("h2", { id: titleId }, title);
   const body = h("div", { class: "dialog-body" });
   const dialog = h("dialog", { "aria-labelledby": titleId, class: className, role }, heading, body);
-  dialog.addEventListener("keydown", trapTab);
-  dialog.addEventListener("close", () => {
+  // Closing runs onClose at once, not when the "close" event comes (a task later): what the
+  // dialog held (a one-time token) is gone by the time the dialog is.
+  let closed = false;
+  const close = () => {
+    if (closed) return;
+    closed = true;
     if (onClose) onClose();
+    if (dialog.open) dialog.close();
     dialog.remove();
+  };
+  dialog.addEventListener("keydown", trapTab);
+  dialog.addEventListener("cancel", (event) => {
+    event.preventDefault(); // Escape: close here, the same way as every other path
+    close();
   });
+  dialog.addEventListener("close", close);
   document.body.append(dialog);
   dialog.showModal();
-  return { dialog, heading, body, close: () => dialog.close() };
+  return { dialog, heading, body, close };
 }
 
 /** Ask before an irreversible action: resolves true when `confirmLabel` is pressed. */
