@@ -37,8 +37,9 @@ for record in "$VENV"/lib/python3*/site-packages/modelforge_compute-*.dist-info/
 done
 # Four distributions, one per layer, all editable from this checkout in one call: the shared
 # protocol, the node agent (what a GPU host installs), the runtime worker (beside it, with the
-# model runtime) and the tooling with the test extra.
-"$VENV/bin/python" -m pip install --quiet --no-build-isolation \
+# model runtime) and the tooling with the test extra. The agent's dependencies at the exact
+# versions its image installs (agent/constraints.txt), so the suite tests what a node runs.
+"$VENV/bin/python" -m pip install --quiet --no-build-isolation -c "$ROOT/agent/constraints.txt" \
   -e "$ROOT/protocol" \
   -e "$ROOT/agent" \
   -e "$ROOT/worker" \

@@ -5,6 +5,8 @@ ships onnxruntime-gpu with its models in the artifact root."""
 
 from __future__ import annotations
 
+import ctypes
+import importlib.metadata
 import json
 import os
 import re
@@ -16,19 +18,25 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
+from modelforge_cli.release_manifest import PLACEHOLDER_LABELS
 from modelforge_protocol.versions import IMAGE_TAG_VERSION
 from modelforge_runtime_worker.artifacts import RAPIDOCR_VERSION
 from tests.deploy.node_host import ROOT
+from tests.support.agent_wheels import agent_wheels, outside_env
 
 AGENT_DOCKERFILE = ROOT / "agent" / "Dockerfile"
 WORKER_DOCKERFILE = ROOT / "worker" / "Dockerfile"
+AGENT_CONSTRAINTS = ROOT / "agent" / "constraints.txt"
 DOCKERFILES = (AGENT_DOCKERFILE, WORKER_DOCKERFILE)
 DEPLOY_FILES = (
     *DOCKERFILES,
     ROOT / ".dockerignore",
     ROOT / ".env.example",
     *(ROOT / name for name in ("docker-compose.yml", "docker-compose.node-agent.yml", "docker-compose.node-agent.private-ca.yml", "docker-compose.runtime-worker.yml")),
+    ROOT / "localstack" / "docker-compose.yml",
 )
 OCI_LABELS = ("title", "version", "revision", "source", "created")
 PINNED_FROM = re.compile(r"^[a-z0-9./_-]+(:\d+)?/?[a-z0-9./_-]*:[A-Za-z0-9._-]+@sha256:[0-9a-f]{64}$")
@@ -174,6 +182,124 @@ def test_image_carries_oci_labels_of_this_release(dockerfile: Path, title: str) 
     assert found["org.opencontainers.image.version"] == "${VERSION}" and defaults["VERSION"] == IMAGE_TAG_VERSION
     for name, argument in (("revision", "REVISION"), ("created", "CREATED"), ("source", "SOURCE")):
         assert found[f"org.opencontainers.image.{name}"] == f"${{{argument}}}" and argument in defaults
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda path: path.parent.name)
+def test_release_manifest_refuses_exactly_the_dockerfiles_label_placeholders(dockerfile: Path) -> None:
+    """The build-arg defaults are placeholders; `modelforge release manifest` refuses an image that
+    still carries one (built without --build-arg), naming the argument: the two lists agree."""
+    final = stages(dockerfile)[-1]
+    found, defaults = labels(final), arg_defaults(final)
+    for label, (placeholder, argument, _) in PLACEHOLDER_LABELS.items():
+        assert found[label] == f"${{{argument}}}"
+        assert defaults[argument] == placeholder
+    header = dockerfile.read_text().split("\nFROM ", 1)[0]  # the build command the file documents
+    for argument in ("REVISION", "CREATED", "SOURCE"):
+        assert f"--build-arg {argument}=" in header
+
+
+def _agent_dependency_closure() -> dict[str, str]:
+    """Every distribution modelforge-node-agent pulls in, as installed here: {name: version},
+    the project's own distributions left out. Markers are evaluated for this Python (3.11, the
+    image's)."""
+    closure: dict[str, str] = {}
+    pending = ["modelforge-node-agent"]
+    while pending:
+        name = canonicalize_name(pending.pop())
+        if name in closure:
+            continue
+        distribution = importlib.metadata.distribution(name)
+        closure[name] = distribution.version
+        for line in distribution.requires or []:
+            requirement = Requirement(line)
+            if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
+                pending.append(requirement.name)
+    return {name: version for name, version in closure.items() if not name.startswith("modelforge-")}
+
+
+def _constraints() -> dict[str, str]:
+    pins: dict[str, str] = {}
+    for line in AGENT_CONSTRAINTS.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name, _, version = line.partition("==")
+            assert version and canonicalize_name(name) == name, f"{AGENT_CONSTRAINTS}: {line!r} is not name==version"
+            pins[name] = version
+    return pins
+
+
+def test_agent_constraints_pin_exactly_the_agents_installed_dependency_closure() -> None:
+    """agent/constraints.txt is the agent image's whole dependency set: a dependency added to (or
+    dropped from) the agent or the protocol, or a version moved in the suite's environment, must
+    change the file too."""
+    closure = _agent_dependency_closure()
+    assert {"requests", "urllib3", "certifi", "jsonschema", "referencing", "rpds-py", "nvidia-ml-py"} <= set(closure)
+    assert _constraints() == closure
+
+
+def test_agent_image_and_suite_install_with_the_constraints() -> None:
+    (install,) = [run for run in only(stages(AGENT_DOCKERFILE)[0], "RUN") if "pip install" in run]
+    words = install.split()
+    assert words[words.index("-c") + 1] == "agent/constraints.txt"
+    assert not [word for word in words if "==" in word]  # every pin lives in the constraints file
+    venv_script = (ROOT / "scripts" / "_venv.sh").read_text()
+    assert '-c "$ROOT/agent/constraints.txt"' in venv_script
+
+
+def _image_layout(target: Path) -> None:
+    """/opt/modelforge/lib as agent/Dockerfile's builder makes it, offline: the two wheels
+    installed with --target, and the pinned dependencies copied from this environment (the
+    versions agent/constraints.txt names, which the test above holds equal)."""
+    wheels = agent_wheels()
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-index", "--no-deps",
+         "--target", str(target), *map(str, wheels.values())],
+        capture_output=True, text=True, timeout=120, env=outside_env(),
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    shutil.rmtree(target / "bin", ignore_errors=True)
+    for name in _constraints():
+        distribution = importlib.metadata.distribution(name)
+        for file in distribution.files or []:
+            source = Path(str(distribution.locate_file(file))).resolve()
+            destination = (target / file).resolve()
+            if destination.is_relative_to(target) and source.is_file() and "__pycache__" not in file.parts:
+                destination.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(source, destination)
+
+
+def test_agent_image_layout_imports_and_runs_the_seeds_preflight(tmp_path: Path) -> None:
+    """The seed's diagnostic on the image's layout, not on this development environment: no site
+    packages (-S), only PYTHONPATH=/opt/modelforge/lib as the image sets it. Without a GPU here it
+    must fail as a preflight does (3, NVIDIA_NVML_UNAVAILABLE), never with an import error."""
+    lib = tmp_path / "opt-modelforge-lib"
+    _image_layout(lib)
+    command = json.loads(only(stages(AGENT_DOCKERFILE)[-1], "CMD")[-1])
+    environment = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(lib), "MODELFORGE_AGENT_ACCELERATOR_MODE": "nvidia"}
+    imports = subprocess.run(
+        [sys.executable, "-S", "-c", "import sys, modelforge_node_agent.main, modelforge_node_agent.agent, requests, jsonschema, pynvml; "
+         "print('\\n'.join(m.__file__ for m in sys.modules.values() if getattr(m, '__file__', None) and 'site-packages' in m.__file__))"],
+        capture_output=True, text=True, env=environment, cwd=tmp_path, timeout=60,
+    )
+    assert imports.returncode == 0, imports.stderr
+    assert imports.stdout.strip() == ""  # nothing came from an installed environment's site-packages
+    result = subprocess.run(
+        [sys.executable, "-S", *command[1:], "--preflight"], capture_output=True, text=True, env=environment, cwd=tmp_path, timeout=60
+    )
+    assert "Traceback" not in result.stderr, result.stderr
+    if _nvml_loadable():
+        assert result.returncode in (0, 3), result.stderr
+    else:
+        assert result.returncode == 3, result.stdout + result.stderr
+        assert "NVIDIA_NVML_UNAVAILABLE" in result.stdout + result.stderr
+
+
+def _nvml_loadable() -> bool:
+    try:
+        ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return False
+    return True
 
 
 def test_worker_image_runs_onnxruntime_gpu_on_cuda_with_models_in_artifact_root() -> None:

@@ -116,8 +116,12 @@ def test_the_init_hook_fails_loudly_when_the_endpoint_does_not_answer() -> None:
 
 def _compose_config(env: dict[str, str]) -> dict[str, Any]:
     compose = shutil.which("docker-compose")
-    if compose is None:
-        pytest.skip("docker-compose (Debian package docker-compose) is not installed; ./scripts/test installs it as root")
+    # a failure, not a skip: scripts/test installs it (scripts/_system_packages.sh), and a skip would
+    # hide a missing install in CI
+    assert compose is not None, (
+        "docker-compose (Debian package docker-compose) is not installed: run ./scripts/test as root (it installs "
+        "it), or: sudo apt-get install -y --no-install-recommends docker-compose"
+    )
     base = {key: value for key, value in os.environ.items() if not key.startswith("LOCALSTACK_")}
     ran = subprocess.run(
         [compose, "-f", str(COMPOSE_FILE), "config"], env={**base, **env}, capture_output=True, text=True, timeout=60

@@ -8,8 +8,6 @@ must run and the control plane's and the tooling's packages must be absent.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 import tomllib
@@ -20,6 +18,7 @@ import pytest
 from packaging.requirements import Requirement
 from modelforge_protocol.versions import AGENT_VERSION, RELEASE
 
+from tests.support.agent_wheels import agent_wheels, outside_env
 from tests.support.processes import run_to_exit
 
 REPO = Path(__file__).resolve().parents[2]
@@ -41,28 +40,13 @@ print(json.dumps({"found": found, "dists": sorted(d.metadata["Name"].lower() for
 
 def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     """``args`` to its exit, outside this test run's Python environment."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith(("PYTHON", "VIRTUAL_ENV"))}
-    return run_to_exit(args, cwd=cwd, timeout=300, base_env=env)
+    return run_to_exit(args, cwd=cwd, timeout=300, base_env=outside_env())
 
 
 @pytest.fixture(scope="module")
-def wheels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Build the two wheels from a copy (the agent's version is read from ../protocol, so the
-    copy keeps the layout), without touching the checkout."""
-    tree = tmp_path_factory.mktemp("tree")
-    junk = shutil.ignore_patterns("__pycache__", "*.pyc", "build", "*.egg-info", "dist")
-    for project in ("protocol", "agent"):
-        shutil.copytree(REPO / project, tree / project, ignore=junk)
-    out = tree / "wheels"
-    done = _run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "--wheel-dir", str(out),
-         str(tree / "protocol"), str(tree / "agent")],
-        cwd=tree,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    built = {path.name.split("-")[0]: path for path in out.glob("*.whl")}
-    assert set(built) == {"modelforge_protocol", "modelforge_node_agent"}, sorted(built)
-    return built
+def wheels() -> dict[str, Path]:
+    """The two wheels, built once per test process (tests/deploy/test_dockerfiles.py uses them too)."""
+    return agent_wheels()
 
 
 @pytest.fixture(scope="module")
@@ -72,9 +56,11 @@ def node_env(wheels: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) 
     done = _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], cwd=venv.parent)
     assert done.returncode == 0, done.stdout + done.stderr
     python = venv / "bin" / "python"
-    # this environment's pip installs into the fresh one (pip's cache serves repeat runs)
+    # this environment's pip installs into the fresh one (pip's cache serves repeat runs), with the
+    # versions the agent's image pins
     done = _run(
-        [sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet", *map(str, wheels.values())],
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet",
+         "-c", str(REPO / "agent" / "constraints.txt"), *map(str, wheels.values())],
         cwd=venv.parent,
     )
     assert done.returncode == 0, done.stdout + done.stderr

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from modelforge_cli.release_images import open_images
-from modelforge_cli.release_manifest import make_bundle
+from modelforge_cli.release_manifest import PLACEHOLDER_LABELS, make_bundle
 from modelforge_cli.release_verify import Refused, UsageError
 from modelforge_protocol.release_bundle import MANIFEST_FORMAT, bundle_file_name, manifest_file_name
 from modelforge_protocol.versions import IMAGE_TAG_VERSION
@@ -133,6 +133,34 @@ def test_make_bundle_image_without_a_required_label_refused(tmp_path: Path) -> N
     source = write_docker_save(tmp_path / "images.tar", [agent.with_(labels=labels), worker])
     problems = _refusal([source], tmp_path / "bundle")
     assert problems == [f"{source}: {agent.tags[0]}: labels: org.opencontainers.image.revision missing"]
+
+
+@pytest.mark.parametrize(
+    ("label", "placeholder", "build_arg"),
+    [
+        ("org.opencontainers.image.revision", "unknown", "REVISION"),
+        ("org.opencontainers.image.created", "1970-01-01T00:00:00Z", "CREATED"),
+        ("org.opencontainers.image.source", "unknown", "SOURCE"),
+    ],
+)
+def test_make_bundle_image_with_a_dockerfile_placeholder_label_refused(
+    tmp_path: Path, label: str, placeholder: str, build_arg: str
+) -> None:
+    """Built without --build-arg: the Dockerfile's default would ship as the image's label."""
+    agent, worker = release_images()
+    source = write_docker_save(tmp_path / "images.tar", [agent.with_(labels={**agent.labels, label: placeholder}), worker])
+    problems = _refusal([source], tmp_path / "bundle")
+    assert len(problems) == 1, problems
+    assert problems[0].startswith(f"{source}: {agent.tags[0]}: labels: {label} is the Dockerfile's placeholder {placeholder!r}")
+    assert f"built without --build-arg {build_arg}; rebuild it with --build-arg {build_arg}=" in problems[0]
+
+
+def test_make_bundle_every_placeholder_label_named_at_once(tmp_path: Path) -> None:
+    agent, worker = release_images()
+    unbuilt = {**agent.labels, **{label: placeholder for label, (placeholder, _, _) in PLACEHOLDER_LABELS.items()}}
+    source = write_oci_layout(tmp_path / "layout", [agent.with_(labels=unbuilt), worker])
+    problems = _refusal([source], tmp_path / "bundle")
+    assert [problem.split("--build-arg ")[1].split(";")[0] for problem in problems] == ["REVISION", "CREATED", "SOURCE"]
 
 
 def test_make_bundle_corrupt_archive_refused(tmp_path: Path) -> None:

@@ -1,7 +1,8 @@
 """The release tool against images made and read by real OCI tools from Debian: `umoci` builds an
 image from files, `skopeo` saves it as an OCI layout and as a docker-archive (as `docker save`
 would); the bundle made from them verifies, and `skopeo` reads the bundle's tarball back with the
-manifest's layers, platform and labels. Skipped where umoci or skopeo is not installed."""
+manifest's layers, platform and labels. Fails, naming the install command, where umoci or
+skopeo is missing (scripts/test installs both)."""
 
 from __future__ import annotations
 
@@ -17,10 +18,18 @@ from modelforge_cli.release_verify import verify_bundle
 from modelforge_protocol.release_bundle import REQUIRED_LABELS, known_label_values
 from modelforge_protocol.versions import IMAGE_TAG_VERSION
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("umoci") is None or shutil.which("skopeo") is None, reason="umoci and skopeo (Debian) are not installed"
-)
 AGENT, WORKER = "modelforge-node-agent", "modelforge-runtime-worker"
+
+
+@pytest.fixture(autouse=True)
+def _real_tools_installed() -> None:
+    """A failure, not a skip: scripts/test installs umoci and skopeo (scripts/_system_packages.sh),
+    and a skip would hide a missing install in CI."""
+    missing = [tool for tool in ("umoci", "skopeo") if shutil.which(tool) is None]
+    assert not missing, (
+        f"{' and '.join(missing)} not installed: these tests drive the real Debian tools. Run ./scripts/test as root "
+        f"(it installs them), or: sudo apt-get install -y --no-install-recommends {' '.join(missing)}"
+    )
 
 
 def _run(*argv: str) -> str:

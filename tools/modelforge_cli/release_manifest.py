@@ -5,7 +5,9 @@ over both.
 
 The images must be exactly the expected ones (by default the node agent and the runtime worker),
 each tagged ``<name>:<release>`` and nothing else (never ``latest``), each once, with every digest
-in its archive right and every entry rule of :mod:`modelforge_protocol.release_bundle` met.
+in its archive right and every entry rule of :mod:`modelforge_protocol.release_bundle` met, and
+no label left at a Dockerfile's placeholder (:data:`PLACEHOLDER_LABELS`: built without
+``--build-arg REVISION=… CREATED=… SOURCE=…``).
 """
 
 from __future__ import annotations
@@ -35,6 +37,25 @@ from .release_tarball import write_bundle_tarball
 from .release_verify import Refused, UsageError, compare_bundle_images
 
 Selected = tuple[str, Image, ImageArchive]
+
+#: The build-arg defaults agent/Dockerfile and worker/Dockerfile give the labels only a build can
+#: know: label -> (placeholder, build arg, the value to pass). An image that carries one was built
+#: without that --build-arg, and its labels would not say which commit, when or from where.
+PLACEHOLDER_LABELS: dict[str, tuple[str, str, str]] = {
+    "org.opencontainers.image.revision": ("unknown", "REVISION", '"$(git rev-parse HEAD)"'),
+    "org.opencontainers.image.created": ("1970-01-01T00:00:00Z", "CREATED", '"$(date -u +%Y-%m-%dT%H:%M:%SZ)"'),
+    "org.opencontainers.image.source": ("unknown", "SOURCE", "<the repository URL>"),
+}
+
+
+def placeholder_label_problems(labels: dict[str, str]) -> list[str]:
+    """One line per label that still holds its Dockerfile placeholder, naming the --build-arg."""
+    return [
+        f"labels: {label} is the Dockerfile's placeholder {placeholder!r}: the image was built without "
+        f"--build-arg {argument}; rebuild it with --build-arg {argument}={value}"
+        for label, (placeholder, argument, value) in PLACEHOLDER_LABELS.items()
+        if labels.get(label) == placeholder
+    ]
 
 
 @dataclass(frozen=True)
@@ -90,7 +111,8 @@ def select_release_images(
             chosen[name] = (image, archive)
             entry = image_entry(release_tag(name, tag_version), image)
             problems.extend(
-                f"{archive.path}: {entry['tag']}: {problem}" for problem in check_image_entry(name, entry, tag_version)
+                f"{archive.path}: {entry['tag']}: {problem}"
+                for problem in [*check_image_entry(name, entry, tag_version), *placeholder_label_problems(image.labels)]
             )
     problems.extend(
         f"missing image {release_tag(name, tag_version)}: none of the inputs holds it"
