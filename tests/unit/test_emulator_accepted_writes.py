@@ -6,7 +6,6 @@ stream poller's requests)."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 
 import boto3
 import botocore.config
@@ -14,15 +13,7 @@ import pytest
 from botocore.exceptions import ClientError
 from modelforge_cli import emulator
 
-OPTIONS = {"region_name": "us-east-1", "aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
-
-
-@pytest.fixture()
-def server() -> Iterator[emulator.Emulator]:
-    running = emulator.Emulator(port=0)
-    running.start()
-    yield running
-    running.stop()
+from tests.support.emulators import CLIENT_OPTIONS as OPTIONS
 
 
 def _dynamodb(server: emulator.Emulator, user_agent: str | None = None):  # type: ignore[no-untyped-def]
@@ -42,7 +33,8 @@ def _table(server: emulator.Emulator) -> str:
     return name
 
 
-def test_accepted_writes_move_the_count_once_each(server: emulator.Emulator) -> None:
+def test_accepted_writes_move_the_count_once_each(emulator_server: emulator.Emulator) -> None:
+    server = emulator_server
     table = _table(server)
     dynamodb = _dynamodb(server)
     s3 = boto3.client("s3", endpoint_url=server.endpoint_url, **OPTIONS)
@@ -56,7 +48,8 @@ def test_accepted_writes_move_the_count_once_each(server: emulator.Emulator) -> 
     assert server.changes - start == 5
 
 
-def test_reads_and_refused_writes_leave_the_count_alone(server: emulator.Emulator) -> None:
+def test_reads_and_refused_writes_leave_the_count_alone(emulator_server: emulator.Emulator) -> None:
+    server = emulator_server
     table = _table(server)
     dynamodb = _dynamodb(server)
     s3 = boto3.client("s3", endpoint_url=server.endpoint_url, **OPTIONS)
@@ -82,7 +75,8 @@ def test_reads_and_refused_writes_leave_the_count_alone(server: emulator.Emulato
     assert "c" not in {item["pk"]["S"] for item in dynamodb.scan(TableName=table)["Items"]}
 
 
-def test_the_stream_pollers_writes_are_not_the_apps(server: emulator.Emulator) -> None:
+def test_the_stream_pollers_writes_are_not_the_apps(emulator_server: emulator.Emulator) -> None:
+    server = emulator_server
     table = _table(server)
     start = server.changes
     _dynamodb(server, user_agent=emulator.POLLER_USER_AGENT).put_item(TableName=table, Item={"pk": {"S": "p"}})

@@ -5,25 +5,16 @@ counted nor observed."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import boto3
-import pytest
 from modelforge_cli import emulator
 
-OPTIONS = {"region_name": "us-east-1", "aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
+from tests.support.emulators import CLIENT_OPTIONS as OPTIONS
 
 
-@pytest.fixture()
-def server() -> Iterator[emulator.Emulator]:
-    running = emulator.Emulator(port=0)
-    running.start()
-    yield running
-    running.stop()
-
-
-def test_observer_reads_an_item_before_and_after_a_write_and_its_reads_are_not_counted(server: emulator.Emulator) -> None:
+def test_observer_reads_an_item_before_and_after_a_write_and_its_reads_are_not_counted(emulator_server: emulator.Emulator) -> None:
+    server = emulator_server
     dynamodb = boto3.client("dynamodb", endpoint_url=server.endpoint_url, **OPTIONS)
     dynamodb.create_table(
         TableName="observed",
@@ -61,7 +52,8 @@ def test_observer_reads_an_item_before_and_after_a_write_and_its_reads_are_not_c
     assert dynamodb.get_item(TableName="observed", Key={"pk": {"S": "a"}})["Item"]["v"] == {"N": "3"}
 
 
-def test_observer_sees_s3_requests_without_reading_their_bodies(server: emulator.Emulator) -> None:
+def test_observer_sees_s3_requests_without_reading_their_bodies(emulator_server: emulator.Emulator) -> None:
+    server = emulator_server
     s3 = boto3.client("s3", endpoint_url=server.endpoint_url, **OPTIONS)
     s3.create_bucket(Bucket="observed-bucket")
     seen: list[tuple[str, str, bytes]] = []

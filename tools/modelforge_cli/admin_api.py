@@ -43,13 +43,16 @@ environment: MODELFORGE_ADMIN_TOKEN (required), MODELFORGE_API_URL, MODELFORGE_C
 """
 
 
-def add_command(commands: Any, name: str, *, help: str, description: str) -> argparse.ArgumentParser:
-    """A subcommand whose --help ends with the exit codes and the environment it reads."""
+def add_command(
+    commands: Any, name: str, *, help: str, description: str, epilog: str = EXIT_CODES_HELP
+) -> argparse.ArgumentParser:
+    """A subcommand whose --help ends with ``epilog``: by default the exit codes and the environment
+    the admin commands read."""
     return commands.add_parser(  # type: ignore[no-any-return]
         name,
         help=help,
         description=textwrap.fill(description, width=100),
-        epilog=EXIT_CODES_HELP,
+        epilog=epilog,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
 

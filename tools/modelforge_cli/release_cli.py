@@ -7,13 +7,13 @@ import argparse
 import json
 import shlex
 import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
 from modelforge_protocol.release_bundle import IMAGE_VARIABLES, NODE_AGENT_IMAGE, RELEASE_IMAGES
 from modelforge_protocol.versions import IMAGE_TAG_VERSION
 
+from .admin_api import add_command
 from .release_container import check_container, normalise_image_id
 from .release_verify import Refused, UsageError, verify_bundle
 
@@ -33,13 +33,7 @@ exit codes:
 
 
 def _add(commands: Any, name: str, help: str, description: str) -> argparse.ArgumentParser:
-    return commands.add_parser(  # type: ignore[no-any-return]
-        name,
-        help=help,
-        description=textwrap.fill(description, width=100),
-        epilog=EXIT_CODES_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    return add_command(commands, name, help=help, description=description, epilog=EXIT_CODES_HELP)
 
 
 def register(commands: Any) -> None:
