@@ -7,7 +7,6 @@ the identity file, which creates nothing (the state volume is prepared after val
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import re
 import socket
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import Mapping
 from urllib.parse import urlsplit
 
+from modelforge_protocol.addresses import is_loopback_host
 from modelforge_protocol.credentials import ENROLLMENT_TOKEN_RE
 from modelforge_protocol.schemas import ACCELERATOR_MODES
 
@@ -61,15 +61,6 @@ class AgentConfig:
         return urlsplit(self.control_plane_url).hostname or ""
 
 
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def _flag(env: Mapping[str, str], name: str, default: bool, problems: list[str]) -> bool:
     raw = env.get(name, "").strip().lower()
     if not raw:
@@ -108,7 +99,7 @@ def _url(env: Mapping[str, str], problems: list[str]) -> str:
         problems.append(f"{name} must be an https:// URL")
     elif host == PLACEHOLDER_HOST:
         problems.append(f"{name} is the example placeholder ({PLACEHOLDER_HOST}); set the real address of your control plane")
-    elif parts.scheme == "http" and not _is_loopback(host):
+    elif parts.scheme == "http" and not is_loopback_host(host):
         problems.append(f"{name} must use https:// (plain http:// is allowed only for loopback addresses)")
     elif parts.path not in ("", "/") or parts.query or parts.fragment or parts.username:
         problems.append(f"{name} must be scheme://host[:port] only")
@@ -140,7 +131,7 @@ def _worker_url(env: Mapping[str, str], problems: list[str]) -> str | None:
         port = None
     if (
         parts.scheme != "http"
-        or not _is_loopback(parts.hostname or "")
+        or not is_loopback_host(parts.hostname or "")
         or port is None
         or not 1 <= port <= 65535
         or parts.path not in ("", "/")

@@ -46,10 +46,11 @@ from urllib.parse import urlsplit
 
 import requests
 from modelforge_protocol import work
+from modelforge_protocol.addresses import is_loopback_host
 
 from . import answers
 from .answers import MalformedAnswer
-from .config import AgentConfig, _is_loopback
+from .config import AgentConfig
 from .control_plane import (
     _NETWORK_ERRORS,
     COMPLETE,
@@ -116,7 +117,7 @@ def check_presigned_url(url: str) -> None:
         raise TransferFailed("presigned URL refused: not a URL") from None
     if not host or parts.username is not None or parts.password is not None:
         raise TransferFailed("presigned URL refused: not an absolute URL with a host")
-    if parts.scheme == "https" or (parts.scheme == "http" and _is_loopback(host)):
+    if parts.scheme == "https" or (parts.scheme == "http" and is_loopback_host(host)):
         return
     raise TransferFailed("presigned URL refused: https is required (plain http only for loopback addresses)")
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import os
 import re
 from pathlib import Path
@@ -11,6 +10,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from modelforge_protocol import agent_env
+from modelforge_protocol.addresses import is_loopback_host
 from modelforge_protocol.release_bundle import NODE_AGENT_IMAGE, release_tag
 
 from . import tables
@@ -136,15 +136,6 @@ def describe(item: dict[str, Any]) -> str:
     )
 
 
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def node_url(args: argparse.Namespace, api: AdminApi) -> str:
     """``--node-url``, else ``MODELFORGE_NODE_URL``, else the admin API's URL (the local stack
     serves both at one address)."""
@@ -207,7 +198,7 @@ def next_steps(minted: dict[str, Any], api: AdminApi, control_plane_url: str | N
         "",
         f"4. Check it here: modelforge nodes readiness {enrollment_id}",
     ]
-    if url.scheme == "http" and not _is_loopback(url.hostname or ""):
+    if url.scheme == "http" and not is_loopback_host(url.hostname or ""):
         lines.append(
             f"Note: the agent refuses http:// except on loopback; give it the https:// address of {url.hostname}."
         )

@@ -6,12 +6,13 @@ of them are reported at once (``ConfigurationInvalid``, exit 2).
 
 from __future__ import annotations
 
-import ipaddress
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 from urllib.parse import urlsplit
+
+from modelforge_protocol.addresses import is_loopback_host
 
 from .errors import ConfigurationInvalid
 
@@ -87,7 +88,7 @@ def parse_listen(raw: str, problems: list[str]) -> Listen | None:
         except ValueError:
             problems.append(f"{LISTEN} has an invalid port (expected http://127.0.0.1:PORT with PORT 0-65535)")
             return None
-        if not host or not _is_loopback(host):
+        if not host or not is_loopback_host(host):
             problems.append(
                 f"{LISTEN} must be a loopback address (http://127.0.0.1:PORT, http://[::1]:PORT, "
                 "http://localhost:PORT) or a unix socket (unix:///path): only the agent on this host may reach the worker"
@@ -105,13 +106,6 @@ def parse_listen(raw: str, problems: list[str]) -> Listen | None:
     return None
 
 
-def _is_loopback(host: str) -> bool:
-    if host.lower() in _LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _absolute_dir(env: Mapping[str, str], name: str, problems: list[str]) -> Path | None:
