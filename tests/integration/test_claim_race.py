@@ -14,7 +14,7 @@ from tests.conftest import ADMIN_TOKEN
 from tests.support import bench_scripts
 from tests.support.api import ControlPlane
 from tests.support.claim_race import RoundResult, claim_round, close_claimers, enroll_claimers
-from tests.support.processes import free_port, start_process
+from tests.support.processes import start_unserialised_local_up
 
 ROUNDS = int(os.environ.get("MODELFORGE_CLAIM_RACE_ROUNDS", "5"))
 CLAIMERS = 50
@@ -67,13 +67,7 @@ def test_claim_race_test_catches_an_emulator_that_is_not_atomic(tmp_path: Path) 
     200 twice at the same epoch, or to a second node before the first completed); if it never
     did, the race test above would prove nothing.
     """
-    script = Path(__file__).resolve().parents[1] / "support" / "unserialised_local_up.py"
-    repo = Path(__file__).resolve().parents[2]
-    with start_process(
-        tmp_path / "unserialised.log",
-        [sys.executable, str(script), str(free_port())],
-        env={"MODELFORGE_ADMIN_TOKEN": ADMIN_TOKEN, "PYTHONPATH": str(repo)},
-    ) as running:
+    with start_unserialised_local_up(tmp_path / "unserialised.log", {"MODELFORGE_ADMIN_TOKEN": ADMIN_TOKEN}) as running:
         cp = ControlPlane(running.api_url, ADMIN_TOKEN)
         claimers = enroll_claimers(cp, CLAIMERS)
         results: list[RoundResult] = []

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import ADMIN_TOKEN
 from tests.support.api import ControlPlane
-from tests.support.processes import free_port, start_process
+from tests.support.processes import start_unserialised_local_up
 from tests.support.race import enrollment_round
 
 ROUNDS = int(os.environ.get("MODELFORGE_RACE_ROUNDS", "20"))
@@ -39,13 +38,7 @@ def test_race_test_catches_an_emulator_that_is_not_atomic(tmp_path: Path) -> Non
     a round in which every request failed proves nothing); if it never did, the race test above
     would prove nothing.
     """
-    script = Path(__file__).resolve().parents[1] / "support" / "unserialised_local_up.py"
-    repo = Path(__file__).resolve().parents[2]
-    with start_process(
-        tmp_path / "unserialised.log",
-        [sys.executable, str(script), str(free_port())],
-        env={"MODELFORGE_ADMIN_TOKEN": ADMIN_TOKEN, "PYTHONPATH": str(repo)},
-    ) as running:
+    with start_unserialised_local_up(tmp_path / "unserialised.log", {"MODELFORGE_ADMIN_TOKEN": ADMIN_TOKEN}) as running:
         cp = ControlPlane(running.api_url, ADMIN_TOKEN)
         results = []
         for _ in range(UNSERIALISED_MAX_ROUNDS):

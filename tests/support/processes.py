@@ -164,6 +164,14 @@ def start_local_up(
     return start_process(log_path, local_up_command(*args, port=port), env=env, timeout=timeout, stderr_path=stderr_path)
 
 
+def start_unserialised_local_up(log_path: Path, env: Mapping[str, str] | None = None) -> RunningProcess:
+    """The local stack on an emulator without its request lock (``unserialised_local_up.py``), on a
+    free port: the race tests' negative controls show their checks catch a non-atomic emulator."""
+    script = Path(__file__).resolve().with_name("unserialised_local_up.py")
+    repo = Path(__file__).resolve().parents[2]
+    return start_process(log_path, [sys.executable, str(script), str(free_port())], env={**(env or {}), "PYTHONPATH": str(repo)})
+
+
 def run_to_exit(
     command: list[str],
     env: Mapping[str, str] | None = None,
