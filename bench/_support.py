@@ -292,6 +292,33 @@ def wait_for(
 # --- in-process local stack ----------------------------------------------------------------
 
 
+def run_together(
+    threads: list[threading.Thread],
+    start: threading.Barrier,
+    *,
+    start_timeout: float,
+    give_up_after: float,
+    what: str,
+    stop: threading.Event | None = None,
+) -> float:
+    """Start ``threads`` (each waits on ``start``), release them together, and wait for them all
+    within ``give_up_after`` seconds of the release: the seconds they took. One still running then
+    sets ``stop`` and fails the run as ``what`` did not finish in time."""
+    for thread in threads:
+        thread.start()
+    start.wait(timeout=start_timeout)
+    began = time.perf_counter()
+    give_up = began + give_up_after
+    for thread in threads:
+        thread.join(timeout=max(0.0, give_up - time.perf_counter()))
+    elapsed = time.perf_counter() - began
+    if any(thread.is_alive() for thread in threads):
+        if stop is not None:
+            stop.set()
+        raise BenchFailure(f"{what} did not finish in time")
+    return elapsed
+
+
 def percentile(values: list[float], q: float) -> float:
     """Nearest-rank percentile (q in 0..100) of a non-empty list."""
     ordered = sorted(values)

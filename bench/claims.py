@@ -239,17 +239,14 @@ def claim_phase(nodes: list[Node], items: int) -> tuple[list[Claimed], list[floa
             time.sleep(EMPTY_BACKOFF_SECONDS)
 
     threads = [threading.Thread(target=loop, args=(index,), name=f"claimer-{index}", daemon=True) for index in range(len(nodes))]
-    for thread in threads:
-        thread.start()
-    start.wait(timeout=REQUEST_TIMEOUT_SECONDS)
-    began = time.perf_counter()
-    give_up = began + MAX_PHASE_SECONDS + 2 * REQUEST_TIMEOUT_SECONDS
-    for thread in threads:
-        thread.join(timeout=max(0.0, give_up - time.perf_counter()))
-    elapsed = time.perf_counter() - began
-    if any(thread.is_alive() for thread in threads):
-        stop.set()
-        raise BenchFailure("a claimer thread did not finish in time")
+    elapsed = _support.run_together(
+        threads,
+        start,
+        start_timeout=REQUEST_TIMEOUT_SECONDS,
+        give_up_after=MAX_PHASE_SECONDS + 2 * REQUEST_TIMEOUT_SECONDS,
+        what="a claimer thread",
+        stop=stop,
+    )
     return claims, latencies, elapsed, empty_while_queued[0], problems
 
 
@@ -371,15 +368,13 @@ def _run_for(calls: list[Callable[[], None]], seconds: float) -> tuple[int, floa
             failures.append(f"thread {index}: {type(error).__name__}: {error}")
 
     threads = [threading.Thread(target=loop, args=(index,), daemon=True) for index in range(len(calls))]
-    for thread in threads:
-        thread.start()
-    start.wait(timeout=REQUEST_TIMEOUT_SECONDS)
-    began = time.perf_counter()
-    for thread in threads:
-        thread.join(timeout=seconds + 2 * REQUEST_TIMEOUT_SECONDS)
-    elapsed = time.perf_counter() - began
-    if any(thread.is_alive() for thread in threads):
-        raise BenchFailure("a raw-write thread did not finish in time")
+    elapsed = _support.run_together(
+        threads,
+        start,
+        start_timeout=REQUEST_TIMEOUT_SECONDS,
+        give_up_after=seconds + 2 * REQUEST_TIMEOUT_SECONDS,
+        what="a raw-write thread",
+    )
     if failures:
         raise BenchFailure(f"raw conditional writes failed; first: {failures[0]}")
     return sum(counts), elapsed, [value for each in latencies for value in each]

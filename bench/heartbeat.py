@@ -130,17 +130,14 @@ def run_concurrently(workers: list[Callable[[], None]], seconds: float) -> Timed
         threading.Thread(target=loop, args=(index, call), name=f"bench-{index}", daemon=True)
         for index, call in enumerate(workers)
     ]
-    for thread in threads:
-        thread.start()
-    start.wait(timeout=30)
-    began = time.perf_counter()
-    give_up = began + seconds + 2 * REQUEST_TIMEOUT_SECONDS
-    for thread in threads:
-        thread.join(timeout=max(0.0, give_up - time.perf_counter()))
-    elapsed = time.perf_counter() - began
-    if any(thread.is_alive() for thread in threads):
-        stop.set()
-        raise BenchFailure("a benchmark thread did not finish in time")
+    elapsed = _support.run_together(
+        threads,
+        start,
+        start_timeout=30,
+        give_up_after=seconds + 2 * REQUEST_TIMEOUT_SECONDS,
+        what="a benchmark thread",
+        stop=stop,
+    )
     if failures:
         raise BenchFailure(f"{len(failures)} worker(s) failed; first: {failures[0]}")
     return TimedRun(calls=sum(counts), elapsed=elapsed, latencies_ms=[x for each in latencies for x in each])
