@@ -480,6 +480,7 @@ def run(args: argparse.Namespace) -> int:
             print("    NOTE: the node item is over 1 KB, so each heartbeat costs more than one write unit")
 
         # 3. throughput ----------------------------------------------------------------------
+        stack.drain_state_log()  # events shipped late would count as the heartbeats' own S3 writes
         before = _support.app_operations(stack.aws_operations())
         http = run_concurrently([lambda node=node: heartbeat_once(node, args.gpus) for node in nodes], args.seconds)
         stack.drain_state_log()
