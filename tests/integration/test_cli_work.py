@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 import re
 from pathlib import Path
@@ -13,6 +12,7 @@ import requests
 
 from tests.support.admin_cli import modelforge
 from tests.support.api import AgentIdentity, ControlPlane
+from tests.support.work_items import claim_until, finish
 
 ECHO = "diagnostic.echo"
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4
@@ -24,25 +24,6 @@ def _submitted(cp: ControlPlane, path: Path, document: dict[str, Any], *extra: s
     done = modelforge(cp, "work", "submit", ECHO, "--input", str(path), "--json", *extra)
     assert done.returncode == 0, done.stderr
     return done.json()  # type: ignore[no-any-return]
-
-
-def _claim(cp: ControlPlane, node: AgentIdentity, work_id: str) -> dict[str, Any]:
-    """Claim until this item comes up, finishing whatever else of its capability is queued."""
-    for _ in range(500):
-        response = cp.claim(node)
-        assert response.status_code == 200, response.text
-        claimed = response.json()
-        if claimed["work_id"] == work_id:
-            return claimed
-        _complete(cp, node, claimed, b"{}")
-    raise AssertionError("the item was never claimed")
-
-
-def _complete(cp: ControlPlane, node: AgentIdentity, claimed: dict[str, Any], body: bytes) -> None:
-    assert requests.put(claimed["result_upload_url"], data=body, timeout=30).status_code == 200
-    digest = hashlib.sha256(body).hexdigest()
-    answer = cp.lease_call(node, claimed["work_id"], "complete", {"epoch": claimed["epoch"], "sha256": digest, "size": len(body)})
-    assert answer.status_code == 200, answer.text
 
 
 def _node(cp: ControlPlane, capabilities: tuple[str, ...] = ("cpu", ECHO)) -> AgentIdentity:
@@ -74,10 +55,11 @@ def test_submit_an_image_sends_it_base64_encoded(remote: ControlPlane, tmp_path:
     item = modelforge(remote, "work", "submit", "ocr", "--image", str(tmp_path / "page.png"), "--json").json()
     assert item["capability"] == "ocr" and item["status"] == "queued"
     node = _node(remote, ("cpu", "ocr"))
-    claimed = _claim(remote, node, item["work_id"])
+    claimed = claim_until(remote, node, item["work_id"])
     document = requests.get(claimed["input_url"], timeout=30).json()
     assert base64.b64decode(document["image_base64"]) == PNG
-    _complete(remote, node, claimed, b'{"lines": []}')
+    done = finish(remote, node, claimed, b'{"lines": []}')
+    assert done.status_code == 200, done.text
 
 
 def test_submit_refuses_bad_input_in_one_line_with_exit_2(remote: ControlPlane, tmp_path: Path) -> None:
@@ -142,9 +124,10 @@ def test_result_waits_for_success_then_downloads_and_verifies(remote: ControlPla
     assert early.returncode == 1 and early.stdout == ""
     assert f"work {item['work_id']} is queued (attempt 0 of 3): no result yet" in early.stderr
     node = _node(remote)
-    claimed = _claim(remote, node, item["work_id"])
+    claimed = claim_until(remote, node, item["work_id"])
     body = b'{"echo": "please", "n": 1}'
-    _complete(remote, node, claimed, body)
+    done = finish(remote, node, claimed, body)
+    assert done.status_code == 200, done.text
 
     to_stdout = subprocess_bytes(remote, "work", "result", item["work_id"])
     assert to_stdout == body
@@ -168,7 +151,7 @@ def test_result_waits_for_success_then_downloads_and_verifies(remote: ControlPla
 def test_result_of_dead_work_names_the_last_reason(remote: ControlPlane, tmp_path: Path) -> None:
     item = _submitted(remote, tmp_path / "in.json", {"fail": "me"}, "--max-attempts", "1")
     node = _node(remote)
-    claimed = _claim(remote, node, item["work_id"])
+    claimed = claim_until(remote, node, item["work_id"])
     failed = remote.lease_call(node, item["work_id"], "fail", {"epoch": claimed["epoch"], "reason": "cli test failure", "retryable": False})
     assert failed.status_code == 200, failed.text
     done = modelforge(remote, "work", "result", item["work_id"])

@@ -20,6 +20,7 @@ from modelforge_protocol.credentials import sha256_hex
 from tests.support.api import AgentIdentity, ControlPlane
 from tests.support.snapshots import state, writes_so_far
 from tests.support.stores import stores
+from tests.support.work_items import claim_until, finish
 
 ECHO = "diagnostic.echo"
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 32
@@ -41,29 +42,6 @@ def _online(cp: ControlPlane, capabilities: tuple[str, ...] = ("cpu", ECHO)) -> 
     return identity
 
 
-def _claim_until(cp: ControlPlane, identity: AgentIdentity, work_id: str) -> dict[str, Any]:
-    """Claim until this item comes up (earlier tests may have left other echo work queued)."""
-    for _ in range(500):
-        response = cp.claim(identity)
-        assert response.status_code == 200, response.text
-        claimed = response.json()
-        if claimed["work_id"] == work_id:
-            return claimed
-        _finish(cp, identity, claimed)
-    raise AssertionError("the submitted item was never claimed")
-
-
-def _finish(cp: ControlPlane, identity: AgentIdentity, claimed: dict[str, Any], body: bytes = b'{"ok":true}') -> requests.Response:
-    upload = requests.put(claimed["result_upload_url"], data=body, timeout=30, allow_redirects=False)
-    assert upload.status_code == 200, upload.text
-    return cp.lease_call(
-        identity,
-        claimed["work_id"],
-        "complete",
-        {"epoch": claimed["epoch"], "sha256": hashlib.sha256(body).hexdigest(), "size": len(body)},
-    )
-
-
 def _item(work_id: str) -> Any:
     item = stores().work.get(work_id)
     assert item is not None
@@ -75,7 +53,7 @@ def test_submitted_work_is_claimed_completed_and_its_result_fetched(stack, cp: C
     assert submitted["status"] == "queued" and submitted["attempts"] == 0 and submitted["max_attempts"] == 3
     assert submitted["lease_seconds"] == 60 and submitted["result"] is None
     node = _online(cp)
-    claimed = _claim_until(cp, node, submitted["work_id"])
+    claimed = claim_until(cp, node, submitted["work_id"])
     assert claimed["capability"] == ECHO and claimed["epoch"] == 1
     for url in (claimed["input_url"], claimed["result_upload_url"]):
         assert "X-Amz-Algorithm=AWS4-HMAC-SHA256" in url  # SigV4: what current buckets accept
@@ -87,7 +65,7 @@ def test_submitted_work_is_claimed_completed_and_its_result_fetched(stack, cp: C
     assert leased["lease_expires_at"] is not None
 
     body = b'{"sha256":"abc"}'
-    done = _finish(cp, node, claimed, body)
+    done = finish(cp, node, claimed, body)
     assert done.status_code == 200 and done.json()["status"] == "succeeded", done.text
     final = cp.work(submitted["work_id"])
     assert final["status"] == "succeeded" and final["node_id"] == node.node_id and final["lease_expires_at"] is None
@@ -106,7 +84,7 @@ def test_a_node_that_does_not_serve_the_capability_gets_nothing(stack, cp: Contr
 def test_complete_checks_the_uploaded_result(stack, cp: ControlPlane) -> None:  # type: ignore[no-untyped-def]
     submitted = _submitted(cp)
     node = _online(cp)
-    claimed = _claim_until(cp, node, submitted["work_id"])
+    claimed = claim_until(cp, node, submitted["work_id"])
     work_id, epoch = claimed["work_id"], claimed["epoch"]
     missing = cp.lease_call(node, work_id, "complete", {"epoch": epoch, "sha256": "0" * 64, "size": 2})
     assert missing.status_code == 409 and missing.json()["error"]["code"] == "result_missing"
@@ -119,12 +97,12 @@ def test_complete_checks_the_uploaded_result(stack, cp: ControlPlane) -> None:  
 def test_stale_epochs_and_other_nodes_are_fenced_off_and_change_nothing(stack, cp: ControlPlane) -> None:  # type: ignore[no-untyped-def]
     submitted = _submitted(cp, lease_seconds=10)
     holder, other = _online(cp), _online(cp)
-    first = _claim_until(cp, holder, submitted["work_id"])
+    first = claim_until(cp, holder, submitted["work_id"])
     # the lease expires and another node claims the item: the first holder's epoch is stale
     report = sweep.run(stores(), _settings(mass_stale_fraction=1.0), time.time() + 11)
     assert report.leases_expired >= 1
     assert cp.heartbeat(other).status_code == 200
-    second = _claim_until(cp, other, submitted["work_id"])
+    second = claim_until(cp, other, submitted["work_id"])
     assert second["epoch"] == first["epoch"] + 1
     before = dataclasses.asdict(_item(submitted["work_id"]))
     body = b"{}"
@@ -148,7 +126,7 @@ def test_failures_requeue_until_max_attempts_then_the_item_is_dead_with_every_re
     submitted = _submitted(cp, max_attempts=2)
     node = _online(cp)
     for attempt in (1, 2):
-        claimed = _claim_until(cp, node, submitted["work_id"])
+        claimed = claim_until(cp, node, submitted["work_id"])
         failed = cp.lease_call(node, claimed["work_id"], "fail", {"epoch": claimed["epoch"], "reason": f"boom {attempt}", "retryable": True})
         assert failed.status_code == 200, failed.text
     final = cp.work(submitted["work_id"])
@@ -159,7 +137,7 @@ def test_failures_requeue_until_max_attempts_then_the_item_is_dead_with_every_re
 def test_a_failure_that_is_not_retryable_ends_the_item_at_once(stack, cp: ControlPlane) -> None:  # type: ignore[no-untyped-def]
     submitted = _submitted(cp)
     node = _online(cp)
-    claimed = _claim_until(cp, node, submitted["work_id"])
+    claimed = claim_until(cp, node, submitted["work_id"])
     cp.lease_call(node, claimed["work_id"], "fail", {"epoch": claimed["epoch"], "reason": "undecodable image", "retryable": False})
     final = cp.work(submitted["work_id"])
     assert final["status"] == "dead" and final["attempts"] == 1 and final["errors"][0]["retryable"] is False
@@ -168,7 +146,7 @@ def test_a_failure_that_is_not_retryable_ends_the_item_at_once(stack, cp: Contro
 def test_an_expired_lease_is_requeued_and_counts_the_attempt(stack, cp: ControlPlane) -> None:  # type: ignore[no-untyped-def]
     submitted = _submitted(cp, lease_seconds=10, max_attempts=1)
     node = _online(cp)
-    _claim_until(cp, node, submitted["work_id"])
+    claim_until(cp, node, submitted["work_id"])
     sweep.run(stores(), _settings(mass_stale_fraction=1.0), time.time() + 5)
     assert _item(submitted["work_id"]).status == "leased"  # not expired yet
     sweep.run(stores(), _settings(mass_stale_fraction=1.0), time.time() + 11)
@@ -180,7 +158,7 @@ def test_a_node_marked_offline_loses_its_leases_at_once(stack, cp: ControlPlane)
     settings = _settings(mass_stale_fraction=1.0)
     submitted = _submitted(cp, lease_seconds=3600)
     node = _online(cp)
-    claimed = _claim_until(cp, node, submitted["work_id"])
+    claimed = claim_until(cp, node, submitted["work_id"])
     caller = NodeCaller(node_id=node.node_id, credential_sha256=sha256_hex(node.credential))  # type: ignore[arg-type]
     # the node goes silent: stale, then offline, long before its lease would expire
     then = time.time() - settings.offline_after_seconds - 10
@@ -233,7 +211,7 @@ def test_cancel_stops_queued_and_running_work_and_refuses_finished_work(stack, c
 
     running = _submitted(cp)
     node = _online(cp)
-    claimed = _claim_until(cp, node, running["work_id"])
+    claimed = claim_until(cp, node, running["work_id"])
     assert cp.admin("POST", f"/api/v1/admin/work/{running['work_id']}/cancel").json()["status"] == "cancelled"
     renew = cp.lease_call(node, running["work_id"], "renew", {"epoch": claimed["epoch"]})
     assert renew.status_code == 409 and renew.json()["error"]["code"] == "work_cancelled"
@@ -324,7 +302,7 @@ def body_of(document: dict[str, Any]) -> dict[str, Any]:
 def test_a_claim_takes_the_oldest_queued_item(stack, cp: ControlPlane) -> None:  # type: ignore[no-untyped-def]
     node = _online(cp)
     while (response := cp.claim(node)).status_code == 200:  # what earlier tests left queued
-        _finish(cp, node, response.json())
+        finish(cp, node, response.json())
     first, second = _submitted(cp), _submitted(cp)
     assert cp.claim(node).json()["work_id"] == first["work_id"]
     assert cp.claim(node).json()["work_id"] == second["work_id"]
