@@ -173,7 +173,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def _admin_client(base_url: str, token: str) -> Any:
     import requests
-
     from modelforge_cli.api_client import ControlPlane
 
     session = requests.Session()

@@ -31,8 +31,8 @@ PROBES = {
     "import app": "import app",
     "first heartbeat's imports": (
         "import app\n"
-        "from chalicelib import validation\n"
-        "from chalicelib.models import NodeModel\n"
+        "from chalicelib.domain import validation\n"
+        "from chalicelib.stores.models import NodeModel\n"
         "validation._validator('HEARTBEAT')\n"
         "NodeModel._get_connection()\n"
     ),

@@ -186,7 +186,7 @@ def _epoch(iso: str) -> float:
 
 
 def derive(age: float, stale_after: float, offline_after: float) -> str:
-    """The status the control plane must report for a heartbeat this old (chalicelib.liveness)."""
+    """The status the control plane must report for a heartbeat this old (chalicelib.domain.liveness)."""
     if age < stale_after:
         return ONLINE
     if age < offline_after:

@@ -40,8 +40,8 @@ if str(Path(__file__).resolve().parent) not in sys.path:
     sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/_support, also when loaded by a test
 
 import _support
-from modelforge_cli.item_size import WRITE_UNIT_BYTES, item_size, item_size_breakdown, write_units
 from _support import LOOPBACK, BenchFailure
+from modelforge_cli.item_size import WRITE_UNIT_BYTES, item_size, item_size_breakdown, write_units
 
 HEARTBEAT_PATH = "/api/v1/agent/heartbeat"
 REGION = "us-east-1"
@@ -329,7 +329,7 @@ def raw_update_item_rate(endpoint_url: str, concurrency: int, seconds: float, no
 #: What a node with a runtime worker advertises (the hint reads the queue of each work capability).
 WORKER_CAPABILITIES = ["cpu", "ocr", "diagnostic.echo"]
 HINT_NODES = 10
-#: chalicelib.work_hint.DEFAULT_TTL_SECONDS (bench/ does not import the functions' package)
+#: chalicelib.services.work_hint.DEFAULT_TTL_SECONDS (bench/ does not import the functions' package)
 HINT_TTL_SECONDS = 5.0
 
 

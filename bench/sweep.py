@@ -9,7 +9,7 @@ For each fleet size it starts a fresh control plane in this process (``LocalStac
 Chalice app on a moto emulator, all on 127.0.0.1), writes that many online node items straight
 into the nodes table (boto3 ``BatchWriteItem`` against the emulator, 25 items a call, no API
 calls), ``--stale-percent`` of them last heard from ``stale_after + 5`` s ago and the rest 5 s
-ago, then runs the deployed sweep (``chalicelib.sweep.run``) once and prints:
+ago, then runs the deployed sweep (``chalicelib.services.sweep.run``) once and prints:
 
 - what the sweep read (``SweepReport.items_read``: the late nodes' index entries, plus the
   online-node counter the mass-outage guard reads when at least 10 nodes are late), what it
@@ -80,8 +80,8 @@ def node_item(node_id: str, last_heartbeat_at: float, bucket_seconds: int, creat
     keys are what a heartbeat writes: ``liveness_shard = index_partition('online', node_id)`` and
     ``heartbeat_bucket = bucket(last_heartbeat_at, settings.sweep_bucket_seconds)``.
     """
-    from chalicelib import liveness
-    from chalicelib.models import NodeModel
+    from chalicelib.domain import liveness
+    from chalicelib.stores.models import NodeModel
 
     beat = round(last_heartbeat_at, 3)
     created = round(created_at, 3)
@@ -248,7 +248,9 @@ def run_size(count: int, stale_percent: float) -> SizeResult:
         stack.start()
         _support.require_loopback(stack.aws_endpoint_url, "the AWS emulator")
         _support.require_loopback(stack.api_url, "the API server")
-        from chalicelib import instance, liveness, sweep
+        from chalicelib import instance
+        from chalicelib.domain import liveness
+        from chalicelib.services import sweep
 
         settings = instance.get().settings
         stores = instance.get().stores

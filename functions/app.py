@@ -12,22 +12,10 @@ import time
 from typing import Any, Callable
 
 from chalice import Chalice, Rate, Response
-from chalicelib import (
-    console,
-    enrollments,
-    instance,
-    node_agent_settings,
-    nodes,
-    paging,
-    readiness,
-    state_log_store,
-    sweep,
-    views,
-    work,
-)
-from chalicelib.records import MASS_STALE_HOLD
-from chalicelib.auth import require_admin, require_node
-from chalicelib.errors import (
+from chalicelib import instance
+from chalicelib.api import console, paging, views
+from chalicelib.config.settings import SettingsError
+from chalicelib.domain.errors import (
     Conflict,
     DomainError,
     Forbidden,
@@ -39,8 +27,11 @@ from chalicelib.errors import (
     Unauthenticated,
     invalid_request,
 )
-from chalicelib.settings import SettingsError
-from chalicelib.validation import ascii_int, parse_json_object, validate, validate_query
+from chalicelib.domain.records import MASS_STALE_HOLD
+from chalicelib.domain.validation import ascii_int, parse_json_object, validate, validate_query
+from chalicelib.services import enrollments, node_agent_settings, nodes, readiness, sweep, work
+from chalicelib.services.auth import require_admin, require_node
+from chalicelib.stores import state_log_store
 from modelforge_logging import jsonlog
 from modelforge_protocol import work as work_protocol
 from modelforge_protocol.versions import (
@@ -201,7 +192,7 @@ def health() -> dict[str, Any]:
 def openapi_document() -> dict[str, Any]:
     """The OpenAPI 3.1 document of this API (built on the first request for it, not at cold start)."""
     validate_query(_request().query_params, set())
-    from chalicelib import openapi
+    from chalicelib.api import openapi
 
     return openapi.document()
 

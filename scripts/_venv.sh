@@ -35,12 +35,13 @@ for record in "$VENV"/lib/python3*/site-packages/modelforge_compute-*.dist-info/
     "$VENV/bin/python" -m pip uninstall --quiet --yes modelforge-compute >/dev/null
   fi
 done
-# Four distributions, one per layer, all editable from this checkout in one call: the shared
+# Five distributions, one per deployable, all editable from this checkout in one call: the shared
 # protocol, the node agent (what a GPU host installs), the runtime worker (beside it, with the
-# model runtime) and the tooling with the test extra. The agent's dependencies at the exact
+# model runtime), the control plane's code and the tooling with the test extra. The agent's dependencies at the exact
 # versions its image installs (agent/constraints.txt), so the suite tests what a node runs.
 "$VENV/bin/python" -m pip install --quiet --no-build-isolation -c "$ROOT/agent/constraints.txt" \
   -e "$ROOT/protocol" \
   -e "$ROOT/agent" \
   -e "$ROOT/worker" \
+  -e "$ROOT/functions" \
   -e "$ROOT[${MODELFORGE_EXTRAS:-test}]"

@@ -9,15 +9,15 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-
 from modelforge_logging import jsonlog
-from .dynamodb_stores import dynamodb_stores
-from .known_callers import KnownCallers
-from .models import bind_tables
-from .settings import Settings, load_settings
-from .stores import Stores
-from .work_hint import WorkHint
-from .transactions import reset_connection
+
+from chalicelib.config.settings import Settings, load_settings
+from chalicelib.services.known_callers import KnownCallers
+from chalicelib.services.work_hint import WorkHint
+from chalicelib.stores.contract import Stores
+from chalicelib.stores.dynamodb import dynamodb_stores
+from chalicelib.stores.models import bind_tables
+from chalicelib.stores.transactions import reset_connection
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,8 @@ from urllib.parse import parse_qs, urlsplit
 from modelforge_node_agent.agent import Agent
 from modelforge_node_agent.config import load_config
 from modelforge_node_agent.control_plane import ENROLL, HEARTBEAT, INVENTORY, WORK_CLAIM, ControlPlaneClient
-from modelforge_node_agent.identity import StateVolume, new_identity
 from modelforge_node_agent.gpu_source import NoGpus
+from modelforge_node_agent.identity import StateVolume, new_identity
 from modelforge_node_agent.transport import base_url, build_session
 from modelforge_node_agent.work_runner import WorkRunner, for_config
 

@@ -18,8 +18,8 @@ import trustme
 
 from tests.agent.fake_control_plane import TOKEN, FakeServer, fake_server, json_reply
 from tests.conftest import ADMIN_TOKEN
-from tests.support.api import ControlPlane
 from tests.support.agent_process import agent_env, start_agent
+from tests.support.api import ControlPlane
 from tests.support.polling import wait_until
 from tests.support.processes import RunningProcess, free_port, start_local_up
 

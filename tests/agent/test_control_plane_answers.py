@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 import trustme
-from modelforge_node_agent.control_plane import ENROLL, HEARTBEAT
-from modelforge_node_agent.control_plane import Refused
+from modelforge_node_agent.control_plane import ENROLL, HEARTBEAT, Refused
 from modelforge_node_agent.exit_codes import IDENTITY_REFUSED, PROTOCOL_INCOMPATIBLE, exit_for
 
 from tests.agent.fake_control_plane import (

@@ -22,7 +22,6 @@ from modelforge_node_agent.control_plane import COMPLETE, ENROLL, HEARTBEAT, INV
 from modelforge_node_agent.exit_codes import CONFIGURATION_INVALID, IDENTITY_REFUSED, exit_for
 from modelforge_node_agent.failures import RedirectRefused
 from modelforge_node_agent.main import run_agent
-from modelforge_protocol import schemas, work
 from modelforge_node_agent.work_runner import (
     TransferFailed,
     WorkRunner,
@@ -31,6 +30,7 @@ from modelforge_node_agent.work_runner import (
     default_renew_interval,
     for_config,
 )
+from modelforge_protocol import schemas, work
 
 from tests.agent.fake_control_plane import (
     SIGNATURE,

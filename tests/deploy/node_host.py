@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from modelforge_protocol.credentials import new_enrollment_token
+
 from tests.support import fake_docker
 
 ROOT = Path(__file__).resolve().parents[2]

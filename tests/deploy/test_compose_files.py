@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 import yaml
-
 from modelforge_protocol.credentials import ENROLLMENT_TOKEN_RE, NODE_CREDENTIAL_RE
 from modelforge_protocol.versions import IMAGE_TAG_VERSION
+
 from tests.deploy.node_host import ROOT, new_token
 
 BASE = "docker-compose.yml"

@@ -18,12 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from packaging.requirements import Requirement
-from packaging.utils import canonicalize_name
-
 from modelforge_cli.release_manifest import PLACEHOLDER_LABELS
 from modelforge_protocol.versions import IMAGE_TAG_VERSION
 from modelforge_runtime_worker.artifacts import RAPIDOCR_VERSION
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
 from tests.deploy.node_host import ROOT
 from tests.support.agent_wheels import agent_wheels, outside_env
 

@@ -14,8 +14,8 @@ import termios
 from pathlib import Path
 
 import pytest
-
 from modelforge_protocol.versions import IMAGE_TAG_VERSION
+
 from tests.deploy.node_host import IMAGE_ID, ROOT, START, NodeHost, new_token
 from tests.support import fake_docker
 from tests.support.polling import wait_until

@@ -14,9 +14,9 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from modelforge_node_agent.identity import IDENTITY_FILE, StateVolume, new_identity
 from modelforge_protocol.versions import IMAGE_TAG_VERSION
+
 from tests.deploy.node_host import RECREATE, ROOT, NodeHost, new_token
 from tests.support import fake_docker
 from tests.support.polling import wait_until

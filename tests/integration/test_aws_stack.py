@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chalicelib import aws_permissions, console
+from chalicelib.api import console
+from chalicelib.stores import aws_permissions
 from modelforge_cli import infra_admin_iam
 from modelforge_cli.http_server import load_app
 
@@ -206,7 +207,7 @@ def test_each_role_grants_exactly_the_actions_of_the_calls_its_function_can_reac
 
 def test_every_aws_call_in_the_functions_is_in_the_permission_table() -> None:
     found = aws_calls.every_call()
-    assert found.unknown == [], "add these calls to functions/chalicelib/aws_permissions.py"
+    assert found.unknown == [], "add these calls to functions/chalicelib/stores/aws_permissions.py"
     assert found.actions == aws_calls.calls_of("APIHandler").actions | aws_calls.calls_of("StateLog").actions
 
 

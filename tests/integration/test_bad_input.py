@@ -329,7 +329,7 @@ def b64(value: Any) -> str:
 
 def _log_mirrors_outbox(snap: dict[str, Any]) -> list[str]:
     """Every outbox event is in the state log, and the log holds nothing else."""
-    from chalicelib.state_log import state_log_key
+    from chalicelib.stores.state_log import state_log_key
 
     events = {state_log_key(item["event_id"]["S"]) for item in snap["MODELFORGE_OUTBOX_TABLE"]}
     logged = set(snap["state_log"])
@@ -344,7 +344,7 @@ def _log_mirrors_outbox(snap: dict[str, Any]) -> list[str]:
 def _shipped_state(plane: RunningProcess) -> dict[str, Any]:
     """The whole state of ``plane`` once its state log holds every outbox event (its stream
     poller ships them a fraction of a second after they are written)."""
-    from chalicelib.state_log import state_log_key
+    from chalicelib.stores.state_log import state_log_key
     from modelforge_cli import provision
 
     names = provision.resource_names("modelforge")
@@ -908,9 +908,9 @@ def test_enroll_expired_token_is_refused_410_enrollment_token_expired(
 
 def test_enrollment_refusal_past_expiry_is_410_enrollment_token_expired_unit() -> None:
     """Unit level: a pending token is refused as expired from the instant it expires."""
-    from chalicelib import enrollments
-    from chalicelib.errors import Gone
-    from chalicelib.records import Enrollment
+    from chalicelib.domain.errors import Gone
+    from chalicelib.domain.records import Enrollment
+    from chalicelib.services import enrollments
 
     item = Enrollment(
         enrollment_id="enr_" + "0" * 32,

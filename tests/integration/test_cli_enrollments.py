@@ -6,9 +6,9 @@ import re
 import signal
 import sys
 from datetime import datetime
+from pathlib import Path
 
 from modelforge_protocol.versions import IMAGE_TAG_VERSION
-from pathlib import Path
 
 from tests.support.admin_cli import modelforge
 from tests.support.api import AgentIdentity, ControlPlane

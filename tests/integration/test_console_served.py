@@ -10,7 +10,7 @@ import json
 
 import pytest
 import requests
-from chalicelib import console
+from chalicelib.api import console
 from modelforge_protocol.versions import IMAGE_TAG_VERSION
 
 from tests.support import raw_http
@@ -176,5 +176,5 @@ def test_the_lambda_bundle_carries_every_console_file() -> None:
     from tests.support import packaging
 
     names = set(zipfile.ZipFile(packaging.packaged() / "deployment.zip").namelist())
-    assert "chalicelib/console.py" in names
-    assert {f"chalicelib/console_assets/{name}" for name in [console.INDEX, *console.ASSETS]} <= names
+    assert "chalicelib/api/console.py" in names
+    assert {f"chalicelib/api/console_assets/{name}" for name in [console.INDEX, *console.ASSETS]} <= names

@@ -10,8 +10,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from chalicelib import resources
-from chalicelib.models import MODELS_BY_LOGICAL_NAME
+from chalicelib.config import resources
+from chalicelib.stores.models import MODELS_BY_LOGICAL_NAME
 from modelforge_cli.provision import RESOURCE_ENV, load_resources
 
 from tests.support import packaging
@@ -42,7 +42,7 @@ def test_model_keys_match_the_deployed_table_definitions() -> None:
 
 
 def test_the_sweep_index_matches_the_deployed_definition() -> None:
-    from chalicelib.models import NodeModel
+    from chalicelib.stores.models import NodeModel
 
     index = load_resources()["NodesTable"]["Properties"]["GlobalSecondaryIndexes"][0]
     assert index["IndexName"] == NodeModel.by_liveness.Meta.index_name
@@ -51,7 +51,7 @@ def test_the_sweep_index_matches_the_deployed_definition() -> None:
 
 
 def test_deployable_liveness_thresholds_always_have_offline_above_stale() -> None:
-    from chalicelib.settings import load_settings
+    from chalicelib.config.settings import load_settings
     from modelforge_cli.infra import PARAMETERS
 
     stale = PARAMETERS["StaleAfterSeconds"]["AllowedValues"]
@@ -80,7 +80,7 @@ def packaged() -> Path:
 def test_lambda_bundle_carries_the_shared_protocol_package_and_no_agent_code(packaged: Path) -> None:
     names = zipfile.ZipFile(packaged / "deployment.zip").namelist()
     assert "modelforge_protocol/versions.py" in names and "modelforge_logging/jsonlog.py" in names
-    assert "app.py" in names and "chalicelib/enrollments.py" in names
+    assert "app.py" in names and "chalicelib/services/enrollments.py" in names
     assert not any(name.startswith(("modelforge_node_agent/", "modelforge_runtime_worker/", "modelforge_cli/")) for name in names)
 
 
@@ -141,7 +141,7 @@ def test_every_gateway_refusal_carries_the_consoles_security_headers(packaged: P
     """A gateway response answers console paths too (an unknown file below /console/, a method a
     console route lacks), and every console answer carries the headers: each response sets them,
     as static values in single quotes (API Gateway's form)."""
-    from chalicelib import console
+    from chalicelib.api import console
 
     template = resolve(json.loads((packaged / "sam.json").read_text()), {"AdminRoutesUseIam": iam})
     responses = template["Resources"]["RestAPI"]["Properties"]["GatewayResponses"]
@@ -156,7 +156,7 @@ def test_every_gateway_refusal_carries_the_consoles_security_headers(packaged: P
 def test_gateway_refusals_answer_what_the_local_server_and_the_openapi_document_say(packaged: Path) -> None:
     """An unknown path is 404 not_found deployed as locally (API Gateway answers a method a path
     lacks the same way: docs/ARCHITECTURE.md), and throttling is the 429 every operation lists."""
-    from chalicelib import openapi
+    from chalicelib.api import openapi
 
     template = resolve(json.loads((packaged / "sam.json").read_text()), {"AdminRoutesUseIam": False})
     responses = template["Resources"]["RestAPI"]["Properties"]["GatewayResponses"]

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-import shutil
 import re
+import shutil
 import socket
 import threading
 from functools import partial
@@ -14,8 +14,8 @@ import pytest
 import requests
 
 from tests.conftest import ADMIN_TOKEN
-from tests.support.pki import write_server_pki
 from tests.support.api import AgentIdentity, ControlPlane
+from tests.support.pki import write_server_pki
 from tests.support.polling import wait_until
 from tests.support.processes import free_port, local_up_command, run_to_exit, start_local_up
 

@@ -15,8 +15,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from packaging.requirements import Requirement
 from modelforge_protocol.versions import AGENT_VERSION, RELEASE
+from packaging.requirements import Requirement
 
 from tests.support.agent_wheels import agent_wheels, outside_env
 from tests.support.processes import run_to_exit

@@ -5,8 +5,10 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from chalicelib import nodes, readiness, instance, views
-from chalicelib.auth import NodeCaller
+from chalicelib import instance
+from chalicelib.api import views
+from chalicelib.services import nodes, readiness
+from chalicelib.services.auth import NodeCaller
 from modelforge_protocol.credentials import sha256_hex
 
 from tests.support.api import AgentIdentity, ControlPlane, gpu_inventory

@@ -10,8 +10,8 @@ import time
 from typing import Any
 
 import boto3
-from chalicelib.records import HEARTBEAT_FIELDS
-from chalicelib.state_log import state_log_key
+from chalicelib.domain.records import HEARTBEAT_FIELDS
+from chalicelib.stores.state_log import state_log_key
 from modelforge_cli import provision
 from modelforge_cli.replay import TABLE_ENV
 
@@ -157,9 +157,10 @@ def _wait_until_shipped(endpoint: str, names: dict[str, str]) -> None:
 #: as a deployment from before the counter (or a counter removed by hand) has none.
 _SWEEPS = """
 import dataclasses, json, sys
-from chalicelib import instance, sweep
-from chalicelib.models import FleetStateModel
-from chalicelib.records import ONLINE_NODES
+from chalicelib.services import sweep
+from chalicelib import instance
+from chalicelib.stores.models import FleetStateModel
+from chalicelib.domain.records import ONLINE_NODES
 for step in json.loads(sys.argv[1]):
     if step.get("drop_counter"):
         FleetStateModel(ONLINE_NODES).delete()

@@ -10,9 +10,12 @@ import logging
 import time
 
 import pytest
-from chalicelib import instance, liveness, node_store, nodes, sweep
-from chalicelib.records import MASS_STALE_HOLD
-from chalicelib.auth import NodeCaller
+from chalicelib import instance
+from chalicelib.domain import liveness
+from chalicelib.domain.records import MASS_STALE_HOLD
+from chalicelib.services import nodes, sweep
+from chalicelib.services.auth import NodeCaller
+from chalicelib.stores import node_store
 from modelforge_protocol.credentials import sha256_hex
 
 from tests.support.api import AgentIdentity, ControlPlane
@@ -224,7 +227,7 @@ def test_the_local_scheduler_event_runs_the_deployed_sweep_handler(stack, cp: Co
 
 def test_online_now_condition_refuses_work_for_a_node_that_is_not_online(stack, cp: ControlPlane) -> None:
     """The helper every future work claim must use: checked inside the write's own condition."""
-    from chalicelib.models import NodeModel
+    from chalicelib.stores.models import NodeModel
     from pynamodb.exceptions import UpdateError
 
     settings = instance.get().settings

@@ -10,10 +10,12 @@ import threading
 import time
 from typing import Any, Callable
 
-from chalicelib import instance, liveness, sweep
-from chalicelib.item_records import item_of
-from chalicelib.models import FleetStateModel
-from chalicelib.records import MASS_STALE_HOLD, ONLINE_NODES, FleetState
+from chalicelib import instance
+from chalicelib.domain import liveness
+from chalicelib.domain.records import MASS_STALE_HOLD, ONLINE_NODES, FleetState
+from chalicelib.services import sweep
+from chalicelib.stores.item_records import item_of
+from chalicelib.stores.models import FleetStateModel
 
 from tests.support.api import ControlPlane
 from tests.support.snapshots import scan_table

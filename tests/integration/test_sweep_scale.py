@@ -14,7 +14,9 @@ import secrets
 import time
 from types import ModuleType
 
-from chalicelib import instance, liveness, sweep
+from chalicelib import instance
+from chalicelib.domain import liveness
+from chalicelib.services import sweep
 from modelforge_cli.emulator import operations_delta
 
 from tests.support import bench_scripts

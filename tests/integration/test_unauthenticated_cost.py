@@ -12,9 +12,10 @@ import time
 from typing import Any
 
 import pytest
-from chalicelib import nodes, instance
-from chalicelib.auth import NodeCaller
-from chalicelib.known_callers import KnownCallers
+from chalicelib import instance
+from chalicelib.services import nodes
+from chalicelib.services.auth import NodeCaller
+from chalicelib.services.known_callers import KnownCallers
 from modelforge_cli.emulator import operations_delta
 from modelforge_protocol.credentials import sha256_hex
 

@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 import requests
-from chalicelib import instance, nodes, sweep
-from chalicelib.auth import NodeCaller
-from chalicelib.errors import GuardFailed
+from chalicelib import instance
+from chalicelib.domain.errors import GuardFailed
+from chalicelib.services import nodes, sweep
+from chalicelib.services.auth import NodeCaller
 from modelforge_protocol.credentials import sha256_hex
 
 from tests.support.api import AgentIdentity, ControlPlane
@@ -197,7 +198,7 @@ def test_a_stale_node_gets_no_work_even_while_its_persisted_status_says_online(s
 
 
 def _event(work_id: str) -> Any:
-    from chalicelib.records import Event
+    from chalicelib.domain.records import Event
 
     return Event("work.leased", {"work_id": work_id}, time.time())
 

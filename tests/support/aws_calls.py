@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
-from chalicelib import aws_permissions, models
+from chalicelib.stores import aws_permissions, models
 from pynamodb.attributes import Attribute
 from pynamodb.indexes import Index
 
@@ -59,17 +59,15 @@ def _module_name(path: Path) -> str:
 @cache
 def _modules() -> dict[str, _Module]:
     found: dict[str, _Module] = {}
-    for path in [FUNCTIONS / "app.py", *sorted((FUNCTIONS / "chalicelib").glob("*.py"))]:
+    for path in [FUNCTIONS / "app.py", *sorted((FUNCTIONS / "chalicelib").rglob("*.py"))]:
         module = _Module(_module_name(path), ast.parse(path.read_text(), str(path)))
         for node in module.tree.body:
             if isinstance(node, ast.ImportFrom):
-                base = "chalicelib" if node.level == 1 or node.module == "chalicelib" else node.module or ""
-                if node.level == 1 and node.module:
-                    base = f"chalicelib.{node.module}"
+                base = node.module or ""
                 for alias in node.names:
                     local = alias.asname or alias.name
-                    if base == "chalicelib":
-                        module.modules[local] = f"chalicelib.{alias.name}"
+                    if (FUNCTIONS / base.replace(".", "/") / f"{alias.name}.py").is_file():
+                        module.modules[local] = f"{base}.{alias.name}"  # from chalicelib.layer import module
                     else:
                         module.names[local] = (base, alias.name)
             elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -85,7 +83,7 @@ def _modules() -> dict[str, _Module]:
 @cache
 def _store_classes() -> dict[str, Key]:
     """``Stores`` field -> (module, class) of its DynamoDB store (dynamodb_stores.py)."""
-    module = _modules()["chalicelib.dynamodb_stores"]
+    module = _modules()["chalicelib.stores.dynamodb"]
     found: dict[str, Key] = {}
     for node in ast.walk(module.tree):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Stores":

@@ -37,9 +37,9 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, TypeVar
 
-from chalicelib.errors import GuardFailed
-from chalicelib.records import ONLINE_NODES, Enrollment, Event, FleetState, Inventory, Node, WorkItem
-from chalicelib.stores import CLAIM_CHANGES_PER_WRITE, PARTNERS_PER_WRITE, PageKey, Stores, WorkGuard
+from chalicelib.domain.errors import GuardFailed
+from chalicelib.domain.records import ONLINE_NODES, Enrollment, Event, FleetState, Inventory, Node, WorkItem
+from chalicelib.stores.contract import CLAIM_CHANGES_PER_WRITE, PARTNERS_PER_WRITE, PageKey, Stores, WorkGuard
 
 R = TypeVar("R")
 

@@ -16,7 +16,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 
-
 @dataclass
 class Answer:
     status: int

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import boto3
-from chalicelib import resources
+from chalicelib.config import resources
 from modelforge_cli.emulator import READ_OPERATIONS
 
 TABLE_VARS = tuple(table.env_var for table in resources.TABLES)

@@ -4,8 +4,8 @@ test process, against the emulator the ``stack`` fixture started)."""
 from __future__ import annotations
 
 from chalicelib import instance
-from chalicelib.records import ONLINE_NODES, FleetState
-from chalicelib.stores import Stores
+from chalicelib.domain.records import ONLINE_NODES, FleetState
+from chalicelib.stores.contract import Stores
 
 
 def stores() -> Stores:

@@ -9,11 +9,13 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from chalicelib import enrollments, liveness, resources
-from chalicelib.auth import NodeCaller
-from chalicelib.records import Enrollment, Inventory, Node
-from chalicelib.settings import Settings, load_settings
-from chalicelib.stores import Stores
+from chalicelib.config import resources
+from chalicelib.config.settings import Settings, load_settings
+from chalicelib.domain import liveness
+from chalicelib.domain.records import Enrollment, Inventory, Node
+from chalicelib.services import enrollments
+from chalicelib.services.auth import NodeCaller
+from chalicelib.stores.contract import Stores
 from modelforge_protocol import credentials
 
 from tests.support.api import AgentIdentity, cpu_inventory, enroll_body, gpu_inventory, gpu_telemetry, heartbeat_body

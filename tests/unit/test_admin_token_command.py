@@ -5,8 +5,8 @@ from __future__ import annotations
 import hashlib
 
 import pytest
-from chalicelib import resources
-from chalicelib.settings import load_settings
+from chalicelib.config import resources
+from chalicelib.config.settings import load_settings
 from modelforge_cli.cli import main
 
 

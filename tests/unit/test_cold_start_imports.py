@@ -28,7 +28,7 @@ def test_importing_the_api_function_leaves_jsonschema_and_boto3_for_the_requests
 
 
 def test_the_first_validated_body_imports_jsonschema() -> None:
-    loaded = _modules_after("import app\nfrom chalicelib import validation\nvalidation._validator('HEARTBEAT')")
+    loaded = _modules_after("import app\nfrom chalicelib.domain import validation\nvalidation._validator('HEARTBEAT')")
     assert loaded["jsonschema"] is True
 
 

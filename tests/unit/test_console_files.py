@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
-from chalicelib import console
+from chalicelib.api import console
 
 FILES = sorted(path.name for path in console.ASSET_DIR.iterdir())
 SCRIPTS = sorted(name for name in console.ASSETS if name.endswith(".js"))

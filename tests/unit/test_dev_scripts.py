@@ -11,7 +11,7 @@ import shlex
 from pathlib import Path
 
 import pytest
-from chalicelib.settings import SettingsError, load_settings
+from chalicelib.config.settings import SettingsError, load_settings
 from modelforge_cli import provision
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from chalicelib import duplicate_identity
-from chalicelib.records import Event
-from chalicelib.stores import CLAIM_CHANGES_PER_WRITE, PARTNERS_PER_WRITE
+from chalicelib.domain.records import Event
+from chalicelib.services import duplicate_identity
+from chalicelib.stores.contract import CLAIM_CHANGES_PER_WRITE, PARTNERS_PER_WRITE
 
 from tests.support.memory_stores import MemoryStores, memory_stores
 from tests.unit.service_bodies import NOW, SETTINGS, Agent, gpu_uuid, inventory_of, inventory_record, node_record

@@ -6,8 +6,8 @@ import dataclasses
 from typing import Any
 
 import pytest
-from chalicelib import enrollments
-from chalicelib.errors import Conflict, DomainError, Gone, Invalid, NotFound, Unauthenticated
+from chalicelib.domain.errors import Conflict, DomainError, Gone, Invalid, NotFound, Unauthenticated
+from chalicelib.services import enrollments
 from modelforge_protocol import credentials
 
 from tests.support.memory_stores import MemoryStores, memory_stores

@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 
 import pytest
-from chalicelib import errors
+from chalicelib.domain import errors
 from modelforge_cli.http_server import load_app
 
 app = load_app()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from modelforge_protocol.versions import IMAGE_TAG_VERSION, RELEASE, image_tag_version
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from chalicelib.known_callers import KnownCallers
+from chalicelib.services.known_callers import KnownCallers
 
 
 def test_known_callers_remembers_and_forgets_exact_pairs() -> None:

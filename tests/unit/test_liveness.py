@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import pytest
-from chalicelib.liveness import OFFLINE, ONLINE, PENDING, STALE, derive
+from chalicelib.domain.liveness import OFFLINE, ONLINE, PENDING, STALE, derive
 
 STALE_AFTER, OFFLINE_AFTER = 60, 300
 

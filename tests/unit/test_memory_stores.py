@@ -7,9 +7,9 @@ import copy
 from typing import Any, Callable, Iterator
 
 import pytest
-from chalicelib.errors import GuardFailed
-from chalicelib.records import MASS_STALE_HOLD, ONLINE_NODES, Event, FleetState
-from chalicelib.stores import CLAIM_CHANGES_PER_WRITE, EnrollmentStore, FleetStateStore, NodeStore, Stores
+from chalicelib.domain.errors import GuardFailed
+from chalicelib.domain.records import MASS_STALE_HOLD, ONLINE_NODES, Event, FleetState
+from chalicelib.stores.contract import CLAIM_CHANGES_PER_WRITE, EnrollmentStore, FleetStateStore, NodeStore, Stores
 
 from tests.support.memory_stores import MemoryStores, memory_stores
 from tests.unit.service_bodies import NOW, Agent, enrollment_record, inventory_record, node_record

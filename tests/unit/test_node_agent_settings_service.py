@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chalicelib import node_agent_settings, views
-from chalicelib.errors import Invalid
+from chalicelib.api import views
+from chalicelib.domain.errors import Invalid
+from chalicelib.services import node_agent_settings
 from modelforge_protocol.release_bundle import NODE_AGENT_IMAGE, REQUIRED_LABELS, known_label_values
 from modelforge_protocol.versions import IMAGE_TAG_VERSION
 

@@ -6,11 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from chalicelib import liveness, nodes
-from chalicelib.errors import Conflict, Invalid, NotFound, RateLimited, Unauthenticated
-from chalicelib.known_callers import KnownCallers
-from chalicelib.records import ONLINE_NODES, TELEMETRY_COLUMNS, Event, FleetState
-from chalicelib.settings import INVENTORY_RATE_WINDOW_SECONDS
+from chalicelib.config.settings import INVENTORY_RATE_WINDOW_SECONDS
+from chalicelib.domain import liveness
+from chalicelib.domain.errors import Conflict, Invalid, NotFound, RateLimited, Unauthenticated
+from chalicelib.domain.records import ONLINE_NODES, TELEMETRY_COLUMNS, Event, FleetState
+from chalicelib.services import nodes
+from chalicelib.services.known_callers import KnownCallers
 
 from tests.support.memory_stores import MemoryStores, memory_stores
 from tests.unit.service_bodies import (

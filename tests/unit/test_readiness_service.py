@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Callable
 
 import pytest
-from chalicelib import enrollments, nodes, readiness
-from chalicelib.errors import NotFound
-from chalicelib.records import Event
+from chalicelib.domain.errors import NotFound
+from chalicelib.domain.records import Event
+from chalicelib.services import enrollments, nodes, readiness
 
 from tests.support.memory_stores import MemoryStores, memory_stores
 from tests.unit.service_bodies import (

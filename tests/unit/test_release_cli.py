@@ -10,10 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from modelforge_cli.cli import main
 from modelforge_protocol.release_bundle import bundle_file_name, manifest_file_name
 from modelforge_protocol.versions import IMAGE_TAG_VERSION
+
 from tests.support.image_tarballs import release_image, release_images, write_docker_save, write_oci_layout
 
 AGENT = "modelforge-node-agent"

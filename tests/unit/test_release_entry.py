@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from modelforge_cli.release_images import open_images
 from modelforge_cli.release_manifest import image_entry
 from modelforge_protocol.release_bundle import (
@@ -21,6 +20,7 @@ from modelforge_protocol.release_bundle import (
     release_tag,
 )
 from modelforge_protocol.versions import IMAGE_TAG_VERSION
+
 from tests.support.image_tarballs import release_image, write_docker_save
 
 AGENT = "modelforge-node-agent"

@@ -11,8 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
 from modelforge_cli.release_images import ImageArchiveError, open_images
+
 from tests.support.image_tarballs import (
     TestImage,
     read_member,

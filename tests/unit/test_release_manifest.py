@@ -10,12 +10,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from modelforge_cli.release_images import open_images
 from modelforge_cli.release_manifest import PLACEHOLDER_LABELS, make_bundle
 from modelforge_cli.release_verify import Refused, UsageError
 from modelforge_protocol.release_bundle import MANIFEST_FORMAT, bundle_file_name, manifest_file_name
 from modelforge_protocol.versions import IMAGE_TAG_VERSION
+
 from tests.support.image_tarballs import release_image, release_images, sha256, write_docker_save, write_oci_layout
 
 AGENT, WORKER = "modelforge-node-agent", "modelforge-runtime-worker"

@@ -12,7 +12,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from modelforge_cli.release_manifest import make_bundle
 from modelforge_cli.release_verify import verify_bundle
 from modelforge_protocol.release_bundle import REQUIRED_LABELS, known_label_values

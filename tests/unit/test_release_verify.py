@@ -10,12 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from modelforge_cli.release_images import open_images
 from modelforge_cli.release_manifest import make_bundle
 from modelforge_cli.release_verify import Refused, UsageError, compare_bundle_images, verify_bundle
 from modelforge_protocol.release_bundle import bundle_file_name, manifest_file_name
 from modelforge_protocol.versions import IMAGE_TAG_VERSION
+
 from tests.support.image_tarballs import (
     TestImage,
     layer,

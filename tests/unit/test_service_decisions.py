@@ -5,10 +5,11 @@ against the in-memory stores (test_*_service.py), and the emulator tests prove t
 from __future__ import annotations
 
 import pytest
-from chalicelib import nodes, readiness, resources
-from chalicelib.errors import RateLimited
-from chalicelib.records import Inventory, Node
-from chalicelib.settings import INVENTORY_RATE_WINDOW_SECONDS, load_settings
+from chalicelib.config import resources
+from chalicelib.config.settings import INVENTORY_RATE_WINDOW_SECONDS, load_settings
+from chalicelib.domain.errors import RateLimited
+from chalicelib.domain.records import Inventory, Node
+from chalicelib.services import nodes, readiness
 
 SETTINGS = load_settings(
     {

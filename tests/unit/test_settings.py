@@ -4,8 +4,8 @@ import hashlib
 import secrets
 
 import pytest
-from chalicelib import resources
-from chalicelib.settings import SettingsError, admin_token_weakness, load_settings
+from chalicelib.config import resources
+from chalicelib.config.settings import SettingsError, admin_token_weakness, load_settings
 
 TOKEN = secrets.token_urlsafe(32)
 BASE = {

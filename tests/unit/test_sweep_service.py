@@ -4,8 +4,9 @@ the in-memory stores."""
 from __future__ import annotations
 
 import pytest
-from chalicelib import liveness, nodes, sweep
-from chalicelib.records import MASS_STALE_HOLD, ONLINE_NODES, FleetState
+from chalicelib.domain import liveness
+from chalicelib.domain.records import MASS_STALE_HOLD, ONLINE_NODES, FleetState
+from chalicelib.services import nodes, sweep
 
 from tests.support.memory_stores import MemoryStores, memory_stores
 from tests.unit.service_bodies import NOW, SETTINGS, Agent, heartbeat_body, node_record, settings_with

@@ -3,9 +3,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from chalicelib.errors import DomainError, Invalid, TooLarge
-from chalicelib.paging import decode, encode
-from chalicelib.validation import parse_json_object, validate
+from chalicelib.api.paging import decode, encode
+from chalicelib.domain.errors import DomainError, Invalid, TooLarge
+from chalicelib.domain.validation import parse_json_object, validate
 
 
 def test_validation_messages_name_fields_but_never_echo_values() -> None:

@@ -4,8 +4,8 @@ ttl per instance."""
 from __future__ import annotations
 
 import pytest
-from chalicelib import work
-from chalicelib.work_hint import DEFAULT_TTL_SECONDS, WorkHint
+from chalicelib.services import work
+from chalicelib.services.work_hint import DEFAULT_TTL_SECONDS, WorkHint
 from modelforge_protocol.work import CAPABILITIES, ECHO, OCR
 
 from tests.support.memory_stores import MemoryStores, memory_stores

@@ -13,11 +13,11 @@ import json
 from typing import Any, Callable
 
 import pytest
-from chalicelib import work
-from chalicelib.errors import Conflict, DomainError, GuardFailed, Invalid, NotFound, TooLarge, Unauthenticated
-from chalicelib.known_callers import KnownCallers
-from chalicelib.records import Event, WorkItem
-from chalicelib.stores import ObjectStore, Stores, WorkGuard, WorkStore
+from chalicelib.domain.errors import Conflict, DomainError, GuardFailed, Invalid, NotFound, TooLarge, Unauthenticated
+from chalicelib.domain.records import Event, WorkItem
+from chalicelib.services import work
+from chalicelib.services.known_callers import KnownCallers
+from chalicelib.stores.contract import ObjectStore, Stores, WorkGuard, WorkStore
 from modelforge_protocol import work as protocol
 
 from tests.support.memory_stores import MemoryObjectStore, MemoryStores, memory_stores

@@ -9,7 +9,14 @@ from pathlib import Path
 import pytest
 from modelforge_runtime_worker.artifacts import Artifacts, bundled_models_dir
 from modelforge_runtime_worker.capabilities import Ocr, refuse_unavailable
-from modelforge_runtime_worker.ocr import CUDA_PROVIDER, Cancel, DownloadRefused, ModelLoadFailed, OcrEngine, refuse_downloads
+from modelforge_runtime_worker.ocr import (
+    CUDA_PROVIDER,
+    Cancel,
+    DownloadRefused,
+    ModelLoadFailed,
+    OcrEngine,
+    refuse_downloads,
+)
 
 
 def test_rapidocr_cannot_download_anything(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -3,10 +3,9 @@ integration tests and the benchmarks: tooling, not shipped to nodes or into the 
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass, field
 from typing import Any
-
-import secrets
 
 import requests
 from modelforge_protocol import credentials

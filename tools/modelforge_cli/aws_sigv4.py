@@ -65,8 +65,9 @@ class SigV4(requests.auth.AuthBase):
 
 def from_chain(api_url: str) -> SigV4:
     """Sign with the standard AWS credential chain; ``SigningUnavailable`` says what is missing."""
-    import botocore.session
     from urllib.parse import urlsplit
+
+    import botocore.session
 
     session = botocore.session.Session()
     try:

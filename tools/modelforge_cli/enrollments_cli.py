@@ -14,7 +14,7 @@ from modelforge_protocol.addresses import is_loopback_host
 from modelforge_protocol.release_bundle import NODE_AGENT_IMAGE, release_tag
 
 from . import tables
-from .admin_api import add_command, EXIT_OK, AdminApi, ApiRefused, CommandFailed, add_connection_options, segment
+from .admin_api import EXIT_OK, AdminApi, ApiRefused, CommandFailed, add_command, add_connection_options, segment
 
 PATH = "/api/v1/admin/node-enrollments"
 EXPIRY_CHOICES = {"5m": 300, "15m": 900, "1h": 3600, "24h": 86400}

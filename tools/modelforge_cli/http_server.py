@@ -52,12 +52,11 @@ from chalice.local import (
     LocalGatewayException,
     RouteMatcher,
 )
+from chalicelib.api import console  # importable once .catalogue put functions/ on the path
 from modelforge_protocol.schemas import MAX_BODY_BYTES
 from modelforge_protocol.work import MAX_SUBMIT_BODY_BYTES
 
 from .catalogue import FUNCTIONS_DIR
-
-from chalicelib import console  # importable once .catalogue put functions/ on the path
 
 #: The largest body the server reads: what the API accepts, no more.
 MAX_REQUEST_BYTES = MAX_BODY_BYTES
@@ -77,9 +76,7 @@ log = logging.getLogger("modelforge.local.http")
 
 
 def load_app(functions_dir: Path = FUNCTIONS_DIR) -> ModuleType:
-    """Import functions/app.py as Chalice would package it (with chalicelib importable)."""
-    if str(functions_dir) not in sys.path:
-        sys.path.insert(0, str(functions_dir))
+    """Import functions/app.py as Chalice would package it (chalicelib is installed: functions/pyproject.toml)."""
     existing = sys.modules.get("modelforge_functions_app")
     if existing is not None:
         return existing

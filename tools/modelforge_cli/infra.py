@@ -16,11 +16,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from chalicelib.api import console  # importable once .catalogue put functions/ on the path
+from chalicelib.stores import aws_permissions
+
 from . import infra_admin_iam, infra_node_api
+
 from .catalogue import FUNCTIONS_DIR, REPO_ROOT, resources
 from .provision import RESOURCE_ENV, load_resources
-
-from chalicelib import aws_permissions, console  # importable once .catalogue put functions/ on the path
 
 #: The bottom-layer packages the functions import, linked into functions/vendor/ (Chalice bundles it).
 SHARED_PACKAGES = (REPO_ROOT / "protocol" / "modelforge_protocol", REPO_ROOT / "protocol" / "modelforge_logging")
@@ -172,7 +174,7 @@ _STATE_LOG_OBJECTS = f"${{{_BUCKET}.Arn}}/{resources.STATE_LOG_PREFIX}*"
 #: Work inputs and results: the API function writes inputs and signs URLs for inputs and results.
 _WORK_OBJECTS = tuple(f"${{{_BUCKET}.Arn}}/{prefix}*" for prefix in (resources.WORK_INPUT_PREFIX, resources.WORK_RESULT_PREFIX))
 
-#: The DynamoDB actions each function's code calls, as chalicelib/aws_permissions.py maps its
+#: The DynamoDB actions each function's code calls, as chalicelib/stores/aws_permissions.py maps its
 #: calls (tests/integration/test_aws_stack.py derives them from the code and checks both ways).
 #: TransactWriteItems needs the action of each of its parts (PutItem, UpdateItem, DeleteItem,
 #: ConditionCheckItem), not an action of its own.

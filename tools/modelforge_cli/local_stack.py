@@ -17,6 +17,7 @@ from types import ModuleType
 from typing import Any, Self
 
 from . import provision
+
 from .emulator import Emulator, listen_error
 from .http_server import (
     DEFAULT_CONNECTION_TIMEOUT_SECONDS,
@@ -235,7 +236,7 @@ class LocalStack:
 
     def _outbox(self) -> Outbox:
         """The state log as the data dir's restore must know it (``persistence.Outbox``)."""
-        from chalicelib.state_log import state_log_key
+        from chalicelib.stores.state_log import state_log_key
 
         def object_key(item: dict[str, Any]) -> str | None:
             event_id = item.get("event_id", {}).get("S")

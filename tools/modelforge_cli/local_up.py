@@ -162,7 +162,7 @@ def _admin_token_line(stack: LocalStack, token_file: Path | None) -> str | None:
 
 def _start(stack: LocalStack, options: LocalOptions) -> int | None:
     """Start the stack; the exit code when it cannot start (one line said why), else None."""
-    from chalicelib.settings import SettingsError
+    from chalicelib.config.settings import SettingsError
 
     from .local_stack import AdminTokenFileError
     from .persistence import DataDirInUse, SnapshotError
@@ -194,6 +194,7 @@ def _start(stack: LocalStack, options: LocalOptions) -> int | None:
 def serve(options: LocalOptions, cpu_agent_state: Path | None = None, worker_dir: Path | None = None) -> int:
     """Start the local stack, print the ready line, and serve until SIGINT or SIGTERM."""
     from . import dev_agent
+
     from .http_server import load_app
     from .local_stack import LocalStack
 

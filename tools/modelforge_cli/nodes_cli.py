@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from . import readiness_cli, tables
-from .admin_api import add_command, EXIT_NO, EXIT_OK, AdminApi, CommandFailed, add_connection_options, segment
+from .admin_api import EXIT_NO, EXIT_OK, AdminApi, CommandFailed, add_command, add_connection_options, segment
 
 PATH = "/api/v1/admin/nodes"
 #: A node's liveness as the API computes it (docs/API.md, "Admin: nodes").

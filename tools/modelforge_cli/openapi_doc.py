@@ -21,7 +21,7 @@ REGENERATE = "python -m modelforge_cli.openapi_doc"
 
 def render() -> str:
     """The document as the file holds it: two-space indents, fields in the order they are built."""
-    from chalicelib import openapi  # functions/ is on the path (catalogue)
+    from chalicelib.api import openapi  # functions/ is on the path catalogue
 
     return json.dumps(openapi.build(), indent=2, ensure_ascii=False) + "\n"
 

@@ -17,7 +17,7 @@ import requests
 from modelforge_protocol import work as work_protocol
 
 from . import tables
-from .admin_api import add_command, EXIT_NO, EXIT_OK, AdminApi, CommandFailed, add_connection_options, segment
+from .admin_api import EXIT_NO, EXIT_OK, AdminApi, CommandFailed, add_command, add_connection_options, segment
 
 PATH = "/api/v1/admin/work"
 HEADERS = ["ID", "CAPABILITY", "STATUS", "ATTEMPTS", "NODE", "AGE"]

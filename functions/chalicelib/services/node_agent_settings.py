@@ -23,7 +23,7 @@ from modelforge_protocol.image_reference import check_pinned_reference
 from modelforge_protocol.release_bundle import NODE_AGENT_IMAGE, check_image_entry, release_tag
 from modelforge_protocol.versions import IMAGE_TAG_VERSION
 
-from .validation import validate
+from chalicelib.domain.validation import validate
 
 RELEASE_BUNDLE, REGISTRY = schemas.IMAGE_SOURCES
 _HOSTNAME = re.compile(schemas.HOSTNAME_PATTERN)

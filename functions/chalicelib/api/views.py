@@ -7,13 +7,13 @@ from typing import Any
 from modelforge_protocol.credentials import NODE_ID_HEADER
 from modelforge_protocol.versions import ACCEPTED, IMAGE_TAG_VERSION, Component, verdict
 
-from . import liveness
-from .enrollments import public_state
-from .records import TELEMETRY_COLUMNS, Enrollment, FleetState, Inventory, Node, WorkItem
-from .node_agent_settings import SettingsCheck
-from .readiness import Check, Readiness
-from .settings import Settings
-from .timestamps import iso
+from chalicelib.config.settings import Settings
+from chalicelib.domain import liveness
+from chalicelib.domain.records import TELEMETRY_COLUMNS, Enrollment, FleetState, Inventory, Node, WorkItem
+from chalicelib.domain.timestamps import iso
+from chalicelib.services.enrollments import public_state
+from chalicelib.services.node_agent_settings import SettingsCheck
+from chalicelib.services.readiness import Check, Readiness
 
 
 def enrollment(item: Enrollment, now: float) -> dict[str, Any]:

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from . import resources
+from chalicelib.config import resources
 
 
 class SettingsError(Exception):

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from modelforge_protocol import schemas
 
-from .errors import Invalid, TooLarge, invalid_request
+from chalicelib.domain.errors import Invalid, TooLarge, invalid_request
 
 if TYPE_CHECKING:
     from jsonschema import Draft202012Validator

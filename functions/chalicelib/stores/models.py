@@ -20,9 +20,8 @@ from pynamodb.attributes import (
 from pynamodb.indexes import AllProjection, GlobalSecondaryIndex, KeysOnlyProjection
 from pynamodb.models import Model
 
-from . import resources
-from .settings import Settings
-
+from chalicelib.config import resources
+from chalicelib.config.settings import Settings
 
 #: Every model's table until ``bind_tables`` names the real one (a model used unbound fails loudly).
 UNBOUND = "unbound-call-bind-tables-first"

@@ -24,14 +24,14 @@ from typing import Any
 
 from modelforge_protocol import work as protocol
 
-from .auth import NodeCaller, require_holder
-from .errors import Conflict, GuardFailed, Invalid, TooLarge, not_found
-from .known_callers import KnownCallers
-from .records import Event, Node, WorkItem
-from .resources import WORK_INPUT_PREFIX, WORK_RESULT_PREFIX
-from .settings import Settings
-from .stores import Stores, WorkGuard
-from .validation import validate_with
+from chalicelib.config.resources import WORK_INPUT_PREFIX, WORK_RESULT_PREFIX
+from chalicelib.config.settings import Settings
+from chalicelib.domain.errors import Conflict, GuardFailed, Invalid, TooLarge, not_found
+from chalicelib.domain.records import Event, Node, WorkItem
+from chalicelib.domain.validation import validate_with
+from chalicelib.services.auth import NodeCaller, require_holder
+from chalicelib.services.known_callers import KnownCallers
+from chalicelib.stores.contract import Stores, WorkGuard
 
 QUEUED, LEASED, SUCCEEDED, DEAD, CANCELLED = protocol.WORK_STATES
 #: Queued items a claim reads per round: it tries the oldest, then the others in random order, so

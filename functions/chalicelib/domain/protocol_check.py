@@ -6,7 +6,7 @@ from typing import Any
 
 from modelforge_protocol.versions import Component, Verdict, next_step, verdict
 
-from .errors import Invalid
+from chalicelib.domain.errors import Invalid
 
 
 def require_compatible(component: Component, body: dict[str, Any]) -> int:

@@ -13,12 +13,12 @@ from typing import Any
 from pynamodb.exceptions import DoesNotExist
 from pynamodb.transactions import TransactWrite
 
-from .item_records import item_of, record_of
-from .models import FleetStateModel, OutboxModel
-from .records import ONLINE_NODES, Event, FleetState
-from .state_log import event_item, put_change, update_change
-from .transactions import run_transaction
-from .update_actions import update_actions
+from chalicelib.domain.records import ONLINE_NODES, Event, FleetState
+from chalicelib.stores.item_records import item_of, record_of
+from chalicelib.stores.models import FleetStateModel, OutboxModel
+from chalicelib.stores.state_log import event_item, put_change, update_change
+from chalicelib.stores.transactions import run_transaction
+from chalicelib.stores.update_actions import update_actions
 
 
 def _unchanged_since(read_revision: int | None) -> Any:

@@ -33,7 +33,7 @@ from modelforge_protocol.credentials import (
 )
 from modelforge_protocol.versions import CONTROL_PLANE_RELEASE, Component, Verdict
 
-from . import console
+from chalicelib.api import console
 
 OPENAPI_VERSION = "3.1.0"
 #: Who may call an operation.
@@ -451,7 +451,7 @@ _PAGE = (
 _ENROLLMENT_PARAMETER = _path_id("enrollment_id", _ENROLLMENT_ID, "an enrollment id")
 _NODE_PARAMETER = _path_id("node_id", _NODE_ID, "a node id")
 _WORK_PARAMETER = _path_id("work_id", _WORK_ID, "a work id")
-#: Every console answer carries these (chalicelib/console.py).
+#: Every console answer carries these (chalicelib/api/console.py).
 _CONSOLE_HEADERS = {
     name: {"required": True, "schema": {"const": value}} for name, value in console.SECURITY_HEADERS.items()
 }

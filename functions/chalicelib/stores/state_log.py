@@ -15,9 +15,9 @@ from typing import Any
 
 from pynamodb.models import Model
 
-from .models import MODELS_BY_LOGICAL_NAME, OutboxModel
-from .records import Event
-from .resources import STATE_LOG_PREFIX
+from chalicelib.config.resources import STATE_LOG_PREFIX
+from chalicelib.domain.records import Event
+from chalicelib.stores.models import MODELS_BY_LOGICAL_NAME, OutboxModel
 
 _LOGICAL_NAME = {model: name for name, model in MODELS_BY_LOGICAL_NAME.items()}
 

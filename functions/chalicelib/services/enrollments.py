@@ -10,13 +10,21 @@ from typing import Any
 from modelforge_protocol import credentials
 from modelforge_protocol.versions import Component
 
-from . import duplicate_identity
-from .errors import DomainError, Gone, GuardFailed, Unauthenticated, conflict, invalid_request, not_found
-from .protocol_check import require_compatible
-from .records import Enrollment, Event, Inventory, Node
-from .settings import Settings
-from .stores import Stores
-from .validation import validate, validate_inventory
+from chalicelib.config.settings import Settings
+from chalicelib.domain.errors import (
+    DomainError,
+    Gone,
+    GuardFailed,
+    Unauthenticated,
+    conflict,
+    invalid_request,
+    not_found,
+)
+from chalicelib.domain.protocol_check import require_compatible
+from chalicelib.domain.records import Enrollment, Event, Inventory, Node
+from chalicelib.domain.validation import validate, validate_inventory
+from chalicelib.services import duplicate_identity
+from chalicelib.stores.contract import Stores
 
 PENDING, CONSUMED, REVOKED, EXPIRED = "pending", "consumed", "revoked", "expired"
 

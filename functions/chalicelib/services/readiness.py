@@ -11,12 +11,13 @@ from dataclasses import dataclass
 from modelforge_protocol import credentials
 from modelforge_protocol.versions import Component, Verdict, next_step, verdict
 
-from . import duplicate_identity, enrollments, liveness
-from .errors import not_found
-from .records import Inventory, Node
-from .settings import Settings
-from .stores import Stores
-from .timestamps import iso
+from chalicelib.config.settings import Settings
+from chalicelib.domain import liveness
+from chalicelib.domain.errors import not_found
+from chalicelib.domain.records import Inventory, Node
+from chalicelib.domain.timestamps import iso
+from chalicelib.services import duplicate_identity, enrollments
+from chalicelib.stores.contract import Stores
 
 HEARTBEAT_HINT = "check the agent log for ConnectError on POST /api/v1/agent/heartbeat"
 

@@ -7,13 +7,13 @@ from typing import Any
 from pynamodb.exceptions import DoesNotExist
 from pynamodb.transactions import TransactWrite
 
-from .item_records import item_of, record_of
-from .models import EnrollmentModel, GpuClaimModel, InventoryModel, NodeModel, OutboxModel
-from .records import Enrollment, Event, Inventory, Node
-from .state_log import event_item, put_change, update_change
-from .stores import PageKey
-from .transactions import run_transaction, update_with_event
-from .update_actions import update_actions
+from chalicelib.domain.records import Enrollment, Event, Inventory, Node
+from chalicelib.stores.contract import PageKey
+from chalicelib.stores.item_records import item_of, record_of
+from chalicelib.stores.models import EnrollmentModel, GpuClaimModel, InventoryModel, NodeModel, OutboxModel
+from chalicelib.stores.state_log import event_item, put_change, update_change
+from chalicelib.stores.transactions import run_transaction, update_with_event
+from chalicelib.stores.update_actions import update_actions
 
 
 class DynamoEnrollmentStore:

@@ -6,7 +6,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from .state_log import state_log_key
+from chalicelib.stores.state_log import state_log_key
 
 _ALREADY_WRITTEN = {"PreconditionFailed", "ConditionalRequestConflict", "412"}
 

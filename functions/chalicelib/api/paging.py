@@ -8,7 +8,7 @@ import json
 import re
 from typing import Any
 
-from .errors import invalid_request
+from chalicelib.domain.errors import invalid_request
 
 _KEY_VALUE = re.compile(r"^[a-z]+_[0-9a-f]{32}$")
 

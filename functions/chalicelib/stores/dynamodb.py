@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from .enrollment_store import DynamoEnrollmentStore
-from .fleet_state_store import DynamoFleetStateStore
-from .node_store import DynamoNodeStore
-from .object_store import S3ObjectStore
-from .stores import Stores
-from .work_store import DynamoWorkStore
+from chalicelib.stores.contract import Stores
+from chalicelib.stores.enrollment_store import DynamoEnrollmentStore
+from chalicelib.stores.fleet_state_store import DynamoFleetStateStore
+from chalicelib.stores.node_store import DynamoNodeStore
+from chalicelib.stores.object_store import S3ObjectStore
+from chalicelib.stores.work_store import DynamoWorkStore
 
 
 def dynamodb_stores(retention_seconds: int, s3_client: Callable[[], Any], bucket: str) -> Stores:

@@ -7,15 +7,15 @@ from typing import Any
 from pynamodb.exceptions import DoesNotExist, UpdateError
 from pynamodb.transactions import TransactWrite
 
-from . import fleet_state_store
-from .errors import GuardFailed
-from .item_records import record_of
-from .models import GpuClaimModel, InventoryModel, NodeModel, OutboxModel
-from .records import Event, Inventory, Node
-from .state_log import delete_change, event_item, put_change, update_change
-from .stores import PageKey
-from .transactions import run_transaction, update_with_event
-from .update_actions import update_actions
+from chalicelib.domain.errors import GuardFailed
+from chalicelib.domain.records import Event, Inventory, Node
+from chalicelib.stores import fleet_state_store
+from chalicelib.stores.contract import PageKey
+from chalicelib.stores.item_records import record_of
+from chalicelib.stores.models import GpuClaimModel, InventoryModel, NodeModel, OutboxModel
+from chalicelib.stores.state_log import delete_change, event_item, put_change, update_change
+from chalicelib.stores.transactions import run_transaction, update_with_event
+from chalicelib.stores.update_actions import update_actions
 
 #: What a heartbeat that brings a node online logs: its liveness, not the telemetry it carried.
 _LOGGED_ON_TRANSITION = ("liveness", "liveness_shard", "liveness_changed_at", "last_heartbeat_at")

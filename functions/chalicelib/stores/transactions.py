@@ -8,13 +8,12 @@ from typing import Any, Callable, Sequence
 
 from pynamodb.connection import Connection
 from pynamodb.exceptions import TransactWriteError
+from pynamodb.models import Model
 from pynamodb.transactions import TransactWrite
 
-from pynamodb.models import Model
-
-from .errors import GuardFailed
-from .models import OutboxModel
-from .update_actions import update_actions
+from chalicelib.domain.errors import GuardFailed
+from chalicelib.stores.models import OutboxModel
+from chalicelib.stores.update_actions import update_actions
 
 #: DynamoDB's limit on the items of one TransactWriteItems.
 MAX_TRANSACTION_ITEMS = 100

@@ -25,11 +25,12 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
-from . import liveness, work
-from .errors import GuardFailed
-from .records import MASS_STALE_HOLD, ONLINE_NODES, Event, FleetState
-from .settings import Settings
-from .stores import Stores
+from chalicelib.config.settings import Settings
+from chalicelib.domain import liveness
+from chalicelib.domain.errors import GuardFailed
+from chalicelib.domain.records import MASS_STALE_HOLD, ONLINE_NODES, Event, FleetState
+from chalicelib.services import work
+from chalicelib.stores.contract import Stores
 
 log = logging.getLogger("modelforge.sweep")
 

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from typing import Any, Iterator, TypeVar
 
-from . import liveness
-from .errors import GuardFailed
-from .records import Event, Node
-from .settings import Settings
-from .stores import CLAIM_CHANGES_PER_WRITE, PARTNERS_PER_WRITE, Stores
+from chalicelib.config.settings import Settings
+from chalicelib.domain import liveness
+from chalicelib.domain.errors import GuardFailed
+from chalicelib.domain.records import Event, Node
+from chalicelib.stores.contract import CLAIM_CHANGES_PER_WRITE, PARTNERS_PER_WRITE, Stores
 
 T = TypeVar("T")
 

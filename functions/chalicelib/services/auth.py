@@ -14,7 +14,7 @@ from modelforge_protocol.credentials import (
     sha256_hex,
 )
 
-from .errors import Forbidden, Unauthenticated
+from chalicelib.domain.errors import Forbidden, Unauthenticated
 
 
 def _header(headers: Mapping[str, str], name: str) -> str | None:

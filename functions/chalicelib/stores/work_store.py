@@ -13,15 +13,15 @@ from typing import Any
 from pynamodb.exceptions import DoesNotExist
 from pynamodb.transactions import TransactWrite
 
-from .item_records import item_of, record_of
-from .models import NodeModel, OutboxModel, WorkModel
-from .node_store import heartbeat_after as online_since
-from .node_store import holds_credential as _holds_credential
-from .records import Event, WorkItem
-from .state_log import event_item, put_change, update_change
-from .stores import PageKey, WorkGuard
-from .transactions import run_transaction
-from .update_actions import update_actions
+from chalicelib.domain.records import Event, WorkItem
+from chalicelib.stores.contract import PageKey, WorkGuard
+from chalicelib.stores.item_records import item_of, record_of
+from chalicelib.stores.models import NodeModel, OutboxModel, WorkModel
+from chalicelib.stores.node_store import heartbeat_after as online_since
+from chalicelib.stores.node_store import holds_credential as _holds_credential
+from chalicelib.stores.state_log import event_item, put_change, update_change
+from chalicelib.stores.transactions import run_transaction
+from chalicelib.stores.update_actions import update_actions
 
 #: The one partition of the by_lease index (leases are few next to nodes: one per running job).
 LEASED = "leased"

@@ -10,15 +10,16 @@ from typing import Any
 from modelforge_protocol import credentials
 from modelforge_protocol.versions import Component
 
-from . import duplicate_identity, liveness
-from .auth import NodeCaller, require_holder
-from .errors import Conflict, GuardFailed, RateLimited, conflict, not_found
-from .known_callers import KnownCallers
-from .protocol_check import require_compatible
-from .records import TELEMETRY_COLUMNS, Event, Inventory, Node
-from .settings import INVENTORY_RATE_WINDOW_SECONDS, Settings
-from .stores import Stores
-from .validation import require_unique, validate, validate_inventory
+from chalicelib.config.settings import INVENTORY_RATE_WINDOW_SECONDS, Settings
+from chalicelib.domain import liveness
+from chalicelib.domain.errors import Conflict, GuardFailed, RateLimited, conflict, not_found
+from chalicelib.domain.protocol_check import require_compatible
+from chalicelib.domain.records import TELEMETRY_COLUMNS, Event, Inventory, Node
+from chalicelib.domain.validation import require_unique, validate, validate_inventory
+from chalicelib.services import duplicate_identity
+from chalicelib.services.auth import NodeCaller, require_holder
+from chalicelib.services.known_callers import KnownCallers
+from chalicelib.stores.contract import Stores
 
 #: A transition heartbeat can lose a race with the sweep, an inventory replacement with another
 #: replacement; each then retries from a fresh read.

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from .records import Enrollment, Event, FleetState, Inventory, Node, WorkItem
+from chalicelib.domain.records import Enrollment, Event, FleetState, Inventory, Node, WorkItem
 
 #: An opaque position in a paged listing (None: the first page, or no more pages).
 PageKey = dict[str, Any] | None

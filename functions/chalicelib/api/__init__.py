@@ -1,0 +1,1 @@
+"""The HTTP edge: parse requests, shape answers, the OpenAPI document and the console's files."""

@@ -1,0 +1,1 @@
+"""The control plane's configuration: settings from the environment and the resource catalogue."""

@@ -1,0 +1,1 @@
+"""The domain: records, pure rules and errors. Imports nothing above it."""
