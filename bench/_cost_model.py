@@ -247,7 +247,12 @@ class RequestUnits:
 
 
 def write_request_units(
-    action: str, table: TableShape, before: Mapping[str, Any] | None, after: Mapping[str, Any] | None, *, transactional: bool
+    action: str,
+    table: TableShape,
+    before: Mapping[str, Any] | None,
+    after: Mapping[str, Any] | None,
+    *,
+    transactional: bool,
 ) -> RequestUnits:
     """One write action (``Put``, ``Update``, ``Delete`` or ``ConditionCheck``) on one item, given
     the item before and after it (a failed condition leaves them equal: still billed)."""
@@ -294,7 +299,9 @@ def write_targets(operation: str, payload: Mapping[str, Any], tables: Mapping[st
     raise ValueError(f"{operation} is not a write")
 
 
-def read_request_units(sizes: list[int], *, consistent: bool, transactional: bool = False, per_item: bool = False) -> float:
+def read_request_units(
+    sizes: list[int], *, consistent: bool, transactional: bool = False, per_item: bool = False
+) -> float:
     """Read request units of one read request: ``sizes`` are the sizes of the items it read
     (``per_item``: each item rounds up on its own, as in ``GetItem``/``BatchGetItem``)."""
     factor = 2.0 if transactional else (1.0 if consistent else 0.5)
@@ -379,7 +386,11 @@ def cost(usage: Usage, prices: Prices, deployment: Deployment) -> dict[str, floa
         + usage.s3_get_class * prices.rate("s3_get_and_other_requests"),
         "CloudWatch Logs": usage.log_bytes / BYTES_PER_GB * prices.rate("cloudwatch_logs_ingestion"),
         "EventBridge": usage.scheduled_events
-        * prices.rate("eventbridge_scheduled_rule_events" if deployment.schedule == "rule" else "eventbridge_scheduler_invocations"),
+        * prices.rate(
+            "eventbridge_scheduled_rule_events"
+            if deployment.schedule == "rule"
+            else "eventbridge_scheduler_invocations"
+        ),
         "Data transfer out": usage.transfer_out_bytes / BYTES_PER_GB * prices.rate("data_transfer_out"),
     }
 
@@ -398,7 +409,9 @@ def dominant(lines: Mapping[str, float]) -> tuple[str, float]:
 def node_month(heartbeat: Usage, interval_seconds: float, inventory: Usage, inventory_refresh_seconds: float) -> Usage:
     """What one node uses in a month: a heartbeat every interval and its inventory re-sent every
     refresh period (the agent waits the interval after each answer, so this is an upper bound)."""
-    return heartbeat.scaled(SECONDS_PER_MONTH / interval_seconds) + inventory.scaled(SECONDS_PER_MONTH / inventory_refresh_seconds)
+    return heartbeat.scaled(SECONDS_PER_MONTH / interval_seconds) + inventory.scaled(
+        SECONDS_PER_MONTH / inventory_refresh_seconds
+    )
 
 
 def linear_fit(points: list[tuple[float, float]], at: float) -> float:

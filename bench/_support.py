@@ -17,9 +17,9 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import IO, Any, Mapping
+from typing import IO, Any
 from urllib.parse import urlparse
 
 LOOPBACK = "127.0.0.1"
@@ -346,7 +346,10 @@ def prepare_stack_environment(log_level: str, *, keep_thresholds: bool) -> None:
     ones already set), the app's log level, and loopback traffic that never goes through a proxy."""
     os.environ.pop("MODELFORGE_ADMIN_TOKEN_SHA256", None)
     os.environ["MODELFORGE_ADMIN_TOKEN"] = secrets.token_urlsafe(32)
-    for name, seconds in (("MODELFORGE_NODE_STALE_AFTER_SECONDS", "60"), ("MODELFORGE_NODE_OFFLINE_AFTER_SECONDS", "300")):
+    for name, seconds in (
+        ("MODELFORGE_NODE_STALE_AFTER_SECONDS", "60"),
+        ("MODELFORGE_NODE_OFFLINE_AFTER_SECONDS", "300"),
+    ):
         if keep_thresholds:
             os.environ.setdefault(name, seconds)
         else:

@@ -39,10 +39,11 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 if str(Path(__file__).resolve().parent) not in sys.path:
     sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/_support, also when loaded by a test
@@ -77,17 +78,15 @@ REQUEST_TIMEOUT_SECONDS = 60
 # --- small helpers -------------------------------------------------------------------------
 
 
-
-
-
-
 def _new_client(base_url: str) -> Any:
     import requests
     from modelforge_cli.api_client import ControlPlane
 
     session = requests.Session()
     session.trust_env = False  # no proxies, no netrc: 127.0.0.1 only
-    return ControlPlane(base_url, os.environ["MODELFORGE_ADMIN_TOKEN"], session=session, timeout=REQUEST_TIMEOUT_SECONDS)
+    return ControlPlane(
+        base_url, os.environ["MODELFORGE_ADMIN_TOKEN"], session=session, timeout=REQUEST_TIMEOUT_SECONDS
+    )
 
 
 @dataclass
@@ -105,10 +104,14 @@ def enroll_nodes(base_url: str, count: int) -> list[Node]:
         client = _new_client(base_url)
         identity = AgentIdentity()
         minted = client.admin(
-            "POST", "/api/v1/admin/node-enrollments", json={"display_name": f"claims bench {index:03d}", "expires_in_seconds": 900}
+            "POST",
+            "/api/v1/admin/node-enrollments",
+            json={"display_name": f"claims bench {index:03d}", "expires_in_seconds": 900},
         )
         if minted.status_code != 201:
-            raise BenchFailure(f"minting an enrollment token answered {minted.status_code}: {_support.brief(minted.text)}")
+            raise BenchFailure(
+                f"minting an enrollment token answered {minted.status_code}: {_support.brief(minted.text)}"
+            )
         response = client.enroll(
             minted.json()["token"],
             identity,
@@ -116,7 +119,9 @@ def enroll_nodes(base_url: str, count: int) -> list[Node]:
             inventory={**cpu_inventory(), "capabilities": ["cpu", ECHO]},
         )
         if response.status_code != 201:
-            raise BenchFailure(f"enrolling node {index} answered {response.status_code}: {_support.brief(response.text)}")
+            raise BenchFailure(
+                f"enrolling node {index} answered {response.status_code}: {_support.brief(response.text)}"
+            )
         nodes.append(Node(identity=identity, client=client))
     return nodes
 
@@ -125,7 +130,9 @@ def heartbeat(nodes: list[Node]) -> None:
     for node in nodes:
         beat = node.client.heartbeat(node.identity)
         if beat.status_code != 200 or beat.json().get("status") != "online":
-            raise BenchFailure(f"heartbeat of {node.identity.node_id} answered {beat.status_code}: {_support.brief(beat.text)}")
+            raise BenchFailure(
+                f"heartbeat of {node.identity.node_id} answered {beat.status_code}: {_support.brief(beat.text)}"
+            )
 
 
 # --- one level ------------------------------------------------------------------------------
@@ -163,7 +170,9 @@ class LevelResult:
 
     @property
     def s3_per_claim(self) -> float:
-        return sum(value for name, value in self.operations.items() if name.startswith("S3:")) / max(1, len(self.claims))
+        return sum(value for name, value in self.operations.items() if name.startswith("S3:")) / max(
+            1, len(self.claims)
+        )
 
     @property
     def ok(self) -> bool:
@@ -221,7 +230,9 @@ def claim_phase(nodes: list[Node], items: int) -> tuple[list[Claimed], list[floa
                 continue
             if response.status_code != 204:
                 with guard:
-                    problems.append(f"claim by node {index} answered {response.status_code}: {_support.brief(response.text)}")
+                    problems.append(
+                        f"claim by node {index} answered {response.status_code}: {_support.brief(response.text)}"
+                    )
                 stop.set()
                 return
             with guard:
@@ -238,7 +249,10 @@ def claim_phase(nodes: list[Node], items: int) -> tuple[list[Claimed], list[floa
                 return
             time.sleep(EMPTY_BACKOFF_SECONDS)
 
-    threads = [threading.Thread(target=loop, args=(index,), name=f"claimer-{index}", daemon=True) for index in range(len(nodes))]
+    threads = [
+        threading.Thread(target=loop, args=(index,), name=f"claimer-{index}", daemon=True)
+        for index in range(len(nodes))
+    ]
     elapsed = _support.run_together(
         threads,
         start,
@@ -267,7 +281,9 @@ def complete_all(nodes: list[Node], claims: list[Claimed], base_url: str) -> lis
 
     def one(claim: Claimed) -> str | None:
         body = f'{{"echo":"{claim.work_id}"}}'.encode()
-        upload = requests.put(claim.result_upload_url, data=body, timeout=REQUEST_TIMEOUT_SECONDS, allow_redirects=False)
+        upload = requests.put(
+            claim.result_upload_url, data=body, timeout=REQUEST_TIMEOUT_SECONDS, allow_redirects=False
+        )
         if upload.status_code != 200:
             return f"upload of {claim.work_id} answered {upload.status_code}"
         done = client().lease_call(
@@ -506,10 +522,14 @@ def raw_write_rates(endpoint_url: str, names: Mapping[str, str], seconds: float)
 
         for threads in RAW_THREADS:
             clients = [
-                _support.emulator_dynamodb(endpoint_url, REGION, REQUEST_TIMEOUT_SECONDS, session) for _ in range(threads)
+                _support.emulator_dynamodb(endpoint_url, REGION, REQUEST_TIMEOUT_SECONDS, session)
+                for _ in range(threads)
             ]
             try:
-                for what, make in (("conditional UpdateItem", updates), ("claim-shaped TransactWriteItems", transactions)):
+                for what, make in (
+                    ("conditional UpdateItem", updates),
+                    ("claim-shaped TransactWriteItems", transactions),
+                ):
                     calls, elapsed, latencies = _run_for([make(clients[i], i) for i in range(threads)], seconds)
                     runs.append(RawRun(what, threads, calls, elapsed, latencies))
             finally:
@@ -554,7 +574,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def _latency(values: list[float]) -> str:
-    return f"{_support.percentile(values, 50):7.1f} {_support.percentile(values, 99):7.1f}" if values else f"{'-':>7} {'-':>7}"
+    return (
+        f"{_support.percentile(values, 50):7.1f} {_support.percentile(values, 99):7.1f}"
+        if values
+        else f"{'-':>7} {'-':>7}"
+    )
 
 
 def print_tables(levels: list[LevelResult], raw: list[RawRun]) -> None:

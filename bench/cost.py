@@ -123,7 +123,9 @@ class Meter:
             units.s3_get_class += 1  # DELETE is free
 
     def _item(self, request: Any, table: str, key: dict[str, Any]) -> dict[str, Any] | None:
-        item: dict[str, Any] | None = request.read("GetItem", {"TableName": table, "Key": key, "ConsistentRead": True}).get("Item")
+        item: dict[str, Any] | None = request.read(
+            "GetItem", {"TableName": table, "Key": key, "ConsistentRead": True}
+        ).get("Item")
         return item
 
     def _write(self, request: Any, units: model.RequestUnits) -> bytes:
@@ -154,12 +156,16 @@ class Meter:
         return bytes(response)
 
 
-def read_units_of(operation: str, payload: dict[str, Any], answer: dict[str, Any], counted: list[dict[str, Any]] | None) -> float:
+def read_units_of(
+    operation: str, payload: dict[str, Any], answer: dict[str, Any], counted: list[dict[str, Any]] | None
+) -> float:
     """Read request units of one read request, from what it read."""
     size = model.item_size
     if operation == "GetItem":
         item = answer.get("Item")
-        return model.read_request_units([size(item) if item else 0], consistent=bool(payload.get("ConsistentRead")), per_item=True)
+        return model.read_request_units(
+            [size(item) if item else 0], consistent=bool(payload.get("ConsistentRead")), per_item=True
+        )
     if operation in ("Query", "Scan"):
         items = counted if counted is not None else answer.get("Items", [])
         consistent = bool(payload.get("ConsistentRead")) and "IndexName" not in payload
@@ -168,13 +174,18 @@ def read_units_of(operation: str, payload: dict[str, Any], answer: dict[str, Any
         requested = payload.get("RequestItems", {})
         return sum(
             model.read_request_units(
-                [size(item) for item in items], consistent=bool(requested.get(table, {}).get("ConsistentRead")), per_item=True
+                [size(item) for item in items],
+                consistent=bool(requested.get(table, {}).get("ConsistentRead")),
+                per_item=True,
             )
             for table, items in answer.get("Responses", {}).items()
         )
     # TransactGetItems
     return model.read_request_units(
-        [size(entry.get("Item") or {}) for entry in answer.get("Responses", [])], consistent=True, transactional=True, per_item=True
+        [size(entry.get("Item") or {}) for entry in answer.get("Responses", [])],
+        consistent=True,
+        transactional=True,
+        per_item=True,
     )
 
 
@@ -354,7 +365,9 @@ def new_client(base_url: str) -> Any:
 
     session = requests.Session()
     session.trust_env = False  # no proxies, no netrc: 127.0.0.1 only
-    return ControlPlane(base_url, os.environ["MODELFORGE_ADMIN_TOKEN"], session=session, timeout=REQUEST_TIMEOUT_SECONDS)
+    return ControlPlane(
+        base_url, os.environ["MODELFORGE_ADMIN_TOKEN"], session=session, timeout=REQUEST_TIMEOUT_SECONDS
+    )
 
 
 def enroll(base_url: str, gpus: int, inventory: dict[str, Any], name: str) -> Node:
@@ -362,12 +375,18 @@ def enroll(base_url: str, gpus: int, inventory: dict[str, Any], name: str) -> No
     from modelforge_cli.api_client import AgentIdentity
 
     client = new_client(base_url)
-    minted = client.admin("POST", "/api/v1/admin/node-enrollments", json={"display_name": name, "expires_in_seconds": 900})
+    minted = client.admin(
+        "POST", "/api/v1/admin/node-enrollments", json={"display_name": name, "expires_in_seconds": 900}
+    )
     if minted.status_code != 201:
         raise BenchFailure(f"minting an enrollment token answered {minted.status_code}: {_support.brief(minted.text)}")
     identity = AgentIdentity()
     response = client.enroll(
-        minted.json()["token"], identity, hostname=name, accelerator_mode="nvidia" if gpus else "cpu", inventory=inventory
+        minted.json()["token"],
+        identity,
+        hostname=name,
+        accelerator_mode="nvidia" if gpus else "cpu",
+        inventory=inventory,
     )
     if response.status_code != 201:
         raise BenchFailure(f"enrolling {name} answered {response.status_code}: {_support.brief(response.text)}")
@@ -376,7 +395,10 @@ def enroll(base_url: str, gpus: int, inventory: dict[str, Any], name: str) -> No
 
 def resend_inventory(node: Node, inventory: dict[str, Any]) -> Any:
     response = node.client.request(
-        "POST", "/api/v1/agent/inventory", headers=node.identity.headers(), json={"protocol_version": 1, "inventory": inventory}
+        "POST",
+        "/api/v1/agent/inventory",
+        headers=node.identity.headers(),
+        json={"protocol_version": 1, "inventory": inventory},
     )
     if response.status_code != 200:
         raise BenchFailure(f"an inventory re-send answered {response.status_code}: {_support.brief(response.text)}")
@@ -422,9 +444,13 @@ class WorkPhase:
 
 def work_phase(rig: Rig, node: Node, count: int) -> WorkPhase:
     """``count`` echo items submitted, then each claimed, uploaded, renewed and completed."""
-    phase = WorkPhase(*(Measured(label) for label in ("submission", "claim", "result upload", "lease renewal", "completion")))
+    phase = WorkPhase(
+        *(Measured(label) for label in ("submission", "claim", "result upload", "lease renewal", "completion"))
+    )
     for index in range(count):
-        submit = functools.partial(node.client.submit_work, ECHO, {"bench": "cost", "index": index}, lease_seconds=LEASE_SECONDS)
+        submit = functools.partial(
+            node.client.submit_work, ECHO, {"bench": "cost", "index": index}, lease_seconds=LEASE_SECONDS
+        )
         submitted = rig.measure(phase.submission, submit, api_requests=1)
         if submitted.status_code != 201:
             raise BenchFailure(f"submitting work answered {submitted.status_code}: {_support.brief(submitted.text)}")
@@ -447,7 +473,9 @@ def _claim_and_finish(rig: Rig, phase: WorkPhase, node: Node) -> None:
     body = json.dumps({"echo": answer["work_id"]}).encode()
     uploaded = rig.measure(
         phase.upload,
-        lambda: requests.put(answer["result_upload_url"], data=body, timeout=REQUEST_TIMEOUT_SECONDS, allow_redirects=False),
+        lambda: requests.put(
+            answer["result_upload_url"], data=body, timeout=REQUEST_TIMEOUT_SECONDS, allow_redirects=False
+        ),
         api_requests=0,
     )
     if uploaded.status_code != 200:
@@ -492,7 +520,12 @@ def sweep_phase(rig: Rig, sizes: list[int], settings: Any, keep_fresh: list[Node
             for node in keep_fresh:
                 node.heartbeat()
             measured = Measured(f"sweep run, {size} nodes")
-            report = rig.measure(measured, lambda: rig.stack.app_module.liveness_sweep(scheduled_event(), None), api_requests=0, invocation=True)
+            report = rig.measure(
+                measured,
+                lambda: rig.stack.app_module.liveness_sweep(scheduled_event(), None),
+                api_requests=0,
+                invocation=True,
+            )
             if report.get("transitioned") or report.get("held"):
                 raise BenchFailure(f"the sweep over {size} fresh nodes moved or held nodes: {report}")
             runs.append(SweepRun(size, measured, seed_seconds))
@@ -563,9 +596,15 @@ def table_shapes(names: dict[str, str]) -> dict[str, model.TableShape]:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--heartbeats", type=int, default=60, help=f"heartbeats measured at each interval (10..{MAX_HEARTBEATS})")
-    parser.add_argument("--claims", type=int, default=20, help=f"work items submitted, claimed and completed (1..{MAX_CLAIMS})")
-    parser.add_argument("--gpus", type=int, default=8, help=f"GPUs of the measured node, in its heartbeat telemetry (0..{MAX_GPUS})")
+    parser.add_argument(
+        "--heartbeats", type=int, default=60, help=f"heartbeats measured at each interval (10..{MAX_HEARTBEATS})"
+    )
+    parser.add_argument(
+        "--claims", type=int, default=20, help=f"work items submitted, claimed and completed (1..{MAX_CLAIMS})"
+    )
+    parser.add_argument(
+        "--gpus", type=int, default=8, help=f"GPUs of the measured node, in its heartbeat telemetry (0..{MAX_GPUS})"
+    )
     parser.add_argument(
         "--nodes",
         type=int,
@@ -575,7 +614,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help=f"two fleet sizes the sweep is measured at ({MIN_FLEET}..{MAX_FLEET}, SMALL < LARGE); its cost at "
         f"{FLEET_SIZES[0]:,} and {FLEET_SIZES[1]:,} nodes is the straight line through them",
     )
-    parser.add_argument("--prices", type=Path, default=model.PRICES_FILE, help="the price table (default: bench/aws_prices.json)")
+    parser.add_argument(
+        "--prices", type=Path, default=model.PRICES_FILE, help="the price table (default: bench/aws_prices.json)"
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout instead of the tables")
     args = parser.parse_args(argv)
     if not 10 <= args.heartbeats <= MAX_HEARTBEATS:
@@ -663,8 +704,15 @@ def run(args: argparse.Namespace) -> int:
         transition = Measured("liveness transition")
         newcomers = []
         for index in range(TRANSITIONS):
-            newcomer = enroll(stack.api_url, args.gpus, gpu_inventory(args.gpus) if args.gpus else cpu_inventory(), f"cost-bench-new-{index}")
-            rig.measure(transition, newcomer.heartbeat, api_requests=1)  # its first heartbeat: pending -> online, logged
+            newcomer = enroll(
+                stack.api_url,
+                args.gpus,
+                gpu_inventory(args.gpus) if args.gpus else cpu_inventory(),
+                f"cost-bench-new-{index}",
+            )
+            rig.measure(
+                transition, newcomer.heartbeat, api_requests=1
+            )  # its first heartbeat: pending -> online, logged
             newcomers.append(newcomer)
         resends = Measured("inventory re-send")
         for _ in range(INVENTORY_RESENDS):
@@ -685,7 +733,18 @@ def run(args: argparse.Namespace) -> int:
         stack.stop()
 
     report = build_report(
-        args, prices, memory_mb, refresh_seconds, default_interval, sweep_seconds, transition, heartbeats, resends, work, sweeps, node_item
+        args,
+        prices,
+        memory_mb,
+        refresh_seconds,
+        default_interval,
+        sweep_seconds,
+        transition,
+        heartbeats,
+        resends,
+        work,
+        sweeps,
+        node_item,
     )
     report["wall_seconds"] = round(time.perf_counter() - wall_started, 1)
     problems = check(report)
@@ -701,7 +760,9 @@ def run(args: argparse.Namespace) -> int:
 def _raw_node_item(stack: Any, node_id: str) -> dict[str, Any]:
     client = _support.emulator_dynamodb(stack.aws_endpoint_url, REGION, REQUEST_TIMEOUT_SECONDS)
     try:
-        item = client.get_item(TableName=stack.names["MODELFORGE_NODES_TABLE"], Key={"node_id": {"S": node_id}}, ConsistentRead=True)
+        item = client.get_item(
+            TableName=stack.names["MODELFORGE_NODES_TABLE"], Key={"node_id": {"S": node_id}}, ConsistentRead=True
+        )
     finally:
         client.close()
     if "Item" not in item:
@@ -733,7 +794,9 @@ def build_report(
     sweeps: list[SweepRun],
     node_item: dict[str, Any],
 ) -> dict[str, Any]:
-    deployments = {api: model.Deployment(api=api, architecture="x86_64", memory_mb=memory_mb) for api in ("rest", "http")}
+    deployments = {
+        api: model.Deployment(api=api, architecture="x86_64", memory_mb=memory_mb) for api in ("rest", "http")
+    }
     node_month: dict[str, Any] = {}
     for phase in heartbeats:
         usage = model.node_month(phase.measured.each, phase.interval, resends.each, refresh_seconds)
@@ -764,20 +827,31 @@ def build_report(
             }
         )
         # the emulator's times are noisy: never below the fastest run measured
-        per_run.lambda_billed_ms = max(per_run.lambda_billed_ms, min(usage.lambda_billed_ms for _, usage in sweep_points))
+        per_run.lambda_billed_ms = max(
+            per_run.lambda_billed_ms, min(usage.lambda_billed_ms for _, usage in sweep_points)
+        )
         sweep_month[str(fleet)] = {
             "per_run": per_run.as_dict(),
-            **{api: _priced(per_run.scaled(runs_per_month), prices, deployment) for api, deployment in deployments.items()},
+            **{
+                api: _priced(per_run.scaled(runs_per_month), prices, deployment)
+                for api, deployment in deployments.items()
+            },
         }
     measured = {
         "liveness_transition": transition.as_dict(),
-        **{f"heartbeat_{phase.interval}s": {"stale_after_seconds": phase.stale_after, **phase.measured.as_dict()} for phase in heartbeats},
+        **{
+            f"heartbeat_{phase.interval}s": {"stale_after_seconds": phase.stale_after, **phase.measured.as_dict()}
+            for phase in heartbeats
+        },
         "inventory_resend": resends.as_dict(),
         **{
             f"work_{name}": getattr(work, name).as_dict()
             for name in ("submission", "claim", "upload", "renewal", "completion")
         },
-        **{f"sweep_run_{run.nodes}_nodes": {"seed_seconds": round(run.seed_seconds, 2), **run.measured.as_dict()} for run in sweeps},
+        **{
+            f"sweep_run_{run.nodes}_nodes": {"seed_seconds": round(run.seed_seconds, 2), **run.measured.as_dict()}
+            for run in sweeps
+        },
     }
     default = node_month[str(default_interval)]
     return {
@@ -787,7 +861,11 @@ def build_report(
             "currency": prices.currency,
             "entries": {key: vars(price) for key, price in prices.entries.items()},
         },
-        "deployment": {"lambda_memory_mb": memory_mb, "lambda_architecture": "x86_64", "sweep_schedule": "EventBridge rule"},
+        "deployment": {
+            "lambda_memory_mb": memory_mb,
+            "lambda_architecture": "x86_64",
+            "sweep_schedule": "EventBridge rule",
+        },
         "inputs": {
             "gpus": args.gpus,
             "heartbeats_per_interval": args.heartbeats,
@@ -807,7 +885,14 @@ def build_report(
         "goal": {
             "usd_per_node_month": GOAL_USD,
             "interval_seconds": default_interval,
-            **{api: {"total": default[api]["total"], "met": default[api]["total"] < GOAL_USD, "largest": default[api]["largest"]} for api in deployments},
+            **{
+                api: {
+                    "total": default[api]["total"],
+                    "met": default[api]["total"] < GOAL_USD,
+                    "largest": default[api]["largest"],
+                }
+                for api in deployments
+            },
         },
         "per_thousand": per_thousand,
         "sweep_month": sweep_month,
@@ -849,7 +934,9 @@ def print_report(report: dict[str, Any]) -> None:
     print()
     print(f"Prices ({prices['file']}):")
     for key, price in prices["entries"].items():
-        print(f"  {key:<42} ${price['usd']:<13g} per {price['quantity']:>9,.0f} {price['unit']:<26} {price['source']}  (read {price['read_on']})")
+        print(
+            f"  {key:<42} ${price['usd']:<13g} per {price['quantity']:>9,.0f} {price['unit']:<26} {price['source']}  (read {price['read_on']})"
+        )
     print(f"\ntotal wall time {report['wall_seconds']:.1f} s")
 
 
@@ -884,7 +971,11 @@ def _print_measured(report: dict[str, Any]) -> None:
 
 
 def _columns(report: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    return [(f"{interval} s {api.upper()}", figures[api]) for interval, figures in report["node_month"].items() for api in ("rest", "http")]
+    return [
+        (f"{interval} s {api.upper()}", figures[api])
+        for interval, figures in report["node_month"].items()
+        for api in ("rest", "http")
+    ]
 
 
 def _print_node_month(report: dict[str, Any]) -> None:
@@ -916,18 +1007,26 @@ def _print_node_month(report: dict[str, Any]) -> None:
 
 
 def _stale_note(report: dict[str, Any]) -> str:
-    return ", ".join(f"{figures['stale_after_seconds']} s at {interval} s" for interval, figures in report["node_month"].items())
+    return ", ".join(
+        f"{figures['stale_after_seconds']} s at {interval} s" for interval, figures in report["node_month"].items()
+    )
 
 
 def _print_per_thousand(report: dict[str, Any]) -> None:
     per_thousand = report["per_thousand"]
     print()
-    print("[3] Cost per 1,000 claims, US$ (each: the claim, its result upload to S3 and its completion, with the events")
+    print(
+        "[3] Cost per 1,000 claims, US$ (each: the claim, its result upload to S3 and its completion, with the events"
+    )
     print("    they write shipped to the state log)")
     claims = per_thousand["claims"]
     print("    " + f"{'':<18}" + "".join(f"{'REST API':>12}{'HTTP API':>12}"))
     for line in model.LINES:
-        print("    " + f"{line:<18}" + f"{_usd(claims['rest']['lines'][line]):>12}{_usd(claims['http']['lines'][line]):>12}")
+        print(
+            "    "
+            + f"{line:<18}"
+            + f"{_usd(claims['rest']['lines'][line]):>12}{_usd(claims['http']['lines'][line]):>12}"
+        )
     print("    " + f"{'total':<18}" + f"{_usd(claims['rest']['total']):>12}{_usd(claims['http']['total']):>12}")
     print(f"    largest line: {claims['http']['largest']} ({claims['http']['largest_share']:.0%} with the HTTP API)")
     for label in ("submissions", "renewals", "liveness_transitions"):
@@ -946,7 +1045,9 @@ def _print_sweep(report: dict[str, Any]) -> None:
         f" healthy fleet; measured at {inputs['sweep_measured_at_nodes'][0]:,} and {inputs['sweep_measured_at_nodes'][1]:,}"
         " nodes, a straight line through them"
     )
-    print(f"    {'nodes':>7} {'RRU/run':>8} {'WRU/run':>8} {'ms/run':>7} | {'$/month':>9} {'$/node-month':>12}  largest line")
+    print(
+        f"    {'nodes':>7} {'RRU/run':>8} {'WRU/run':>8} {'ms/run':>7} | {'$/month':>9} {'$/node-month':>12}  largest line"
+    )
     for fleet, figures in report["sweep_month"].items():
         per_run, priced = figures["per_run"], figures["http"]
         print(

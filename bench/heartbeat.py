@@ -32,9 +32,10 @@ import secrets
 import sys
 import threading
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 if str(Path(__file__).resolve().parent) not in sys.path:
     sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/_support, also when loaded by a test
@@ -57,9 +58,6 @@ REQUEST_TIMEOUT_SECONDS = 10
 
 
 # --- small helpers -------------------------------------------------------------------------
-
-
-
 
 
 class AccessLogCapture(logging.Handler):
@@ -221,7 +219,9 @@ def enroll_nodes(base_url: str, count: int, gpus: int, capabilities: list[str] |
             json={"display_name": f"bench node {index:03d}", "expires_in_seconds": 900},
         )
         if minted.status_code != 201:
-            raise BenchFailure(f"minting an enrollment token answered {minted.status_code}: {_support.brief(minted.text)}")
+            raise BenchFailure(
+                f"minting an enrollment token answered {minted.status_code}: {_support.brief(minted.text)}"
+            )
         response = client.enroll(
             minted.json()["token"],
             identity,
@@ -233,10 +233,14 @@ def enroll_nodes(base_url: str, count: int, gpus: int, capabilities: list[str] |
             },
         )
         if response.status_code != 201:
-            raise BenchFailure(f"enrolling node {index} answered {response.status_code}: {_support.brief(response.text)}")
+            raise BenchFailure(
+                f"enrolling node {index} answered {response.status_code}: {_support.brief(response.text)}"
+            )
         beat = client.heartbeat(identity, gpus=gpus)
         if beat.status_code != 200 or beat.json().get("status") != "online":
-            raise BenchFailure(f"first heartbeat of node {index} answered {beat.status_code}: {_support.brief(beat.text)}")
+            raise BenchFailure(
+                f"first heartbeat of node {index} answered {beat.status_code}: {_support.brief(beat.text)}"
+            )
         return Node(identity=identity, client=client)
 
     # one at a time: on a couple of cores, concurrent enrollment only adds GIL contention
@@ -289,9 +293,7 @@ def raw_update_item_rate(endpoint_url: str, concurrency: int, seconds: float, no
                 client.update_item(
                     TableName=table,
                     Key=key,
-                    UpdateExpression=(
-                        "SET #t = :t, #l = :online, #h = :h, #tel = :tel, #av = :av, #pv = :pv"
-                    ),
+                    UpdateExpression=("SET #t = :t, #l = :online, #h = :h, #tel = :tel, #av = :av, #pv = :pv"),
                     ConditionExpression="#c = :c AND #cs = :active AND #l = :online",
                     ExpressionAttributeNames={
                         "#t": "last_heartbeat_at",
@@ -341,12 +343,16 @@ def work_hint_reads(stack: Any, args: argparse.Namespace) -> list[str]:
     admin = nodes[0].client
     problems: list[str] = []
     print()
-    print(f"[1b] AWS calls per heartbeat of {HINT_NODES} nodes with a runtime worker ({', '.join(WORKER_CAPABILITIES)})")
+    print(
+        f"[1b] AWS calls per heartbeat of {HINT_NODES} nodes with a runtime worker ({', '.join(WORKER_CAPABILITIES)})"
+    )
     for label, queued in (("no work queued", False), ("work queued   ", True)):
         if queued:
             submitted = admin.submit_work("diagnostic.echo", {"bench": "hint"})
             if submitted.status_code != 201:
-                raise BenchFailure(f"submitting work answered {submitted.status_code}: {_support.brief(submitted.text)}")
+                raise BenchFailure(
+                    f"submitting work answered {submitted.status_code}: {_support.brief(submitted.text)}"
+                )
         stack.drain_state_log()
         # let the instance's memory of the queue (the hint's cache) expire, so this phase pays for
         # its own reads: at most one Query per work capability per TTL
@@ -369,16 +375,21 @@ def work_hint_reads(stack: Any, args: argparse.Namespace) -> list[str]:
             f" work_waiting in {hinted} of {args.cost_heartbeats} answers"
         )
         if delta.get("UpdateItem") != args.cost_heartbeats:
-            problems.append(f"heartbeats of worker nodes ({label.strip()}) did not cost one UpdateItem each: {_support.format_ops(delta)}")
+            problems.append(
+                f"heartbeats of worker nodes ({label.strip()}) did not cost one UpdateItem each: {_support.format_ops(delta)}"
+            )
         if queued and hinted == 0:
             problems.append("no heartbeat answer hinted at the queued work")
-    print(f"    (the hint reads each work capability's queue at most once per {HINT_TTL_SECONDS:g} s per function instance)")
+    print(
+        f"    (the hint reads each work capability's queue at most once per {HINT_TTL_SECONDS:g} s per function instance)"
+    )
     claimed = nodes[0].client.claim(nodes[0].identity)
     if claimed.status_code == 200:  # leave nothing running for the later phases
         body = claimed.json()
-        nodes[0].client.lease_call(nodes[0].identity, body["work_id"], "fail", {"epoch": body["epoch"], "reason": "bench", "retryable": False})
+        nodes[0].client.lease_call(
+            nodes[0].identity, body["work_id"], "fail", {"epoch": body["epoch"], "reason": "bench", "retryable": False}
+        )
     return problems
-
 
 
 def run(args: argparse.Namespace) -> int:
@@ -390,8 +401,7 @@ def run(args: argparse.Namespace) -> int:
     problems: list[str] = []
     wall_started = time.monotonic()
     print(
-        f"ModelForge heartbeat benchmark: {args.nodes} nodes, {args.gpus} GPUs each,"
-        f" {args.seconds:g} s per timed phase"
+        f"ModelForge heartbeat benchmark: {args.nodes} nodes, {args.gpus} GPUs each, {args.seconds:g} s per timed phase"
     )
     stack = LocalStack(LocalOptions(host=LOOPBACK, port=0, sweep_interval_seconds=3600))
     nodes: list[Node] = []
@@ -426,8 +436,7 @@ def run(args: argparse.Namespace) -> int:
         s3_calls = sum(count for name, count in delta.items() if name.startswith("S3:"))
         print()
         print(
-            "[1] AWS calls per steady-state heartbeat"
-            f" (app traffic, over {args.cost_heartbeats} sequential heartbeats)"
+            f"[1] AWS calls per steady-state heartbeat (app traffic, over {args.cost_heartbeats} sequential heartbeats)"
         )
         print(f"    totals:        {_support.format_ops(delta)}")
         print(f"    per heartbeat: {_support.format_ops(per_heartbeat)}")
@@ -435,7 +444,9 @@ def run(args: argparse.Namespace) -> int:
         if delta == {"UpdateItem": args.cost_heartbeats}:
             print("    as expected:   1 UpdateItem, no S3 write")
         else:
-            problems.append(f"steady-state heartbeat made {_support.format_ops(per_heartbeat)} per heartbeat, not 1 UpdateItem")
+            problems.append(
+                f"steady-state heartbeat made {_support.format_ops(per_heartbeat)} per heartbeat, not 1 UpdateItem"
+            )
             print("    UNEXPECTED:    expected exactly 1 UpdateItem and nothing else per heartbeat")
 
         # 1b. the work hint: reads per heartbeat of nodes with a runtime worker -------------

@@ -39,9 +39,10 @@ import socket
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 if str(Path(__file__).resolve().parent) not in sys.path:
     sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/_support, also when loaded by a test
@@ -135,7 +136,9 @@ def _start(
     name: str, checkout: Path, args: list[str], env: dict[str, str], log_path: Path, children: list[Child]
 ) -> tuple[Child, Run, str]:
     began = time.monotonic()
-    child = start_child(name, [sys.executable, "-m", "modelforge_cli.cli", "local", "up", *args], env, checkout, log_path)
+    child = start_child(
+        name, [sys.executable, "-m", "modelforge_cli.cli", "local", "up", *args], env, checkout, log_path
+    )
     children.append(child)
 
     def ready() -> re.Match[str] | None:
@@ -161,20 +164,33 @@ def _run(minutes: float, checkout: Path, scratch: Path, echo: Callable[[str], No
     admin_token = secrets.token_urlsafe(32)
     env = _environment(checkout, admin_token)
     data_dir, agent_state = scratch / "control-plane", scratch / "agent-state"
-    args = ["--host", LOOPBACK, "--port", str(_free_port()), "--data-dir", str(data_dir), "--with-cpu-agent", str(agent_state)]
+    args = [
+        "--host",
+        LOOPBACK,
+        "--port",
+        str(_free_port()),
+        "--data-dir",
+        str(data_dir),
+        "--with-cpu-agent",
+        str(agent_state),
+    ]
     echo(f"checkout: {checkout}")
     echo(f"traffic: {minutes:g} min of one CPU agent heartbeating (15 s), the sweep (60 s) and the state log")
 
     first, first_run, api_url = _start("control plane", checkout, args, env, scratch / "first.log", children)
     echo(f"first start (empty data dir): ready in {first_run.ready_seconds:.2f} s")
-    node = wait_for(lambda: _online_node(api_url, admin_token), ONLINE_TIMEOUT, [first], "the agent's node online", poll=0.2)
+    node = wait_for(
+        lambda: _online_node(api_url, admin_token), ONLINE_TIMEOUT, [first], "the agent's node online", poll=0.2
+    )
     samples: list[tuple[float, int, int]] = []
     began = time.monotonic()
     window = minutes * 60
     next_sample = min(window / 2, 60.0)
     while (elapsed := time.monotonic() - began) < window:
         if first.exited() is not None:
-            raise BenchFailure(f"local up {_support.exit_description(first.exited() or 0)} during the traffic:\n{first.tail()}")
+            raise BenchFailure(
+                f"local up {_support.exit_description(first.exited() or 0)} during the traffic:\n{first.tail()}"
+            )
         if elapsed >= next_sample:
             size, files = _size(data_dir)
             samples.append((elapsed, size, files))
@@ -188,14 +204,20 @@ def _run(minutes: float, checkout: Path, scratch: Path, echo: Callable[[str], No
     first_run.stopped = stop_child(first, STOP_TIMEOUT)
     first_run.tracebacks = first.output().count(TRACEBACK)
     stopped_size, stopped_files = _size(data_dir)
-    echo(f"stopped: {first_run.stopped}; data dir {stopped_size:,} bytes in {stopped_files} files; {heartbeats} heartbeats served")
+    echo(
+        f"stopped: {first_run.stopped}; data dir {stopped_size:,} bytes in {stopped_files} files; {heartbeats} heartbeats served"
+    )
 
-    restart, restart_run, api_url = _start("control plane (restart)", checkout, args, env, scratch / "restart.log", children)
+    restart, restart_run, api_url = _start(
+        "control plane (restart)", checkout, args, env, scratch / "restart.log", children
+    )
     echo(f"restart: ready in {restart_run.ready_seconds:.2f} s")
     last = _admin_get(api_url, admin_token, f"/api/v1/admin/nodes/{node['node_id']}").get("last_heartbeat_at")
     ready_at = time.monotonic()
     wait_for(
-        lambda: _admin_get(api_url, admin_token, f"/api/v1/admin/nodes/{node['node_id']}").get("last_heartbeat_at") != last,
+        lambda: (
+            _admin_get(api_url, admin_token, f"/api/v1/admin/nodes/{node['node_id']}").get("last_heartbeat_at") != last
+        ),
         ONLINE_TIMEOUT,
         [restart],
         "the node's next heartbeat after the restart",
@@ -228,14 +250,18 @@ def report(result: Result, echo: Callable[[str], None] = print) -> None:
     echo(f"  time to ready, restart:                      {result.restart.ready_seconds:8.2f} s")
     echo(f"  data dir at the end of the traffic:          {end[1]:>12,} bytes in {end[2]} files")
     echo(f"  data dir growth over the second half:        {growth:>12,.0f} bytes per minute")
-    echo(f"  data dir after the stop:                     {result.bytes_after_stop:>12,} bytes in {result.files_after_stop} files")
+    echo(
+        f"  data dir after the stop:                     {result.bytes_after_stop:>12,} bytes in {result.files_after_stop} files"
+    )
     echo(f"  tracebacks: first run {result.first.tracebacks}, restart {result.restart.tracebacks}")
     echo(f"  the node heartbeat again {result.heartbeat_after_restart_seconds:.2f} s after the restart's ready line")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--minutes", type=float, default=10.0, help=f"minutes of traffic before the restart (0..{MAX_MINUTES})")
+    parser.add_argument(
+        "--minutes", type=float, default=10.0, help=f"minutes of traffic before the restart (0..{MAX_MINUTES})"
+    )
     parser.add_argument(
         "--checkout",
         type=Path,

@@ -58,7 +58,9 @@ CUDA_PROVIDER = "CUDAExecutionProvider"
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--images", type=int, default=30, help=f"timed requests per device (1..{MAX_IMAGES})")
-    parser.add_argument("--seconds", type=float, default=60.0, help=f"time bound of the timed requests per device (1..{MAX_SECONDS})")
+    parser.add_argument(
+        "--seconds", type=float, default=60.0, help=f"time bound of the timed requests per device (1..{MAX_SECONDS})"
+    )
     parser.add_argument("--warmup", type=int, default=2, help=f"untimed requests first (0..{MAX_WARMUP})")
     parser.add_argument("--lines", type=int, default=3, help=f"text lines on the page (1..{MAX_LINES})")
     args = parser.parse_args(argv)
@@ -101,8 +103,9 @@ class Figures:
     elapsed: float
 
 
-
-def measure(device: str, args: argparse.Namespace, scratch: Path, children: list[Child], body: bytes, texts: list[str]) -> Figures:
+def measure(
+    device: str, args: argparse.Namespace, scratch: Path, children: list[Child], body: bytes, texts: list[str]
+) -> Figures:
     from modelforge_runtime_worker.client import WorkerClient
 
     folder = scratch / device
@@ -124,8 +127,10 @@ def measure(device: str, args: argparse.Namespace, scratch: Path, children: list
 
     match = wait_for(listening, START_TIMEOUT, [worker], "worker listening line")
     address, capabilities = match.group(1), match.group(2)
-    print(f"  {device}: worker ready in {time.monotonic() - started:.1f} s (first start: models copied, verified, loaded); "
-          f"capabilities: {capabilities}")
+    print(
+        f"  {device}: worker ready in {time.monotonic() - started:.1f} s (first start: models copied, verified, loaded); "
+        f"capabilities: {capabilities}"
+    )
     if not capabilities.startswith(f"ocr ({device})"):
         raise BenchFailure(f"the {device} worker does not offer ocr on {device}: {capabilities}")
     client = WorkerClient(address, timeout=REQUEST_TIMEOUT, keep_alive=True)
@@ -173,7 +178,9 @@ def cuda_offered() -> tuple[bool, str]:
         return True, ""
     gpu = any(Path("/dev").glob("nvidia[0-9]*"))
     why = f"onnxruntime here offers no {CUDA_PROVIDER} ({', '.join(providers)})"
-    return False, why + ("; an NVIDIA GPU is present: install the worker's cuda extra (onnxruntime-gpu)" if gpu else "; no GPU")
+    return False, why + (
+        "; an NVIDIA GPU is present: install the worker's cuda extra (onnxruntime-gpu)" if gpu else "; no GPU"
+    )
 
 
 def run(args: argparse.Namespace, children: list[Child], scratch: Path) -> int:
@@ -181,9 +188,11 @@ def run(args: argparse.Namespace, children: list[Child], scratch: Path) -> int:
 
     body_image, texts, size = page(args.lines)
     body = json.dumps({"capability": "ocr", "input": {"image_base64": base64.b64encode(body_image).decode()}}).encode()
-    print(f"ModelForge OCR benchmark: worker {WORKER_VERSION}, page {size[0]}x{size[1]} PNG with {args.lines} text"
-          f" lines ({len(body_image) // 1024} KiB), {args.warmup} warm-up + up to {args.images} timed requests or"
-          f" {args.seconds:g} s per device, one at a time over a unix socket")
+    print(
+        f"ModelForge OCR benchmark: worker {WORKER_VERSION}, page {size[0]}x{size[1]} PNG with {args.lines} text"
+        f" lines ({len(body_image) // 1024} KiB), {args.warmup} warm-up + up to {args.images} timed requests or"
+        f" {args.seconds:g} s per device, one at a time over a unix socket"
+    )
     rows = [measure("cpu", args, scratch, children, body, texts)]
     offered, why = cuda_offered()
     if offered:
@@ -193,8 +202,10 @@ def run(args: argparse.Namespace, children: list[Child], scratch: Path) -> int:
     for row in rows:
         count = len(row.latencies_ms)
         rate = count / (sum(row.latencies_ms) / 1000)
-        print(f"{row.device:<7}{count:>7}{row.elapsed:>9.1f}{rate:>10.2f}{_support.percentile(row.latencies_ms, 50):>9.0f}"
-              f"{_support.percentile(row.latencies_ms, 99):>9.0f}{_support.percentile(row.worker_ms, 50):>15.0f}")
+        print(
+            f"{row.device:<7}{count:>7}{row.elapsed:>9.1f}{rate:>10.2f}{_support.percentile(row.latencies_ms, 50):>9.0f}"
+            f"{_support.percentile(row.latencies_ms, 99):>9.0f}{_support.percentile(row.worker_ms, 50):>15.0f}"
+        )
     if not offered:
         print(f"{'cuda':<7}skipped: {why}")
     return 0
@@ -209,7 +220,10 @@ def _run_in_scratch(args: argparse.Namespace) -> int:
         finally:
             for child in children:
                 if child.exited() is None:
-                    print(f"stopping the {child.name} (PID {child.pid}): {stop_child(child, STOP_TIMEOUT)}", file=sys.stderr)
+                    print(
+                        f"stopping the {child.name} (PID {child.pid}): {stop_child(child, STOP_TIMEOUT)}",
+                        file=sys.stderr,
+                    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -172,7 +172,9 @@ def _item_size(item: dict[str, Any]) -> int:
     if _item_size_function is None:
         import importlib.util
 
-        spec = importlib.util.spec_from_file_location("modelforge_bench_heartbeat", Path(__file__).with_name("heartbeat.py"))
+        spec = importlib.util.spec_from_file_location(
+            "modelforge_bench_heartbeat", Path(__file__).with_name("heartbeat.py")
+        )
         assert spec is not None and spec.loader is not None
         module = sys.modules.get(spec.name) or importlib.util.module_from_spec(spec)
         if spec.name not in sys.modules:
@@ -266,7 +268,9 @@ def run_size(count: int, stale_percent: float) -> SizeResult:
         stale_beat = now - settings.stale_after_seconds - MARGIN_SECONDS
         fresh_beat = now - MARGIN_SECONDS
         items = [
-            node_item(node_id, stale_beat if node_id in stale_ids else fresh_beat, settings.sweep_bucket_seconds, now - 3600)
+            node_item(
+                node_id, stale_beat if node_id in stale_ids else fresh_beat, settings.sweep_bucket_seconds, now - 3600
+            )
             for node_id in node_ids
         ]
         _phase(f"build {count} node items", began)

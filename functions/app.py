@@ -9,7 +9,8 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from chalice import Chalice, Rate, Response
 from chalicelib import instance
@@ -95,9 +96,7 @@ def _answer_errors(view: Callable[..., Any]) -> Callable[..., Any]:
             return _error_response(error)
         except SettingsError as error:
             log.error("configuration invalid", extra={"event": "configuration_invalid", "problems": error.problems})
-            return Response(
-                body={"error": {"code": "configuration_invalid", "message": str(error)}}, status_code=500
-            )
+            return Response(body={"error": {"code": "configuration_invalid", "message": str(error)}}, status_code=500)
         except Exception:
             log.exception("unhandled error", extra={"event": "internal_error"})
             return Response(

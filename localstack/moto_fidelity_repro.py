@@ -84,8 +84,10 @@ def conditional_put_race(endpoint: str, seconds: float, threads: int) -> bool:
         worst = max(worst, len(wins))
         if len(wins) > 1:
             doubled += 1
-            print(f"    round {rounds}: {len(wins)} conditional puts of {key!r} all succeeded (writers {sorted(wins)});"
-                  " DynamoDB lets exactly one succeed")
+            print(
+                f"    round {rounds}: {len(wins)} conditional puts of {key!r} all succeeded (writers {sorted(wins)});"
+                " DynamoDB lets exactly one succeed"
+            )
     print(f"    {rounds} rounds, {doubled} with more than one winner (most winners in a round: {worst})")
     return doubled > 0
 
@@ -98,13 +100,20 @@ def phantom_stream_records(endpoint: str) -> bool:
     stream_arn = _table(dynamodb, "phantom", stream=True)
     dynamodb.put_item(TableName="phantom", Item={"pk": {"S": "existing"}, "v": {"N": "1"}})
     shard_id = streams.describe_stream(StreamArn=stream_arn)["StreamDescription"]["Shards"][0]["ShardId"]
-    before = streams.get_shard_iterator(StreamArn=stream_arn, ShardId=shard_id, ShardIteratorType="LATEST")["ShardIterator"]
+    before = streams.get_shard_iterator(StreamArn=stream_arn, ShardId=shard_id, ShardIteratorType="LATEST")[
+        "ShardIterator"
+    ]
     try:
         dynamodb.transact_write_items(
             TransactItems=[
                 {"Put": {"TableName": "phantom", "Item": {"pk": {"S": "rolled-back"}}}},
-                {"ConditionCheck": {"TableName": "phantom", "Key": {"pk": {"S": "missing"}},
-                                    "ConditionExpression": "attribute_exists(pk)"}},
+                {
+                    "ConditionCheck": {
+                        "TableName": "phantom",
+                        "Key": {"pk": {"S": "missing"}},
+                        "ConditionExpression": "attribute_exists(pk)",
+                    }
+                },
             ]
         )
         print("    the transaction was not cancelled (unexpected)")
@@ -117,8 +126,10 @@ def phantom_stream_records(endpoint: str) -> bool:
     new_reader = _keys(streams, fresh["ShardIterator"])
     print(f"    item of the cancelled transaction stored: {stored} (DynamoDB: False)")
     print(f"    reader opened before the transaction saw: {old_reader} (DynamoDB: [('INSERT', 'after')])")
-    print(f"    reader opened after it, from TRIM_HORIZON: {new_reader}"
-          " (DynamoDB: [('INSERT', 'existing'), ('INSERT', 'after')])")
+    print(
+        f"    reader opened after it, from TRIM_HORIZON: {new_reader}"
+        " (DynamoDB: [('INSERT', 'existing'), ('INSERT', 'after')])"
+    )
     return stored or old_reader != [("INSERT", "after")]
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 import secrets
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -33,7 +33,7 @@ def admin_token() -> str:
 
 
 @pytest.fixture(scope="session")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator["LocalStack"]:  # noqa: F821
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:  # noqa: F821
     """The control plane in this process: same code as `modelforge local up`, with its
     emulator's request counters and the state-log poller within reach of the tests."""
     from modelforge_cli.local_stack import LocalOptions, LocalStack

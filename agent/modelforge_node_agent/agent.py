@@ -162,7 +162,10 @@ class Agent:
             interval = _interval(answer)
             if answer.get("work_waiting") is True and self._work is not None:
                 self._work.hint()
-            log.debug("heartbeat", extra={"event": "heartbeat_sent", "node_id": identity.node_id, "status": answer.get("status")})
+            log.debug(
+                "heartbeat",
+                extra={"event": "heartbeat_sent", "node_id": identity.node_id, "status": answer.get("status")},
+            )
             every = self._config.heartbeat_interval_override or interval
             if every != self._announced_interval:  # the first heartbeat, and when the interval changes
                 self._announced_interval = every
@@ -183,7 +186,11 @@ class Agent:
             log.warning(
                 f"{failure.label} on {failure.method} {failure.path} (retry after {deferred.seconds:g}s); "
                 "heartbeats continue meanwhile",
-                extra={"event": "inventory_deferred", "node_id": identity.node_id, "retry_after_seconds": deferred.seconds},
+                extra={
+                    "event": "inventory_deferred",
+                    "node_id": identity.node_id,
+                    "retry_after_seconds": deferred.seconds,
+                },
             )
             return False
         log.info("inventory published", extra={"event": "inventory_published", "node_id": identity.node_id})
@@ -219,7 +226,9 @@ class Agent:
 
     # --- calls and retries (a refusal propagates) -----------------------------------------
 
-    def _call(self, path: str, body: dict[str, Any], identity: Identity, *, defer_rate_limit: bool = False) -> dict[str, Any]:
+    def _call(
+        self, path: str, body: dict[str, Any], identity: Identity, *, defer_rate_limit: bool = False
+    ) -> dict[str, Any]:
         return self._with_retries(lambda: self._client.post(path, body, identity), defer_rate_limit)
 
     def _with_retries(self, call: Callable[[], dict[str, Any]], defer_rate_limit: bool = False) -> dict[str, Any]:

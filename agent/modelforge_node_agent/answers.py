@@ -85,7 +85,9 @@ def _where(error: Any) -> str:
     return f"{path} fails {error.validator}"
 
 
-def validated(validator: Draft202012Validator, raw: bytes, *, max_bytes: int = schemas.MAX_ANSWER_BYTES) -> dict[str, Any]:
+def validated(
+    validator: Draft202012Validator, raw: bytes, *, max_bytes: int = schemas.MAX_ANSWER_BYTES
+) -> dict[str, Any]:
     """The parsed answer if it matches the schema, else ``MalformedAnswer``."""
     return check(validator, parse(raw, max_bytes=max_bytes))
 

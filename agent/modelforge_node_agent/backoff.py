@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from typing import Callable
+from collections.abc import Callable
 
 STEPS = (1.0, 2.0, 4.0, 8.0, 16.0)
 CAP = STEPS[-1]

@@ -10,9 +10,9 @@ from __future__ import annotations
 import os
 import re
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
 from urllib.parse import urlsplit
 
 from modelforge_protocol.addresses import is_loopback_host
@@ -73,7 +73,9 @@ def _flag(env: Mapping[str, str], name: str, default: bool, problems: list[str])
     return default
 
 
-def _number(env: Mapping[str, str], name: str, default: float | None, low: float, high: float, problems: list[str]) -> float | None:
+def _number(
+    env: Mapping[str, str], name: str, default: float | None, low: float, high: float, problems: list[str]
+) -> float | None:
     raw = env.get(name, "").strip()
     if not raw:
         return default
@@ -98,7 +100,9 @@ def _url(env: Mapping[str, str], problems: list[str]) -> str:
     if parts.scheme not in ("https", "http") or not host:
         problems.append(f"{name} must be an https:// URL")
     elif host == PLACEHOLDER_HOST:
-        problems.append(f"{name} is the example placeholder ({PLACEHOLDER_HOST}); set the real address of your control plane")
+        problems.append(
+            f"{name} is the example placeholder ({PLACEHOLDER_HOST}); set the real address of your control plane"
+        )
     elif parts.scheme == "http" and not is_loopback_host(host):
         problems.append(f"{name} must use https:// (plain http:// is allowed only for loopback addresses)")
     elif parts.path not in ("", "/") or parts.query or parts.fragment or parts.username:

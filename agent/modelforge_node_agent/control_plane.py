@@ -42,6 +42,8 @@ _ANSWERS = {ENROLL: answers.ENROLL_ANSWER, HEARTBEAT: answers.HEARTBEAT_ANSWER, 
 def work_path(work_id: str, action: str) -> str:
     """``/api/v1/agent/work/{work_id}/{action}`` (the claim answer's schema checked the id's format)."""
     return f"/api/v1/agent/work/{work_id}/{action}"
+
+
 #: What a request or the reading of its answer can raise when the network or the server fails.
 _NETWORK_ERRORS = (requests.RequestException, urllib3.exceptions.HTTPError, OSError)
 DEADLINE_EXCEEDED = "DeadlineExceeded"
@@ -70,7 +72,9 @@ class TransientFailure(Exception):
 class Refused(Exception):
     """The control plane answered 4xx: do not retry blindly."""
 
-    def __init__(self, status: int, code: str, method: str, path: str, verdict: str | None, next_step: str | None) -> None:
+    def __init__(
+        self, status: int, code: str, method: str, path: str, verdict: str | None, next_step: str | None
+    ) -> None:
         super().__init__(f"HTTP {status} {code} on {method} {path}")
         self.status, self.code, self.method, self.path = status, code, method, path
         self.verdict, self.next_step = verdict, next_step

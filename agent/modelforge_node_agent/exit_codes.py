@@ -43,9 +43,7 @@ _TOKEN_REFUSALS = {
 _ENROLL_AGAIN = "move identity.json out of the state volume and start with a new MODELFORGE_AGENT_ENROLLMENT_TOKEN"
 #: A refused node credential: what each refusal means, and the next step.
 _CREDENTIAL_REFUSALS = {
-    "credential_revoked": (
-        "an admin revoked this node's credential, so it must be enrolled again: " + _ENROLL_AGAIN
-    ),
+    "credential_revoked": ("an admin revoked this node's credential, so it must be enrolled again: " + _ENROLL_AGAIN),
     "credential_invalid": (
         "the control plane does not know this node's credential: check that MODELFORGE_AGENT_CONTROL_PLANE_URL "
         "is the control plane this node enrolled with; if that control plane's data was reset, this node "

@@ -120,7 +120,9 @@ class StateVolume:
                     f"identity file {self.identity_path} is a symbolic link; the agent does not follow it. "
                     "Replace the link with the file itself (mode 0600)"
                 ) from None
-            raise StateVolumeError(f"cannot read identity file {self.identity_path} ({error.strerror or error})") from None
+            raise StateVolumeError(
+                f"cannot read identity file {self.identity_path} ({error.strerror or error})"
+            ) from None
         try:
             info = os.fstat(descriptor)
             if not stat.S_ISREG(info.st_mode):
@@ -191,7 +193,9 @@ class StateVolume:
                 os.close(directory)
         except OSError as error:
             Path(temp_name).unlink(missing_ok=True)
-            raise StateVolumeError(f"cannot write identity file {self.identity_path} ({error.strerror or error})") from None
+            raise StateVolumeError(
+                f"cannot write identity file {self.identity_path} ({error.strerror or error})"
+            ) from None
 
     def enrolled_as(self, identity: Identity, node_id: str) -> Identity:
         updated = replace(identity, node_id=node_id)

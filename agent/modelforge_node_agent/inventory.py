@@ -5,8 +5,9 @@ from __future__ import annotations
 import functools
 import os
 import platform
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from modelforge_protocol.schemas import MAX_CAPABILITIES
 

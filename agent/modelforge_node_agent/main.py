@@ -17,7 +17,7 @@ import signal
 import sys
 import threading
 import time
-from typing import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from modelforge_logging import jsonlog
 
@@ -114,7 +114,9 @@ def start(
     return run_agent(config, probe_factory=probe_factory, stop=stop)
 
 
-def run_preflight_only(env: Mapping[str, str], as_json: bool, probe_factory: Callable[[], GpuProbe] = PynvmlProbe) -> int:
+def run_preflight_only(
+    env: Mapping[str, str], as_json: bool, probe_factory: Callable[[], GpuProbe] = PynvmlProbe
+) -> int:
     """The bounded diagnostic: never enrolls, never touches the network or the state volume."""
     try:
         mode, timeout = load_preflight_config(env)
@@ -134,7 +136,9 @@ def run_preflight_only(env: Mapping[str, str], as_json: bool, probe_factory: Cal
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="modelforge-node-agent", description="ModelForge node agent")
-    parser.add_argument("--preflight", action="store_true", help="run only the NVIDIA preflight and print the inventory")
+    parser.add_argument(
+        "--preflight", action="store_true", help="run only the NVIDIA preflight and print the inventory"
+    )
     parser.add_argument("--json", action="store_true", help="with --preflight: print JSON")
     parser.add_argument("--version", action="version", version=f"modelforge-node-agent {AGENT_VERSION}")
     args = parser.parse_args(argv)

@@ -127,7 +127,10 @@ class PresignedObjects:
     read up to a cap. The session carries no credential of the node's."""
 
     def __init__(
-        self, session: requests.Session, request_timeout_seconds: float, transfer_timeout_seconds: float = TRANSFER_TIMEOUT_SECONDS
+        self,
+        session: requests.Session,
+        request_timeout_seconds: float,
+        transfer_timeout_seconds: float = TRANSFER_TIMEOUT_SECONDS,
     ) -> None:
         self._session = session
         self._timeout = request_timeout_seconds
@@ -358,7 +361,11 @@ class WorkRunner:
         before = self._view
         self._view, self._view_stale = view, False
         if before is None or (before.status, before.detail) != (view.status, view.detail):
-            fields: dict[str, Any] = {"event": "worker_status", "worker_status": view.status, "available": list(view.available)}
+            fields: dict[str, Any] = {
+                "event": "worker_status",
+                "worker_status": view.status,
+                "available": list(view.available),
+            }
             if view.verdict is not None:
                 fields["verdict"] = view.verdict.value
             if view.next_step is not None:
@@ -445,7 +452,10 @@ class WorkRunner:
         if call is None:
             return True
         if not call.done.is_set():
-            log.info("waiting for the worker to finish a run whose lease was lost", extra={"event": "work_waiting_for_worker"})
+            log.info(
+                "waiting for the worker to finish a run whose lease was lost",
+                extra={"event": "work_waiting_for_worker"},
+            )
             while not call.done.wait(self._poll):
                 if self._closing.is_set():
                     return False
@@ -496,7 +506,9 @@ class WorkRunner:
             return self._finished(lease, keeper.lost_code or "lease_lost", started, keeper, keep_draining=True)
         if self._closing.is_set():
             if self.fatal is None:
-                stopping = _Failed("agent_stopping: the node agent stopped before the work finished", True, "agent_stopping")
+                stopping = _Failed(
+                    "agent_stopping: the node agent stopped before the work finished", True, "agent_stopping"
+                )
                 self._settle(lease, identity, FAIL, self._fail_body(lease, stopping), keeper, once=True)
             return self._finished(lease, "interrupted", started, keeper, keep_draining=False)
         if isinstance(outcome, _Done):
@@ -510,7 +522,13 @@ class WorkRunner:
         assert outcome is not None
         code = self._settle(lease, identity, FAIL, self._fail_body(lease, outcome), keeper)
         return self._finished(
-            lease, code or "failed", started, keeper, keep_draining=not outcome.retryable, code=outcome.code, retryable=outcome.retryable
+            lease,
+            code or "failed",
+            started,
+            keeper,
+            keep_draining=not outcome.retryable,
+            code=outcome.code,
+            retryable=outcome.retryable,
         )
 
     @staticmethod
@@ -526,7 +544,9 @@ class WorkRunner:
         if view is None or lease.capability not in view.available:
             self._view_stale = True
             return _Failed(
-                f"capability_unavailable: this node's runtime worker cannot run {lease.capability} now", True, "capability_unavailable"
+                f"capability_unavailable: this node's runtime worker cannot run {lease.capability} now",
+                True,
+                "capability_unavailable",
             )
         try:
             raw = self._objects.get(lease.input_url, "input", work.MAX_SUBMIT_BODY_BYTES)
@@ -537,7 +557,9 @@ class WorkRunner:
         try:
             payload = answers.parse(raw, max_bytes=work.MAX_SUBMIT_BODY_BYTES, max_depth=MAX_INPUT_DEPTH)
         except MalformedAnswer as malformed:
-            return _Failed(f"invalid_input: the input document is not usable JSON ({malformed.reason})", False, "invalid_input")
+            return _Failed(
+                f"invalid_input: the input document is not usable JSON ({malformed.reason})", False, "invalid_input"
+            )
         if not isinstance(payload, dict):
             return _Failed("invalid_input: the input document is not a JSON object", False, "invalid_input")
         result = self._run(lease, payload, keeper)
@@ -545,7 +567,9 @@ class WorkRunner:
             return result
         data = canonical(result)
         if len(data) > work.MAX_RESULT_BYTES:
-            return _Failed(f"result_too_large: the result is larger than {work.MAX_RESULT_BYTES} bytes", False, "result_too_large")
+            return _Failed(
+                f"result_too_large: the result is larger than {work.MAX_RESULT_BYTES} bytes", False, "result_too_large"
+            )
         if self._interrupted(keeper):
             raise _Interrupted()
         try:
@@ -577,7 +601,14 @@ class WorkRunner:
         return call.result
 
     def _settle(
-        self, lease: Lease, identity: Identity, action: str, body: dict[str, Any], keeper: _LeaseKeeper, *, once: bool = False
+        self,
+        lease: Lease,
+        identity: Identity,
+        action: str,
+        body: dict[str, Any],
+        keeper: _LeaseKeeper,
+        *,
+        once: bool = False,
     ) -> str | None:
         """Complete or fail: None when the control plane took it, else the refusal's code (or
         ``unsettled`` when it could not be reached before the lease ran out)."""

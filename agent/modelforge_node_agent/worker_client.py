@@ -219,7 +219,11 @@ def _judged(answer: Any) -> WorkerStatus:
         seen.setdefault(entry["name"], WorkerCapability(entry["name"], entry["available"], entry.get("reason")))
     capabilities = tuple(seen.values())
     version = answer["worker_version"]
-    missing = [f"{capability.name} ({capability.reason or 'unavailable'})" for capability in capabilities if not capability.available]
+    missing = [
+        f"{capability.name} ({capability.reason or 'unavailable'})"
+        for capability in capabilities
+        if not capability.available
+    ]
     if missing:
         status, detail = DEGRADED, f"worker {version}: unavailable: {', '.join(missing)}"
     elif not answer["healthy"]:
@@ -227,9 +231,7 @@ def _judged(answer: Any) -> WorkerStatus:
     else:
         names = ", ".join(sorted(seen)) or "no capabilities"
         status, detail = OK, f"worker {version}: {names}"
-    return WorkerStatus(
-        status, detail, capabilities, healthy=answer["healthy"], verdict=judged, worker_version=version
-    )
+    return WorkerStatus(status, detail, capabilities, healthy=answer["healthy"], verdict=judged, worker_version=version)
 
 
 class WorkerClient:
@@ -263,7 +265,9 @@ class WorkerClient:
         """The result of running ``payload``; ``WorkerRefused`` when the worker answers an error,
         ``WorkerFailure`` when there is no usable answer (``cutter`` ends the call early)."""
         body = json.dumps({"capability": capability, "input": payload}, separators=(",", ":"), ensure_ascii=False)
-        status, raw = self._exchange("POST", RUN_PATH, body.encode("utf-8"), self._run_timeout, MAX_RUN_ANSWER_BYTES, cutter)
+        status, raw = self._exchange(
+            "POST", RUN_PATH, body.encode("utf-8"), self._run_timeout, MAX_RUN_ANSWER_BYTES, cutter
+        )
         try:
             answer = answers.validated(answers.WORKER_RUN_ANSWER, raw, max_bytes=MAX_RUN_ANSWER_BYTES)
         except MalformedAnswer as malformed:

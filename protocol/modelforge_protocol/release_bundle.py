@@ -46,9 +46,7 @@ RELEASE_IMAGES = (NODE_AGENT_IMAGE, RUNTIME_WORKER_IMAGE)
 
 OCI_LABEL_PREFIX = "org.opencontainers.image."
 #: The OCI labels every image of a release carries (issue 11's Dockerfiles set them).
-REQUIRED_LABELS = tuple(
-    OCI_LABEL_PREFIX + name for name in ("version", "revision", "source", "created", "title")
-)
+REQUIRED_LABELS = tuple(OCI_LABEL_PREFIX + name for name in ("version", "revision", "source", "created", "title"))
 
 #: The fields :func:`check_image_entry` reads; any other field (``config_digest``, ``id``) is ignored.
 ENTRY_FIELDS = ("tag", "rootfs_layers", "architecture", "os", "variant", "labels")
@@ -153,11 +151,7 @@ def _check_labels(name: str, labels: Any, tag_version: str) -> list[str]:
         return [f"labels: missing (the image's {OCI_LABEL_PREFIX}* labels)"]
     if not isinstance(labels, dict):
         return ["labels: expected an object of label names and values"]
-    problems = [
-        f"labels: {label} missing"
-        for label in REQUIRED_LABELS
-        if label not in labels
-    ]
+    problems = [f"labels: {label} missing" for label in REQUIRED_LABELS if label not in labels]
     for label, value in labels.items():
         if not label.startswith(OCI_LABEL_PREFIX):
             problems.append(f"labels: {shorten(label)} is not an {OCI_LABEL_PREFIX}* label")

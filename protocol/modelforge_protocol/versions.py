@@ -109,10 +109,7 @@ def next_step(component: Component, judged: Verdict) -> str:
     if judged is Verdict.COMPATIBLE:
         return "Nothing to do."
     if judged is Verdict.TOO_OLD:
-        return (
-            f"Upgrade the {name} to a release that speaks protocol {span}; "
-            "see docs/COMPATIBILITY.md."
-        )
+        return f"Upgrade the {name} to a release that speaks protocol {span}; see docs/COMPATIBILITY.md."
     if judged is Verdict.TOO_NEW:
         return (
             f"Upgrade the control plane (it accepts {name} protocol {span}) "

@@ -40,7 +40,9 @@ _CAPABILITY = {"enum": list(CAPABILITIES)}
 
 #: Input of each capability (the control plane also checks an ``ocr`` image's base64 and type).
 INPUTS: dict[str, dict[str, Any]] = {
-    OCR: _obj({"image_base64": {"type": "string", "minLength": 1, "maxLength": MAX_SUBMIT_BODY_BYTES}}, ["image_base64"]),
+    OCR: _obj(
+        {"image_base64": {"type": "string", "minLength": 1, "maxLength": MAX_SUBMIT_BODY_BYTES}}, ["image_base64"]
+    ),
     ECHO: {"type": "object", "maxProperties": 64},
 }
 
@@ -84,7 +86,9 @@ CLAIM_ANSWER = _answer(
     ["work_id", "capability", "epoch", "lease_seconds", "input_url", "result_upload_url"],
 )
 #: Answer of renew, complete and fail.
-LEASE_ANSWER = _answer({"work_id": {"type": "string", "pattern": WORK_ID_PATTERN}, "status": {"enum": list(WORK_STATES)}}, ["status"])
+LEASE_ANSWER = _answer(
+    {"work_id": {"type": "string", "pattern": WORK_ID_PATTERN}, "status": {"enum": list(WORK_STATES)}}, ["status"]
+)
 
 # --- what the runtime worker answers the node agent (its local HTTP API) ------------------------
 #

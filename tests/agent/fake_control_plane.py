@@ -296,7 +296,7 @@ class ObjectServer:
                 parts = urlsplit(self.path)
                 if parse_qs(parts.query).get("X-Amz-Signature") != [SIGNATURE] or not parts.path.startswith("/bucket/"):
                     return None
-                return parts.path[len("/bucket/"):]
+                return parts.path[len("/bucket/") :]
 
             def _send(self, status: int, body: bytes = b"", headers: dict[str, str] | None = None) -> None:
                 self.send_response(status)
@@ -387,7 +387,11 @@ class FakeWork:
         self._lock = threading.Lock()
 
     def submit(
-        self, capability: str, document: dict[str, Any], *, lease_seconds: int = 10,
+        self,
+        capability: str,
+        document: dict[str, Any],
+        *,
+        lease_seconds: int = 10,
         on_renew: Callable[[int], tuple[int, str] | None] | None = None,
     ) -> FakeItem:
         with self._lock:
@@ -404,7 +408,7 @@ class FakeWork:
         with self._lock:
             if path == WORK_CLAIM:
                 return self._claim()
-            work_id, _, action = path[len(WORK_PREFIX):].partition("/")
+            work_id, _, action = path[len(WORK_PREFIX) :].partition("/")
             item = self.items.get(work_id)
             if item is None:
                 return error_reply(404, "work_not_found")
@@ -423,15 +427,18 @@ class FakeWork:
         item = queued[0]
         item.status, item.epoch = "leased", item.epoch + 1
         self.claims.append(200)
-        return json_reply(200, {
-            "work_id": item.work_id,
-            "capability": item.capability,
-            "epoch": item.epoch,
-            "lease_seconds": item.lease_seconds,
-            "lease_expires_at": "2030-01-01T00:00:00Z",
-            "input_url": self.objects.url(item.input_key),
-            "result_upload_url": self.objects.url(item.result_key()),
-        })
+        return json_reply(
+            200,
+            {
+                "work_id": item.work_id,
+                "capability": item.capability,
+                "epoch": item.epoch,
+                "lease_seconds": item.lease_seconds,
+                "lease_expires_at": "2030-01-01T00:00:00Z",
+                "input_url": self.objects.url(item.input_key),
+                "result_upload_url": self.objects.url(item.result_key()),
+            },
+        )
 
     def _renew(self, item: FakeItem, body: dict[str, Any]) -> Reply:
         item.renewals += 1

@@ -17,12 +17,28 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-ECHO = {"name": "diagnostic.echo", "model": "builtin", "model_sha256": None, "device": "cpu", "available": True, "reason": None}
-OCR = {"name": "ocr", "model": "rapidocr-3.10.0/PP-OCRv6-small", "model_sha256": "a" * 64, "device": "cpu", "available": True, "reason": None}
+ECHO = {
+    "name": "diagnostic.echo",
+    "model": "builtin",
+    "model_sha256": None,
+    "device": "cpu",
+    "available": True,
+    "reason": None,
+}
+OCR = {
+    "name": "ocr",
+    "model": "rapidocr-3.10.0/PP-OCRv6-small",
+    "model_sha256": "a" * 64,
+    "device": "cpu",
+    "available": True,
+    "reason": None,
+}
 OCR_QUARANTINED = {**OCR, "available": False, "reason": "artifact_quarantined"}
 
 
-def status_answer(*capabilities: dict[str, Any], protocol_version: Any = 1, healthy: bool | None = None) -> dict[str, Any]:
+def status_answer(
+    *capabilities: dict[str, Any], protocol_version: Any = 1, healthy: bool | None = None
+) -> dict[str, Any]:
     listed = list(capabilities) or [ECHO, OCR]
     return {
         "protocol_version": protocol_version,

@@ -73,7 +73,9 @@ def test_a_lost_enroll_answer_followed_by_a_retry_ends_with_one_node(cp: Control
     assert len(nodes) == 1 and nodes[0]["status"] == "online"
 
 
-def test_a_crash_between_persisting_and_enrolling_reuses_the_persisted_credential(cp: ControlPlane, tmp_path: Path) -> None:
+def test_a_crash_between_persisting_and_enrolling_reuses_the_persisted_credential(
+    cp: ControlPlane, tmp_path: Path
+) -> None:
     minted = cp.mint(display_name="crash before enroll")
     state = StateVolume(tmp_path / "state")
     state.prepare()

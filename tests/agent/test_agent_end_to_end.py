@@ -9,9 +9,9 @@ import signal
 import ssl
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 import trustme
@@ -64,7 +64,9 @@ def test_cpu_agent_enrolls_over_tls_is_online_and_keeps_its_identity_across_rest
 ) -> None:
     cp = ControlPlane(tls_plane.api_url, ADMIN_TOKEN, verify=str(pki.ca_file))
     minted = cp.mint(display_name="tls cpu node")
-    env = agent_env(tls_plane.api_url, minted["token"], tmp_path / "state", MODELFORGE_AGENT_CA_CERT_PATH=str(pki.ca_file))
+    env = agent_env(
+        tls_plane.api_url, minted["token"], tmp_path / "state", MODELFORGE_AGENT_CA_CERT_PATH=str(pki.ca_file)
+    )
     first = start_agent(tmp_path / "agent.log", env)
     try:
         node_id = first.wait_for(r'"event": "enrolled".*?"node_id": "(node_\w+)"').group(1)
@@ -93,7 +95,9 @@ def test_agent_exits_4_when_its_credential_is_revoked(tls_plane: RunningProcess,
     minted = cp.mint(display_name="to be revoked")
     agent = start_agent(
         tmp_path / "agent.log",
-        agent_env(tls_plane.api_url, minted["token"], tmp_path / "state", MODELFORGE_AGENT_CA_CERT_PATH=str(pki.ca_file)),
+        agent_env(
+            tls_plane.api_url, minted["token"], tmp_path / "state", MODELFORGE_AGENT_CA_CERT_PATH=str(pki.ca_file)
+        ),
     )
     try:
         node_id = agent.wait_for(r'"event": "enrolled".*?"node_id": "(node_\w+)"').group(1)
@@ -111,7 +115,9 @@ def test_agent_with_the_wrong_ca_reports_a_tls_error_and_never_falls_back(
     minted = cp.mint(display_name="wrong ca")
     agent = start_agent(
         tmp_path / "agent.log",
-        agent_env(tls_plane.api_url, minted["token"], tmp_path / "state", MODELFORGE_AGENT_CA_CERT_PATH=str(pki.other_ca_file)),
+        agent_env(
+            tls_plane.api_url, minted["token"], tmp_path / "state", MODELFORGE_AGENT_CA_CERT_PATH=str(pki.other_ca_file)
+        ),
     )
     try:
         agent.wait_for(r"TLSError on POST /api/v1/agent/enroll \(backoff 2s…16s\): certificate verify failed")
@@ -161,7 +167,11 @@ def test_agent_backs_off_while_the_control_plane_is_down_and_resumes_when_it_ret
         plane = start_local_up(tmp_path / "plane-2.log", "--data-dir", str(data_dir), env=env, port=port)
         agent.wait_for(r'"event": "publish_recovered"', timeout=40)
         before = ControlPlane(plane.api_url, ADMIN_TOKEN).node(node_id)["last_heartbeat_at"]
-        wait_until(lambda: ControlPlane(plane.api_url, ADMIN_TOKEN).node(node_id)["last_heartbeat_at"] != before, timeout=60, what="heartbeat advancing")
+        wait_until(
+            lambda: ControlPlane(plane.api_url, ADMIN_TOKEN).node(node_id)["last_heartbeat_at"] != before,
+            timeout=60,
+            what="heartbeat advancing",
+        )
     finally:
         agent.stop()
         plane.stop()
@@ -205,7 +215,9 @@ def test_host_address_override_with_a_certificate_for_the_url_name_only_enrolls(
         exit_status = agent.stop()
         server.close()
     assert exit_status == 0
-    assert server.seen[0].path == "/api/v1/agent/enroll" and server.seen[0].headers["Host"].startswith(UNRESOLVABLE_NAME)
+    assert server.seen[0].path == "/api/v1/agent/enroll" and server.seen[0].headers["Host"].startswith(
+        UNRESOLVABLE_NAME
+    )
 
 
 def test_host_address_override_with_a_certificate_for_the_address_only_is_a_tls_hostname_error(tmp_path: Path) -> None:
@@ -213,7 +225,9 @@ def test_host_address_override_with_a_certificate_for_the_address_only_is_a_tls_
     server = _tls_server(ca, "127.0.0.1")  # names the address, not the URL's name: must not be trusted
     agent = start_agent(tmp_path / "agent.log", _override_env(server, _ca_file(ca, tmp_path), tmp_path / "state"))
     try:
-        agent.wait_for(r"TLSError on POST /api/v1/agent/enroll \(backoff 1s…16s\): certificate does not match the host name")
+        agent.wait_for(
+            r"TLSError on POST /api/v1/agent/enroll \(backoff 1s…16s\): certificate does not match the host name"
+        )
     finally:
         exit_status = agent.stop()
         server.close()

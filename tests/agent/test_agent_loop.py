@@ -4,8 +4,9 @@ no real time passes in these tests."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 from modelforge_node_agent.agent import Agent
@@ -72,7 +73,9 @@ def _agent(
 def test_agent_persists_its_credential_before_it_enrolls(tmp_path: Path) -> None:
     seen_on_disk = []
     state_file = tmp_path / "state" / "identity.json"
-    client = FakeControlPlane({ENROLL: [ENROLLED], HEARTBEAT: [ONLINE]}, on_call=lambda path: seen_on_disk.append((path, state_file.exists())))
+    client = FakeControlPlane(
+        {ENROLL: [ENROLLED], HEARTBEAT: [ONLINE]}, on_call=lambda path: seen_on_disk.append((path, state_file.exists()))
+    )
     agent, state = _agent(tmp_path, client, RecordingStop(limit=1))
     agent.run()
     assert seen_on_disk[0] == (ENROLL, True)
@@ -81,7 +84,9 @@ def test_agent_persists_its_credential_before_it_enrolls(tmp_path: Path) -> None
     assert client.calls[0][1]["credential"] == identity.credential
 
 
-def test_agent_retrying_a_lost_enroll_answer_sends_the_same_credential_and_key(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_agent_retrying_a_lost_enroll_answer_sends_the_same_credential_and_key(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     lost = TransientFailure("ReadTimeout", "POST", ENROLL)
     client = FakeControlPlane({ENROLL: [lost, {**ENROLLED, "replayed": True}], HEARTBEAT: [ONLINE]})
     agent, _ = _agent(tmp_path, client, RecordingStop(limit=2))
@@ -92,7 +97,9 @@ def test_agent_retrying_a_lost_enroll_answer_sends_the_same_credential_and_key(t
     assert "ReadTimeout on POST /api/v1/agent/enroll (backoff 1s…16s)" in caplog.text
 
 
-def test_agent_with_an_identity_never_enrolls_and_says_the_token_can_go(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_agent_with_an_identity_never_enrolls_and_says_the_token_can_go(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     agent, _ = _agent(tmp_path, FakeControlPlane({ENROLL: [ENROLLED], HEARTBEAT: [ONLINE]}), RecordingStop(limit=1))
     agent.run()
     client = FakeControlPlane({HEARTBEAT: [ONLINE]})
@@ -103,7 +110,9 @@ def test_agent_with_an_identity_never_enrolls_and_says_the_token_can_go(tmp_path
     assert "enrollment token is ignored and can be removed" in caplog.text
 
 
-def test_agent_backs_off_one_two_four_then_resets_after_success(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_agent_backs_off_one_two_four_then_resets_after_success(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     down = TransientFailure("ConnectError", "POST", HEARTBEAT)
     client = FakeControlPlane({ENROLL: [ENROLLED], HEARTBEAT: [down, down, down, ONLINE, down, ONLINE]})
     stop = RecordingStop(limit=7)
@@ -156,7 +165,11 @@ def test_agent_heartbeats_carry_telemetry_for_every_gpu_at_the_interval_it_was_g
     ("refusal", "exit_code", "words"),
     [
         (Refused(401, "credential_revoked", "POST", HEARTBEAT, None, None), IDENTITY_REFUSED, "enrolled again"),
-        (Refused(400, "protocol_incompatible", "POST", HEARTBEAT, "TOO_OLD", "Upgrade the node agent."), PROTOCOL_INCOMPATIBLE, "TOO_OLD"),
+        (
+            Refused(400, "protocol_incompatible", "POST", HEARTBEAT, "TOO_OLD", "Upgrade the node agent."),
+            PROTOCOL_INCOMPATIBLE,
+            "TOO_OLD",
+        ),
     ],
 )
 def test_agent_stops_with_the_documented_code_on_a_fatal_heartbeat_answer(
@@ -169,7 +182,10 @@ def test_agent_stops_with_the_documented_code_on_a_fatal_heartbeat_answer(
     assert stops.code == exit_code and words in stops.message
 
 
-@pytest.mark.parametrize("code", ["enrollment_token_unknown", "enrollment_token_expired", "enrollment_token_revoked", "enrollment_token_consumed"])
+@pytest.mark.parametrize(
+    "code",
+    ["enrollment_token_unknown", "enrollment_token_expired", "enrollment_token_revoked", "enrollment_token_consumed"],
+)
 def test_agent_refused_token_exits_4_and_asks_for_a_new_one(tmp_path: Path, code: str) -> None:
     refusal = Refused(409, code, "POST", ENROLL, None, None)
     agent, _ = _agent(tmp_path, FakeControlPlane({ENROLL: [refusal]}), RecordingStop(limit=5))
@@ -194,7 +210,12 @@ def test_agent_whose_identity_vanished_after_validation_without_token_is_a_confi
 def test_agent_identity_for_another_control_plane_is_refused(tmp_path: Path) -> None:
     agent, _ = _agent(tmp_path, FakeControlPlane({ENROLL: [ENROLLED], HEARTBEAT: [ONLINE]}), RecordingStop(limit=1))
     agent.run()
-    moved, _ = _agent(tmp_path, FakeControlPlane({}), RecordingStop(limit=1), MODELFORGE_AGENT_CONTROL_PLANE_URL="https://other.internal")
+    moved, _ = _agent(
+        tmp_path,
+        FakeControlPlane({}),
+        RecordingStop(limit=1),
+        MODELFORGE_AGENT_CONTROL_PLANE_URL="https://other.internal",
+    )
     with pytest.raises(IdentityRefused) as stopped:
         moved.run()
     assert exit_for(stopped.value).code == IDENTITY_REFUSED

@@ -22,7 +22,9 @@ from .test_config import _env, _problems
 def test_log_format_is_json_by_default_text_when_asked_and_anything_else_is_named(tmp_path: Path) -> None:
     assert load_config(_env(tmp_path)).log_format == "json"
     assert load_config(_env(tmp_path, MODELFORGE_AGENT_LOG_FORMAT="Text")).log_format == "text"
-    assert "MODELFORGE_AGENT_LOG_FORMAT must be json or text" in _problems(_env(tmp_path, MODELFORGE_AGENT_LOG_FORMAT="xml"))
+    assert "MODELFORGE_AGENT_LOG_FORMAT must be json or text" in _problems(
+        _env(tmp_path, MODELFORGE_AGENT_LOG_FORMAT="xml")
+    )
 
 
 def _record(message: str, level: int = logging.INFO, exc_info: object = None) -> logging.LogRecord:
@@ -55,7 +57,11 @@ def test_configure_switches_the_format_of_its_one_handler(capsys: pytest.Capture
 
 
 def test_an_invalid_configuration_is_reported_in_the_format_asked_for(tmp_path: Path) -> None:
-    env = {"MODELFORGE_AGENT_LOG_FORMAT": "text", "MODELFORGE_AGENT_CONTROL_PLANE_URL": "", "MODELFORGE_AGENT_STATE_VOLUME": ""}
+    env = {
+        "MODELFORGE_AGENT_LOG_FORMAT": "text",
+        "MODELFORGE_AGENT_CONTROL_PLANE_URL": "",
+        "MODELFORGE_AGENT_STATE_VOLUME": "",
+    }
     done = run_agent(env=env)
     assert done.returncode == 2
     assert re.search(r"^\d\d:\d\d:\d\d ERROR   agent: invalid agent configuration: ", done.stderr, re.M), done.stderr
@@ -66,16 +72,26 @@ def test_an_https_url_to_a_plain_http_server_says_to_check_that_it_serves_https(
         url = plane.url.replace("http://", "https://")
         env = agent_env(url, TOKEN, tmp_path / "state", MODELFORGE_AGENT_LOG_FORMAT="text")
         with start_agent(tmp_path / "agent.log", env) as agent:
-            line = agent.wait_for(r"WARNING agent: TLSError on POST /api/v1/agent/enroll \(backoff 1s…16s\): (.*)", timeout=30)
-    assert line.group(1).startswith("TLS handshake failed: the server answered in plain HTTP, not HTTPS. Check that the server serves HTTPS")
+            line = agent.wait_for(
+                r"WARNING agent: TLSError on POST /api/v1/agent/enroll \(backoff 1s…16s\): (.*)", timeout=30
+            )
+    assert line.group(1).startswith(
+        "TLS handshake failed: the server answered in plain HTTP, not HTTPS. Check that the server serves HTTPS"
+    )
 
 
 @pytest.mark.parametrize(
     ("reason", "hint"),
     [
         ("[SSL: WRONG_VERSION_NUMBER] wrong version number", "the server answered in plain HTTP"),
-        ("[SSL: SSLV3_ALERT_HANDSHAKE_FAILURE] sslv3 alert handshake failure", "check that the server serves HTTPS on this address and port"),
-        ("[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: self-signed certificate", "certificate verify failed"),
+        (
+            "[SSL: SSLV3_ALERT_HANDSHAKE_FAILURE] sslv3 alert handshake failure",
+            "check that the server serves HTTPS on this address and port",
+        ),
+        (
+            "[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: self-signed certificate",
+            "certificate verify failed",
+        ),
         ("hostname '10.0.0.5' doesn't match 'cp.internal'", "certificate does not match the host name"),
     ],
 )

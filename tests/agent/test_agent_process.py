@@ -24,7 +24,9 @@ def _gpu_present() -> bool:
         return False
 
 
-needs_no_gpu = pytest.mark.skipif(_gpu_present(), reason="this machine has a working NVML; scripts/gpu-check.sh covers it")
+needs_no_gpu = pytest.mark.skipif(
+    _gpu_present(), reason="this machine has a working NVML; scripts/gpu-check.sh covers it"
+)
 
 TOKEN = "mfe.enr_" + "0" * 32 + "." + "S" * 43
 
@@ -82,7 +84,11 @@ def test_agent_on_this_gpu_less_machine_fails_preflight_with_exit_3_and_sends_no
         extra["NVIDIA_VISIBLE_DEVICES"] = "all"  # devices are advertised, so NVML is required
     done = run_agent(env=_env(recorder.url, tmp_path / "state", **extra))
     assert done.returncode == 3
-    codes = [code for code in ("NVIDIA_NVML_UNAVAILABLE", "NVIDIA_DEVICE_NOT_FOUND", "NVIDIA_TELEMETRY_UNAVAILABLE") if code in done.stderr]
+    codes = [
+        code
+        for code in ("NVIDIA_NVML_UNAVAILABLE", "NVIDIA_DEVICE_NOT_FOUND", "NVIDIA_TELEMETRY_UNAVAILABLE")
+        if code in done.stderr
+    ]
     assert codes == ["NVIDIA_NVML_UNAVAILABLE"]
     assert recorder.connections == 0
     assert not (tmp_path / "state" / "identity.json").exists()
@@ -103,7 +109,9 @@ def test_preflight_flag_in_cpu_mode_passes_and_reports_no_gpus() -> None:
     assert report["ok"] is True and report["gpus"] == [] and report["nvml_used"] is False
 
 
-def test_invalid_configuration_exits_2_naming_variables_without_the_token(recorder: ConnectionRecorder, tmp_path: Path) -> None:
+def test_invalid_configuration_exits_2_naming_variables_without_the_token(
+    recorder: ConnectionRecorder, tmp_path: Path
+) -> None:
     done = run_agent(
         env=_env(
             "https://modelforge.example.internal:8000",
@@ -113,7 +121,11 @@ def test_invalid_configuration_exits_2_naming_variables_without_the_token(record
         )
     )
     assert done.returncode == 2
-    for name in ("MODELFORGE_AGENT_CONTROL_PLANE_URL", "MODELFORGE_AGENT_ACCELERATOR_MODE", "MODELFORGE_AGENT_TLS_VERIFY"):
+    for name in (
+        "MODELFORGE_AGENT_CONTROL_PLANE_URL",
+        "MODELFORGE_AGENT_ACCELERATOR_MODE",
+        "MODELFORGE_AGENT_TLS_VERIFY",
+    ):
         assert name in done.stderr
     assert "real address" in done.stderr
     assert TOKEN not in done.stdout + done.stderr and TOKEN.rsplit(".", 1)[1] not in done.stderr

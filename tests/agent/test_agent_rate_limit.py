@@ -22,7 +22,9 @@ from tests.agent.fake_control_plane import (
 
 
 def _rate_limited(seconds: str, code: str = "inventory_rate_limited") -> Reply:
-    body = {"error": {"code": code, "message": "slow down", "retry_after_seconds": int(seconds) if seconds.isdigit() else 0}}
+    body = {
+        "error": {"code": code, "message": "slow down", "retry_after_seconds": int(seconds) if seconds.isdigit() else 0}
+    }
     return json_reply(429, body, {"Retry-After": seconds})
 
 
@@ -64,7 +66,9 @@ def test_agent_rate_limited_heartbeat_waits_the_longer_of_backoff_and_retry_afte
 
 def test_agent_rate_limited_enroll_waits_retry_after_then_enrolls(tmp_path: Path) -> None:
     stop = RecordingStop(limit=2)
-    with fake_server({ENROLL: [_rate_limited("45", "rate_limited"), json_reply(201, {"node_id": "node_" + "c" * 32})]}) as plane:
+    with fake_server(
+        {ENROLL: [_rate_limited("45", "rate_limited"), json_reply(201, {"node_id": "node_" + "c" * 32})]}
+    ) as plane:
         agent, state = real_agent(tmp_path, plane.url, stop)
         agent.run()
     assert plane.paths() == [ENROLL, ENROLL, HEARTBEAT] and stop.waits == [45, 15]

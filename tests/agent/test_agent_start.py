@@ -49,7 +49,9 @@ def test_start_without_token_or_identity_exits_2_before_the_preflight_and_create
     assert not any(getattr(record, "event", "") == "preflight_passed" for record in caplog.records)
 
 
-def test_start_without_token_lists_every_other_problem_in_the_same_error(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_start_without_token_lists_every_other_problem_in_the_same_error(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     env = _env(tmp_path / "state", MODELFORGE_AGENT_ACCELERATOR_MODE="gpu")
     assert start(env, probe_factory=NeverOpened()) == CONFIGURATION_INVALID
     (exit_line,) = [record.getMessage() for record in caplog.records if getattr(record, "event", "") == "agent_exit"]

@@ -41,7 +41,10 @@ def test_answers_parse_over_the_cap_is_malformed() -> None:
     [
         (b'{"node_id": "../x"}', "node_id fails pattern"),
         (b"{}", "answer fails required"),
-        (b'{"node_id": "' + NODE_ID.encode() + b'", "heartbeat_interval_seconds": true}', "heartbeat_interval_seconds fails type"),
+        (
+            b'{"node_id": "' + NODE_ID.encode() + b'", "heartbeat_interval_seconds": true}',
+            "heartbeat_interval_seconds fails type",
+        ),
     ],
 )
 def test_answers_validated_reason_names_the_field_never_the_value(answer: bytes, reason: str) -> None:
@@ -51,11 +54,19 @@ def test_answers_validated_reason_names_the_field_never_the_value(answer: bytes,
 
 
 def test_answers_schemas_accept_what_the_control_plane_answers_today() -> None:
-    enrolled = b'{"node_id": "' + NODE_ID.encode() + b'", "enrollment_id": "enr_1", "display_name": "x", ' \
+    enrolled = (
+        b'{"node_id": "' + NODE_ID.encode() + b'", "enrollment_id": "enr_1", "display_name": "x", '
         b'"production_eligible": false, "heartbeat_interval_seconds": 15, "replayed": false, "auth": {"scheme": "Bearer"}}'
+    )
     assert answers.validated(answers.ENROLL_ANSWER, enrolled)["node_id"] == NODE_ID
-    beat = b'{"node_id": "' + NODE_ID.encode() + b'", "status": "stale", "heartbeat_interval_seconds": 15, "work_waiting": true}'
+    beat = (
+        b'{"node_id": "'
+        + NODE_ID.encode()
+        + b'", "status": "stale", "heartbeat_interval_seconds": 15, "work_waiting": true}'
+    )
     assert answers.validated(answers.HEARTBEAT_ANSWER, beat)["status"] == "stale"
-    refused = b'{"error": {"code": "protocol_incompatible", "message": "no\\nway", "verdict": "TOO_NEW", ' \
+    refused = (
+        b'{"error": {"code": "protocol_incompatible", "message": "no\\nway", "verdict": "TOO_NEW", '
         b'"next_step": "Upgrade the control plane; see docs/COMPATIBILITY.md.", "problems": ["x"]}}'
+    )
     assert answers.validated(answers.ERROR_ANSWER, refused)["error"]["verdict"] == "TOO_NEW"

@@ -40,7 +40,9 @@ def test_config_placeholder_url_is_refused_with_a_hint(tmp_path: Path) -> None:
     assert "placeholder" in message and "real address" in message
 
 
-@pytest.mark.parametrize("url", ["http://10.0.0.5:8000", "http://cp.internal", "ftp://cp", "cp.internal", "https://cp/x"])
+@pytest.mark.parametrize(
+    "url", ["http://10.0.0.5:8000", "http://cp.internal", "ftp://cp", "cp.internal", "https://cp/x"]
+)
 def test_config_non_https_or_odd_urls_are_refused(tmp_path: Path, url: str) -> None:
     assert "MODELFORGE_AGENT_CONTROL_PLANE_URL" in _problems(_env(tmp_path, MODELFORGE_AGENT_CONTROL_PLANE_URL=url))
 

@@ -53,7 +53,9 @@ def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
     ("interval", "waits"),
     [("1e308", [3600, 3600, 3600]), ("0", [1, 1, 1]), ("-1", [1, 1, 1]), ("0.001", [1, 1, 1]), ("7200", [3600] * 3)],
 )
-def test_agent_interval_out_of_range_is_clamped_to_1_to_3600_seconds(tmp_path: Path, interval: str, waits: list[float]) -> None:
+def test_agent_interval_out_of_range_is_clamped_to_1_to_3600_seconds(
+    tmp_path: Path, interval: str, waits: list[float]
+) -> None:
     stop = RecordingStop(limit=3)
     with fake_server({HEARTBEAT: json_reply(200, _heartbeat_answer(interval))}) as plane:
         agent, _ = real_agent(tmp_path, plane.url, stop)
@@ -62,7 +64,9 @@ def test_agent_interval_out_of_range_is_clamped_to_1_to_3600_seconds(tmp_path: P
     assert plane.paths() == [ENROLL, HEARTBEAT, HEARTBEAT, HEARTBEAT]  # one request per wait: no hot loop
 
 
-@pytest.mark.parametrize("interval", ['"abc"', '"nan"', "NaN", "Infinity", "-Infinity", "1e400", "true", "null", '"15"'])
+@pytest.mark.parametrize(
+    "interval", ['"abc"', '"nan"', "NaN", "Infinity", "-Infinity", "1e400", "true", "null", '"15"']
+)
 def test_agent_interval_that_is_not_a_finite_number_is_an_invalid_answer_backed_off(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, interval: str
 ) -> None:
@@ -160,8 +164,18 @@ def test_agent_malformed_error_answer_is_an_invalid_answer_not_a_refusal(
 @pytest.mark.parametrize(
     ("status", "error", "exit_code", "words"),
     [
-        (401, {"code": "credential_invalid", "message": "no", "extra": [1, 2]}, IDENTITY_REFUSED, "HTTP 401 credential_invalid"),
-        (400, {"code": "protocol_incompatible", "verdict": "TOO_OLD", "next_step": "Upgrade the node agent."}, PROTOCOL_INCOMPATIBLE, "Upgrade the node agent."),
+        (
+            401,
+            {"code": "credential_invalid", "message": "no", "extra": [1, 2]},
+            IDENTITY_REFUSED,
+            "HTTP 401 credential_invalid",
+        ),
+        (
+            400,
+            {"code": "protocol_incompatible", "verdict": "TOO_OLD", "next_step": "Upgrade the node agent."},
+            PROTOCOL_INCOMPATIBLE,
+            "Upgrade the node agent.",
+        ),
     ],
 )
 def test_agent_well_formed_error_answer_still_stops_with_its_exit_code(
@@ -237,7 +251,9 @@ def test_agent_compressed_answer_is_refused(tmp_path: Path, caplog: pytest.LogCa
         with caplog.at_level(logging.WARNING, logger="modelforge"):
             agent.run()
     assert plane.seen[1].headers.get("Accept-Encoding") == "identity"
-    assert "InvalidAnswer (HTTP 200) on POST /api/v1/agent/heartbeat (backoff 1s…16s): answer is compressed" in caplog.text
+    assert (
+        "InvalidAnswer (HTTP 200) on POST /api/v1/agent/heartbeat (backoff 1s…16s): answer is compressed" in caplog.text
+    )
 
 
 # --- the whole-request deadline ---------------------------------------------------------------
@@ -246,7 +262,9 @@ def test_agent_compressed_answer_is_refused(tmp_path: Path, caplog: pytest.LogCa
 def _trickle(stopping: threading.Event, where: str) -> Reply:
     """One byte every 0.2 s: each read is quick, so per-read timeouts never fire."""
     body = b'{"node_id": "' + NODE_ID.encode() + b'", "status": "online"}'
-    head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n"
+    head = (
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n"
+    )
 
     def reply(handler: BaseHTTPRequestHandler) -> None:
         slow, fast = (head, b"") if where == "headers" else (body, head)
@@ -276,7 +294,9 @@ def test_agent_trickling_answer_ends_at_the_request_deadline_with_a_log_line(
     server = FakeServer()
     server.replies[HEARTBEAT] = _trickle(server.stopping, where)
     try:
-        agent, _ = real_agent(tmp_path, server.url, RecordingStop(limit=1), MODELFORGE_AGENT_REQUEST_TIMEOUT_SECONDS="1")
+        agent, _ = real_agent(
+            tmp_path, server.url, RecordingStop(limit=1), MODELFORGE_AGENT_REQUEST_TIMEOUT_SECONDS="1"
+        )
         with caplog.at_level(logging.WARNING, logger="modelforge"):
             started = time.monotonic()
             agent.run()
@@ -288,7 +308,9 @@ def test_agent_trickling_answer_ends_at_the_request_deadline_with_a_log_line(
     wait_until(lambda: not _deadline_timers(), 5, "every deadline timer thread to end with its request", interval=0.01)
 
 
-def test_agent_trickling_answer_over_tls_ends_at_the_request_deadline(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_agent_trickling_answer_over_tls_ends_at_the_request_deadline(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """Over TLS the socket object is wrapped (and detached): the deadline must still reach it."""
     ca = trustme.CA()
     server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)

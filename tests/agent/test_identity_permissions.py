@@ -85,7 +85,9 @@ def test_state_volume_that_is_a_symlink_is_refused_and_its_target_untouched(tmp_
     assert list(target.iterdir()) == []
 
 
-def test_state_volume_looser_than_0700_is_tightened_with_a_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_state_volume_looser_than_0700_is_tightened_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     loose = tmp_path / "state"
     loose.mkdir()
     loose.chmod(0o755)
@@ -97,7 +99,9 @@ def test_state_volume_looser_than_0700_is_tightened_with_a_warning(tmp_path: Pat
     assert f"state volume {loose} had mode 0755" in fixed[0].getMessage()
 
 
-def test_state_volume_already_0700_is_left_alone_without_a_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_state_volume_already_0700_is_left_alone_without_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     private = tmp_path / "state"
     private.mkdir(mode=0o700)
     with caplog.at_level(logging.WARNING, logger="modelforge"):

@@ -85,7 +85,12 @@ class Running:
         wait_until(lambda: len(self.heartbeats()) >= target, 10, f"{count} more heartbeats")
 
     def wait_outcomes(self, count: int) -> list[str]:
-        wait_until(lambda: len(self.runner.outcomes) >= count, 10, f"{count} finished jobs", detail=lambda: repr(self.runner.outcomes))
+        wait_until(
+            lambda: len(self.runner.outcomes) >= count,
+            10,
+            f"{count} finished jobs",
+            detail=lambda: repr(self.runner.outcomes),
+        )
         return self.runner.outcomes
 
 
@@ -199,7 +204,10 @@ def test_work_complete_carries_the_sha256_and_size_of_the_uploaded_canonical_res
     assert upload.key == f"results/{item.work_id}/1.json" and upload.body == expected
     assert upload.headers["Content-Type"] == "application/json"
     (completed,) = running.work.completions
-    assert completed == (item.work_id, {"epoch": 1, "sha256": hashlib.sha256(expected).hexdigest(), "size": len(expected)})
+    assert completed == (
+        item.work_id,
+        {"epoch": 1, "sha256": hashlib.sha256(expected).hexdigest(), "size": len(expected)},
+    )
     for request in running.objects.requests:  # the presigned URL is the only credential there
         assert "Authorization" not in request.headers and "X-ModelForge-Node-Id" not in request.headers
 
@@ -221,7 +229,10 @@ def test_work_lease_is_renewed_at_its_interval_while_the_worker_runs(tmp_path: P
         time.sleep(1.0)  # the job itself
         return 200, {"result": echo_result(request["input"])}
 
-    with fake_worker(run=slow) as worker, running_agent(tmp_path, worker.url, renew_interval=lambda lease: lease / 50) as running:
+    with (
+        fake_worker(run=slow) as worker,
+        running_agent(tmp_path, worker.url, renew_interval=lambda lease: lease / 50) as running,
+    ):
         item = running.work.submit(ECHO_CAPABILITY, {}, lease_seconds=10)  # renewed every 0.2 s
         assert running.wait_outcomes(1) == ["succeeded"]
     times = [at for at, work_id, epoch in running.work.renewals if work_id == item.work_id and epoch == 1]
@@ -244,7 +255,10 @@ def test_work_a_renewal_answered_409_stops_the_job_and_uploads_nothing(
         release.wait(10)
         return 200, {"result": echo_result(request["input"])}
 
-    with fake_worker(run=held) as worker, running_agent(tmp_path, worker.url, renew_interval=lambda lease: 0.1) as running:
+    with (
+        fake_worker(run=held) as worker,
+        running_agent(tmp_path, worker.url, renew_interval=lambda lease: 0.1) as running,
+    ):
         with caplog.at_level(logging.INFO, logger="modelforge.agent"):
             first = running.work.submit(ECHO_CAPABILITY, {"n": 1}, on_renew=lambda n: (409, code))
             assert running.wait_outcomes(1) == [code]
@@ -436,7 +450,11 @@ def test_work_presigned_url_that_redirects_is_refused_and_not_followed(tmp_path:
         elsewhere.close()
     method = "GET" if which == "input" else "PUT"
     verb = "input_download_failed" if which == "input" else "result_upload_failed"
-    assert failure == {"epoch": 1, "reason": f"{verb}: HTTP 307 redirect on {method} {which} (not followed)", "retryable": True}
+    assert failure == {
+        "epoch": 1,
+        "reason": f"{verb}: HTTP 307 redirect on {method} {which} (not followed)",
+        "retryable": True,
+    }
     assert running.work.completions == []
     assert len(worker.runs) == (0 if which == "input" else 1)
 
@@ -457,7 +475,9 @@ def test_work_presigned_url_must_be_https_or_loopback(url: str) -> None:
     assert url not in refused.value.reason and "refused" in refused.value.reason
 
 
-@pytest.mark.parametrize("url", ["https://bucket.s3.amazonaws.com/x?X-Amz-Signature=1", "http://127.0.0.1:9000/x", "http://[::1]:9000/x"])
+@pytest.mark.parametrize(
+    "url", ["https://bucket.s3.amazonaws.com/x?X-Amz-Signature=1", "http://127.0.0.1:9000/x", "http://[::1]:9000/x"]
+)
 def test_work_presigned_url_https_or_loopback_http_is_used(url: str) -> None:
     check_presigned_url(url)
 
@@ -524,14 +544,16 @@ def test_work_the_entry_points_run_agent_wires_the_work_loop(tmp_path: Path) -> 
     queue = FakeWork(objects)
     try:
         with fake_worker() as worker, fake_server(work=queue) as plane:
-            config = load_config({
-                "MODELFORGE_AGENT_CONTROL_PLANE_URL": plane.url,
-                "MODELFORGE_AGENT_ENROLLMENT_TOKEN": TOKEN,
-                "MODELFORGE_AGENT_ACCELERATOR_MODE": "cpu",
-                "MODELFORGE_AGENT_STATE_VOLUME": str(tmp_path / "state"),
-                "MODELFORGE_AGENT_HEARTBEAT_INTERVAL_SECONDS": "0.1",
-                "MODELFORGE_AGENT_WORKER_URL": worker.url,
-            })
+            config = load_config(
+                {
+                    "MODELFORGE_AGENT_CONTROL_PLANE_URL": plane.url,
+                    "MODELFORGE_AGENT_ENROLLMENT_TOKEN": TOKEN,
+                    "MODELFORGE_AGENT_ACCELERATOR_MODE": "cpu",
+                    "MODELFORGE_AGENT_STATE_VOLUME": str(tmp_path / "state"),
+                    "MODELFORGE_AGENT_HEARTBEAT_INTERVAL_SECONDS": "0.1",
+                    "MODELFORGE_AGENT_WORKER_URL": worker.url,
+                }
+            )
             stop = threading.Event()
             codes: list[int] = []
             thread = threading.Thread(target=lambda: codes.append(run_agent(config, stop=stop)), daemon=True)

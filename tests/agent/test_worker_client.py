@@ -71,9 +71,17 @@ def test_worker_unhealthy_with_everything_available_is_degraded_and_not_claimabl
 
 @pytest.mark.parametrize(
     ("reported", "judged"),
-    [(2, Verdict.TOO_NEW), (0, Verdict.UNKNOWN), ("1", Verdict.UNKNOWN), (True, Verdict.UNKNOWN), (None, Verdict.UNKNOWN)],
+    [
+        (2, Verdict.TOO_NEW),
+        (0, Verdict.UNKNOWN),
+        ("1", Verdict.UNKNOWN),
+        (True, Verdict.UNKNOWN),
+        (None, Verdict.UNKNOWN),
+    ],
 )
-def test_worker_with_another_protocol_is_incompatible_with_its_verdict_and_next_step(reported: Any, judged: Verdict) -> None:
+def test_worker_with_another_protocol_is_incompatible_with_its_verdict_and_next_step(
+    reported: Any, judged: Verdict
+) -> None:
     with fake_worker(status_answer(protocol_version=reported)) as worker:
         view = WorkerClient(worker.url).status()
     assert view.status == INCOMPATIBLE and view.verdict is judged
@@ -84,7 +92,11 @@ def test_worker_with_another_protocol_is_incompatible_with_its_verdict_and_next_
 @pytest.mark.parametrize(
     ("answer", "status", "words"),
     [
-        ({**status_answer(), "capabilities": [{**ECHO, "device": "tpu"}]}, INCOMPATIBLE, "capabilities.0.device fails enum"),
+        (
+            {**status_answer(), "capabilities": [{**ECHO, "device": "tpu"}]},
+            INCOMPATIBLE,
+            "capabilities.0.device fails enum",
+        ),
         ({"protocol_version": 1}, INCOMPATIBLE, "fails required"),
         ([1, 2], INCOMPATIBLE, "not a JSON object"),
         (b"<html>not a worker</html>", UNREACHABLE, "InvalidAnswer"),
@@ -137,7 +149,9 @@ def test_worker_run_returns_the_result_and_sends_the_capability_and_input() -> N
         (worker_error(409, "artifact_quarantined", "ocr is unavailable", False), "artifact_quarantined", False),
     ],
 )
-def test_worker_run_error_carries_its_code_message_and_retryable(answer: tuple[int, Any], code: str, retryable: bool) -> None:
+def test_worker_run_error_carries_its_code_message_and_retryable(
+    answer: tuple[int, Any], code: str, retryable: bool
+) -> None:
     with fake_worker(run=lambda request: answer) as worker, pytest.raises(WorkerRefused) as refused:
         WorkerClient(worker.url).run("ocr", {"image_base64": "AAAA"})
     assert (refused.value.code, refused.value.retryable, refused.value.status) == (code, retryable, answer[0])

@@ -120,8 +120,14 @@ class NodeHost:
 
     def leaks(self, secret: str, *outputs: str) -> list[str]:
         """Where ``secret`` shows, outside the env file given to Compose (where it belongs)."""
-        found = [f"argv of docker {call['name']}" for call in self.calls() if any(secret in arg for arg in call["argv"])]
-        found += [f"environment of docker {call['name']}" for call in self.calls() if any(secret in value for value in call["env"].values())]
+        found = [
+            f"argv of docker {call['name']}" for call in self.calls() if any(secret in arg for arg in call["argv"])
+        ]
+        found += [
+            f"environment of docker {call['name']}"
+            for call in self.calls()
+            if any(secret in value for value in call["env"].values())
+        ]
         found += [str(path) for path in self.files_left() if path.is_file() and secret.encode() in path.read_bytes()]
         found += [f"output {number}" for number, output in enumerate(outputs) if secret in output]
         return found

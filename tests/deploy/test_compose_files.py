@@ -50,14 +50,19 @@ class Case:
 CASES = {
     "agent, all set": Case(
         AGENT,
-        environment=(("MODELFORGE_AGENT_STATE_VOLUME", "/srv/agent-state"), ("MODELFORGE_NODE_AGENT_IMAGE", PINNED.format("node-agent"))),
+        environment=(
+            ("MODELFORGE_AGENT_STATE_VOLUME", "/srv/agent-state"),
+            ("MODELFORGE_NODE_AGENT_IMAGE", PINNED.format("node-agent")),
+        ),
         agent_env_file=(
             "MODELFORGE_AGENT_HOSTNAME=gpu_node",
             "MODELFORGE_AGENT_STATE_VOLUME=/srv/agent-state",
             f"MODELFORGE_AGENT_ENROLLMENT_TOKEN={TOKEN}",
         ),
     ),
-    "agent, optional unset": Case(AGENT, dot_env=("MODELFORGE_AGENT_STATE_VOLUME=/srv/agent-state", "MODELFORGE_AGENT_HOSTNAME=gpu_node")),
+    "agent, optional unset": Case(
+        AGENT, dot_env=("MODELFORGE_AGENT_STATE_VOLUME=/srv/agent-state", "MODELFORGE_AGENT_HOSTNAME=gpu_node")
+    ),
     "agent, required unset": Case(AGENT, dot_env=("MODELFORGE_AGENT_HOSTNAME=gpu_node",)),
     "agent, .env.example": Case(AGENT, dot_env=tuple((ROOT / ".env.example").read_text().splitlines())),
     "private CA, all set": Case(
@@ -69,7 +74,8 @@ CASES = {
         ),
     ),
     "private CA, optional unset": Case(
-        PRIVATE_CA, dot_env=("MODELFORGE_AGENT_STATE_VOLUME=/srv/agent-state", "MODELFORGE_AGENT_CA_CERT_PATH=/srv/ca.pem")
+        PRIVATE_CA,
+        dot_env=("MODELFORGE_AGENT_STATE_VOLUME=/srv/agent-state", "MODELFORGE_AGENT_CA_CERT_PATH=/srv/ca.pem"),
     ),
     "private CA, required unset": Case(PRIVATE_CA, dot_env=("MODELFORGE_AGENT_STATE_VOLUME=/srv/agent-state",)),
     "worker, all set": Case(
@@ -137,7 +143,10 @@ def _mount(service: dict[str, Any], target: str) -> dict[str, Any] | str:
 
 def _has_gpu_reservation(service: dict[str, Any]) -> bool:
     devices = service["deploy"]["resources"]["reservations"]["devices"]
-    return any(device["driver"] == "nvidia" and "gpu" in device["capabilities"] and device["count"] == "all" for device in devices)
+    return any(
+        device["driver"] == "nvidia" and "gpu" in device["capabilities"] and device["count"] == "all"
+        for device in devices
+    )
 
 
 @pytest.mark.parametrize("name", [name for name in CASES if "required unset" not in name])
@@ -147,9 +156,14 @@ def test_compose_combination_resolves(resolved: dict[str, Resolved], name: str) 
 
 @pytest.mark.parametrize(
     ("name", "variable"),
-    [("agent, required unset", "MODELFORGE_AGENT_STATE_VOLUME"), ("private CA, required unset", "MODELFORGE_AGENT_CA_CERT_PATH")],
+    [
+        ("agent, required unset", "MODELFORGE_AGENT_STATE_VOLUME"),
+        ("private CA, required unset", "MODELFORGE_AGENT_CA_CERT_PATH"),
+    ],
 )
-def test_compose_required_variable_unset_fails_naming_it(resolved: dict[str, Resolved], name: str, variable: str) -> None:
+def test_compose_required_variable_unset_fails_naming_it(
+    resolved: dict[str, Resolved], name: str, variable: str
+) -> None:
     result = resolved[name]
     assert result.returncode != 0
     assert re.search(rf"set {variable} to ", result.stderr), result.stderr
@@ -196,7 +210,9 @@ def test_compose_private_ca_host_address_unset_is_empty(resolved: dict[str, Reso
     assert agent["environment"]["MODELFORGE_AGENT_CONTROL_PLANE_HOST_ADDRESS"] == ""  # the agent reads "" as unset
 
 
-def test_compose_worker_optional_unset_falls_back_to_release_tag_and_named_volumes(resolved: dict[str, Resolved]) -> None:
+def test_compose_worker_optional_unset_falls_back_to_release_tag_and_named_volumes(
+    resolved: dict[str, Resolved],
+) -> None:
     config = resolved["worker, optional unset"].config
     worker = config["services"]["runtime-worker"]
     assert worker["image"] == f"modelforge-runtime-worker:{IMAGE_TAG_VERSION}"
@@ -206,7 +222,10 @@ def test_compose_worker_optional_unset_falls_back_to_release_tag_and_named_volum
     assert _has_gpu_reservation(worker)
     environment = worker["environment"]
     assert environment["MODELFORGE_WORKER_DEVICE"] == "cuda"
-    for variable, volume in (("MODELFORGE_WORKER_ARTIFACT_ROOT", "worker-artifacts"), ("MODELFORGE_WORKER_QUARANTINE_ROOT", "worker-quarantine")):
+    for variable, volume in (
+        ("MODELFORGE_WORKER_ARTIFACT_ROOT", "worker-artifacts"),
+        ("MODELFORGE_WORKER_QUARANTINE_ROOT", "worker-quarantine"),
+    ):
         assert _mount(worker, environment[variable]) == f"{volume}:{environment[variable]}:rw"
         assert config["volumes"][volume]["name"] == f"modelforge-{volume}"
 
@@ -215,9 +234,18 @@ def test_compose_worker_all_set_uses_host_directories_and_settings(resolved: dic
     worker = resolved["worker, all set"].service("runtime-worker")
     assert worker["image"] == PINNED.format("runtime-worker")
     environment = worker["environment"]
-    assert _mount(worker, environment["MODELFORGE_WORKER_ARTIFACT_ROOT"]) == "/srv/artifacts:/var/lib/modelforge/artifacts:rw"
-    assert _mount(worker, environment["MODELFORGE_WORKER_QUARANTINE_ROOT"]) == "/srv/quarantine:/var/lib/modelforge/quarantine:rw"
-    assert (environment["MODELFORGE_WORKER_DEVICE"], environment["MODELFORGE_WORKER_JOB_TIMEOUT_SECONDS"]) == ("auto", "300")
+    assert (
+        _mount(worker, environment["MODELFORGE_WORKER_ARTIFACT_ROOT"])
+        == "/srv/artifacts:/var/lib/modelforge/artifacts:rw"
+    )
+    assert (
+        _mount(worker, environment["MODELFORGE_WORKER_QUARANTINE_ROOT"])
+        == "/srv/quarantine:/var/lib/modelforge/quarantine:rw"
+    )
+    assert (environment["MODELFORGE_WORKER_DEVICE"], environment["MODELFORGE_WORKER_JOB_TIMEOUT_SECONDS"]) == (
+        "auto",
+        "300",
+    )
 
 
 def test_compose_agent_and_worker_share_socket_volume_at_worker_listen_path(resolved: dict[str, Resolved]) -> None:
@@ -227,7 +255,11 @@ def test_compose_agent_and_worker_share_socket_volume_at_worker_listen_path(reso
     shared = {"type": "volume", "source": "worker-socket", "target": folder}
     assert _mount(agent_config["services"]["node-agent"], folder) == shared
     assert _mount(worker_config["services"]["runtime-worker"], folder) == shared
-    assert agent_config["volumes"]["worker-socket"] == worker_config["volumes"]["worker-socket"] == {"name": "modelforge-worker-socket"}
+    assert (
+        agent_config["volumes"]["worker-socket"]
+        == worker_config["volumes"]["worker-socket"]
+        == {"name": "modelforge-worker-socket"}
+    )
     assert f"# MODELFORGE_AGENT_WORKER_URL={listen}\n" in (ROOT / ".env.example").read_text()
 
 
@@ -240,5 +272,9 @@ def test_compose_files_fallback_tags_are_this_release() -> None:
 
 def test_compose_resolved_configs_hold_no_secret_but_the_tokens_case(resolved: dict[str, Resolved]) -> None:
     for name, result in resolved.items():
-        secrets_found = [token for token in re.findall(r"mf[en]\.[A-Za-z0-9_.-]+", result.stdout) if ENROLLMENT_TOKEN_RE.match(token) or NODE_CREDENTIAL_RE.match(token)]
+        secrets_found = [
+            token
+            for token in re.findall(r"mf[en]\.[A-Za-z0-9_.-]+", result.stdout)
+            if ENROLLMENT_TOKEN_RE.match(token) or NODE_CREDENTIAL_RE.match(token)
+        ]
         assert secrets_found == ([TOKEN] if name == "agent, all set" else []), name

@@ -35,7 +35,15 @@ DEPLOY_FILES = (
     *DOCKERFILES,
     ROOT / ".dockerignore",
     ROOT / ".env.example",
-    *(ROOT / name for name in ("docker-compose.yml", "docker-compose.node-agent.yml", "docker-compose.node-agent.private-ca.yml", "docker-compose.runtime-worker.yml")),
+    *(
+        ROOT / name
+        for name in (
+            "docker-compose.yml",
+            "docker-compose.node-agent.yml",
+            "docker-compose.node-agent.private-ca.yml",
+            "docker-compose.runtime-worker.yml",
+        )
+    ),
     ROOT / "localstack" / "docker-compose.yml",
 )
 OCI_LABELS = ("title", "version", "revision", "source", "created")
@@ -118,7 +126,11 @@ def test_hadolint_flags_an_unpinned_base_and_apt_install(tmp_path: Path) -> None
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda path: path.parent.name)
 def test_dockerfile_every_base_pinned_by_tag_and_digest(dockerfile: Path) -> None:
-    stage_names = {words[-1] for words in (stage[0].arguments.split() for stage in stages(dockerfile)) if len(words) >= 3 and words[-2].upper() == "AS"}
+    stage_names = {
+        words[-1]
+        for words in (stage[0].arguments.split() for stage in stages(dockerfile))
+        if len(words) >= 3 and words[-2].upper() == "AS"
+    }
     for stage in stages(dockerfile):
         image = base_image(stage)
         assert image in stage_names or PINNED_FROM.match(image), f"{dockerfile}: FROM {image} is not pinned by digest"
@@ -135,7 +147,15 @@ def test_agent_image_runtime_stage_has_no_shell_or_package_scripts() -> None:
     assert image.startswith("gcr.io/distroless/") and "debug" not in image  # the debug variants carry busybox
     assert only(runtime, "RUN") == [] and only(runtime, "SHELL") == []
     copied = " ".join(only(runtime, "COPY") + only(runtime, "ADD"))
-    for forbidden in ("/bin/sh", "/bin/bash", "busybox", "/usr/bin/apt", "dpkg", "/var/lib/dpkg/info", "/usr/local/bin"):
+    for forbidden in (
+        "/bin/sh",
+        "/bin/bash",
+        "busybox",
+        "/usr/bin/apt",
+        "dpkg",
+        "/var/lib/dpkg/info",
+        "/usr/local/bin",
+    ):
         assert forbidden not in copied
     for copy in only(runtime, "COPY"):
         assert "--from=builder" in copy.split()
@@ -152,7 +172,9 @@ def test_agent_image_builder_python_matches_runtime_python() -> None:
 
 
 @pytest.mark.parametrize(
-    ("dockerfile", "sources"), [(AGENT_DOCKERFILE, {"protocol/", "agent/"}), (WORKER_DOCKERFILE, {"protocol/", "worker/"})], ids=["agent", "worker"]
+    ("dockerfile", "sources"),
+    [(AGENT_DOCKERFILE, {"protocol/", "agent/"}), (WORKER_DOCKERFILE, {"protocol/", "worker/"})],
+    ids=["agent", "worker"],
 )
 def test_image_copies_only_its_own_distributions(dockerfile: Path, sources: set[str]) -> None:
     copied = set()
@@ -171,7 +193,9 @@ def test_dockerignore_sends_only_the_image_sources() -> None:
 
 
 @pytest.mark.parametrize(
-    ("dockerfile", "title"), [(AGENT_DOCKERFILE, "modelforge-node-agent"), (WORKER_DOCKERFILE, "modelforge-runtime-worker")], ids=["agent", "worker"]
+    ("dockerfile", "title"),
+    [(AGENT_DOCKERFILE, "modelforge-node-agent"), (WORKER_DOCKERFILE, "modelforge-runtime-worker")],
+    ids=["agent", "worker"],
 )
 def test_image_carries_oci_labels_of_this_release(dockerfile: Path, title: str) -> None:
     final = stages(dockerfile)[-1]
@@ -252,9 +276,23 @@ def _image_layout(target: Path) -> None:
     versions agent/constraints.txt names, which the test above holds equal)."""
     wheels = agent_wheels()
     done = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-index", "--no-deps",
-         "--target", str(target), *map(str, wheels.values())],
-        capture_output=True, text=True, timeout=120, env=outside_env(),
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--no-index",
+            "--no-deps",
+            "--target",
+            str(target),
+            *map(str, wheels.values()),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=outside_env(),
     )
     assert done.returncode == 0, done.stdout + done.stderr
     shutil.rmtree(target / "bin", ignore_errors=True)
@@ -275,16 +313,34 @@ def test_agent_image_layout_imports_and_runs_the_seeds_preflight(tmp_path: Path)
     lib = tmp_path / "opt-modelforge-lib"
     _image_layout(lib)
     command = json.loads(only(stages(AGENT_DOCKERFILE)[-1], "CMD")[-1])
-    environment = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(lib), "MODELFORGE_AGENT_ACCELERATOR_MODE": "nvidia"}
+    environment = {
+        "PATH": os.environ.get("PATH", ""),
+        "PYTHONPATH": str(lib),
+        "MODELFORGE_AGENT_ACCELERATOR_MODE": "nvidia",
+    }
     imports = subprocess.run(
-        [sys.executable, "-S", "-c", "import sys, modelforge_node_agent.main, modelforge_node_agent.agent, requests, jsonschema, pynvml; "
-         "print('\\n'.join(m.__file__ for m in sys.modules.values() if getattr(m, '__file__', None) and 'site-packages' in m.__file__))"],
-        capture_output=True, text=True, env=environment, cwd=tmp_path, timeout=60,
+        [
+            sys.executable,
+            "-S",
+            "-c",
+            "import sys, modelforge_node_agent.main, modelforge_node_agent.agent, requests, jsonschema, pynvml; "
+            "print('\\n'.join(m.__file__ for m in sys.modules.values() if getattr(m, '__file__', None) and 'site-packages' in m.__file__))",
+        ],
+        capture_output=True,
+        text=True,
+        env=environment,
+        cwd=tmp_path,
+        timeout=60,
     )
     assert imports.returncode == 0, imports.stderr
     assert imports.stdout.strip() == ""  # nothing came from an installed environment's site-packages
     result = subprocess.run(
-        [sys.executable, "-S", *command[1:], "--preflight"], capture_output=True, text=True, env=environment, cwd=tmp_path, timeout=60
+        [sys.executable, "-S", *command[1:], "--preflight"],
+        capture_output=True,
+        text=True,
+        env=environment,
+        cwd=tmp_path,
+        timeout=60,
     )
     assert "Traceback" not in result.stderr, result.stderr
     if _nvml_loadable():
@@ -313,10 +369,14 @@ def test_worker_image_runs_onnxruntime_gpu_on_cuda_with_models_in_artifact_root(
     assert f"rapidocr=={RAPIDOCR_VERSION}" in install.split()
     environment = dict(re.findall(r"(MODELFORGE_WORKER_\w+)=(\S+)", " ".join(only(stage, "ENV"))))
     populate = only(stage, "RUN")[-1]
-    assert f'Artifacts(Path("{environment["MODELFORGE_WORKER_ARTIFACT_ROOT"]}")' in populate and ".prepare()" in populate
+    assert (
+        f'Artifacts(Path("{environment["MODELFORGE_WORKER_ARTIFACT_ROOT"]}")' in populate and ".prepare()" in populate
+    )
     users = only(stage, "USER")
     assert len(users) == 1 and users[0].split(":")[0] not in ("0", "root")
-    assert [instruction.keyword for instruction in stage].index("USER") < [instruction.keyword for instruction in stage].index("CMD")
+    assert [instruction.keyword for instruction in stage].index("USER") < [
+        instruction.keyword for instruction in stage
+    ].index("CMD")
     assert json.loads(only(stage, "CMD")[-1]) == ["python3", "-m", "modelforge_runtime_worker.main"]
 
 
@@ -326,7 +386,11 @@ def test_agent_image_command_module_accepts_preflight() -> None:
     command = json.loads(only(stages(AGENT_DOCKERFILE)[-1], "CMD")[-1])
     environment = {"PATH": os.environ.get("PATH", ""), "MODELFORGE_AGENT_ACCELERATOR_MODE": "nvidia"}
     result = subprocess.run(
-        [sys.executable, *command[1:], "--preflight", "--json"], capture_output=True, text=True, env=environment, timeout=60
+        [sys.executable, *command[1:], "--preflight", "--json"],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=60,
     )
     assert result.returncode in (0, 3), result.stderr
     assert "ok" in json.loads(result.stdout.strip().splitlines()[-1] if result.returncode else result.stdout)

@@ -124,7 +124,11 @@ def test_start_script_token_from_terminal_is_not_echoed(node: NodeHost) -> None:
     try:
         process = subprocess.Popen(
             ["bash", str(START), str(node.write_env_file())],
-            stdin=terminal, stdout=terminal, stderr=terminal, cwd=node.work_dir, env=node.environment(),
+            stdin=terminal,
+            stdout=terminal,
+            stderr=terminal,
+            cwd=node.work_dir,
+            env=node.environment(),
         )
         seen = bytearray()
 
@@ -180,7 +184,9 @@ def test_start_script_image_setting_is_inspected_and_reaches_compose(node: NodeH
     assert f"MODELFORGE_NODE_AGENT_IMAGE={image}" in env["text"].splitlines()
 
 
-@pytest.mark.parametrize("image", ["modelforge-node-agent:latest", "modelforge-node-agent", "registry.example:5000/agent"])
+@pytest.mark.parametrize(
+    "image", ["modelforge-node-agent:latest", "modelforge-node-agent", "registry.example:5000/agent"]
+)
 def test_start_script_floating_image_tag_refused_before_docker(node: NodeHost, image: str) -> None:
     result = node.run(START, str(node.write_env_file(f"MODELFORGE_NODE_AGENT_IMAGE={image}")), stdin=new_token())
     assert result.returncode == 2

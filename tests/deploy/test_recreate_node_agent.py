@@ -53,7 +53,9 @@ def _probe(node: NodeHost) -> subprocess.CompletedProcess[str]:
     argv = node.call("run")["argv"]
     code, args = argv[argv.index("-c") + 1], argv[argv.index("-c") + 2 :]
     assert args == [f"/state/{IDENTITY_FILE}"]
-    return subprocess.run([sys.executable, "-c", code, str(node.state_dir / IDENTITY_FILE)], capture_output=True, text=True, timeout=30)
+    return subprocess.run(
+        [sys.executable, "-c", code, str(node.state_dir / IDENTITY_FILE)], capture_output=True, text=True, timeout=30
+    )
 
 
 def _refused_before_compose(node: NodeHost, result: subprocess.CompletedProcess[str]) -> None:
@@ -89,7 +91,8 @@ def test_recreate_script_identity_written_before_enroll_refused(node: NodeHost) 
 
 
 @pytest.mark.parametrize(
-    "content", [b"\x00garbage{", b"", b'["node_id", "node_x"]', b'{"node_id": ""}', b'{"node_id": 7}'],
+    "content",
+    [b"\x00garbage{", b"", b'["node_id", "node_x"]', b'{"node_id": ""}', b'{"node_id": 7}'],
     ids=["garbage", "empty", "list", "empty-id", "number-id"],
 )
 def test_recreate_script_identity_not_an_enrolled_json_object_refused(node: NodeHost, content: bytes) -> None:
@@ -126,8 +129,14 @@ def test_recreate_script_with_identity_force_recreates_without_token(node: NodeH
     assert json.loads((node.state_dir / IDENTITY_FILE).read_text())["node_id"].startswith("node_")
     up = node.call("compose-up")
     path, env = _compose_env_file(up)
-    assert up["argv"][-len(UP):] == UP
-    assert up["argv"][:5] == ["compose", "-f", str(ROOT / "docker-compose.yml"), "-f", str(ROOT / "docker-compose.node-agent.yml")]
+    assert up["argv"][-len(UP) :] == UP
+    assert up["argv"][:5] == [
+        "compose",
+        "-f",
+        str(ROOT / "docker-compose.yml"),
+        "-f",
+        str(ROOT / "docker-compose.node-agent.yml"),
+    ]
     assert env["mode"] == 0o600
     assert "MODELFORGE_AGENT_ENROLLMENT_TOKEN" not in env["text"]
     assert f"MODELFORGE_AGENT_STATE_VOLUME={node.state_dir}" in env["text"].splitlines()

@@ -44,10 +44,21 @@ def _refusals(cp: ControlPlane) -> tuple[list[tuple[str, Any]], str]:
         ("unknown credential", cp.request("POST", heartbeat, headers=stranger.headers(), json=cp.heartbeat_body())),
         ("revoked credential", cp.request("POST", heartbeat, headers=revoked.headers(), json=cp.heartbeat_body())),
         ("no credential", cp.request("POST", heartbeat, json=cp.heartbeat_body())),
-        ("protocol too new", cp.request("POST", heartbeat, headers=identity.headers(), json=cp.heartbeat_body(protocol_version=99))),
+        (
+            "protocol too new",
+            cp.request("POST", heartbeat, headers=identity.headers(), json=cp.heartbeat_body(protocol_version=99)),
+        ),
         ("bad body", cp.request("POST", heartbeat, headers=identity.headers(), json={"protocol_version": 1})),
-        ("not json", cp.request("POST", heartbeat, headers={**identity.headers(), "Content-Type": "application/json"}, data=b"{")),
-        ("wrong media type", cp.request("POST", heartbeat, headers={**identity.headers(), "Content-Type": "text/plain"}, data=b"{}")),
+        (
+            "not json",
+            cp.request(
+                "POST", heartbeat, headers={**identity.headers(), "Content-Type": "application/json"}, data=b"{"
+            ),
+        ),
+        (
+            "wrong media type",
+            cp.request("POST", heartbeat, headers={**identity.headers(), "Content-Type": "text/plain"}, data=b"{}"),
+        ),
         ("token used", cp.enroll(used["token"], AgentIdentity())),
         ("token unknown", cp.enroll("mfe.enr_" + "0" * 32 + "." + "A" * 43, AgentIdentity())),
         ("unknown route", cp.request("POST", "/api/v1/agent/nothing-here", headers=identity.headers(), json={})),

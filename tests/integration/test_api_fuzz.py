@@ -109,7 +109,9 @@ class Fuzz:
             return None
         writes = self.writes()
         moved = operations_delta(self._before, writes)
-        assert accepted_writes(self.stack) == self._accepted, f"refused with {response.status_code} but AWS accepted a write ({moved})"
+        assert accepted_writes(self.stack) == self._accepted, (
+            f"refused with {response.status_code} but AWS accepted a write ({moved})"
+        )
         if moved:
             self.compared += 1
         return True

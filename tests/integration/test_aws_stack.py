@@ -44,10 +44,12 @@ def _app_routes(prefix: str) -> set[str]:
 # --- the nodes' HTTP API ---------------------------------------------------------------------------
 
 
-def test_the_http_api_carries_exactly_the_app_s_agent_routes_on_one_payload_1_0_integration(template: dict[str, Any]) -> None:
+def test_the_http_api_carries_exactly_the_app_s_agent_routes_on_one_payload_1_0_integration(
+    template: dict[str, Any],
+) -> None:
     routes = _of_type(template, "AWS::ApiGatewayV2::Route")
     assert {route["Properties"]["RouteKey"] for route in routes.values()} == _app_routes("/api/v1/agent/")
-    (integration_id, integration), = _of_type(template, "AWS::ApiGatewayV2::Integration").items()
+    ((integration_id, integration),) = _of_type(template, "AWS::ApiGatewayV2::Integration").items()
     assert integration["Properties"]["PayloadFormatVersion"] == "1.0"
     assert integration["Properties"]["IntegrationType"] == "AWS_PROXY"
     assert integration["Properties"]["IntegrationUri"] == {"Fn::GetAtt": ["APIHandler", "Arn"]}
@@ -73,8 +75,12 @@ def test_the_http_api_stage_serves_the_root_and_is_throttled_like_the_rest_stage
     properties = stage["Properties"]
     assert properties["StageName"] == "$default" and properties["AutoDeploy"] is True
     assert properties["DefaultRouteSettings"]["ThrottlingRateLimit"] == {"Ref": "ApiThrottleRateLimit"}
-    assert properties["RouteSettings"]["POST /api/v1/agent/enroll"]["ThrottlingBurstLimit"] == {"Ref": "EnrollThrottleBurstLimit"}
-    assert properties["RouteSettings"]["POST /api/v1/agent/inventory"]["ThrottlingRateLimit"] == {"Ref": "InventoryThrottleRateLimit"}
+    assert properties["RouteSettings"]["POST /api/v1/agent/enroll"]["ThrottlingBurstLimit"] == {
+        "Ref": "EnrollThrottleBurstLimit"
+    }
+    assert properties["RouteSettings"]["POST /api/v1/agent/inventory"]["ThrottlingRateLimit"] == {
+        "Ref": "InventoryThrottleRateLimit"
+    }
     assert set(stage["DependsOn"]) == set(_of_type(template, "AWS::ApiGatewayV2::Route"))
 
 
@@ -106,7 +112,7 @@ def test_iam_mode_puts_exactly_the_admin_methods_behind_sigv4(template: dict[str
     """A method whose security names the awsSigv4 definition is AuthorizationType AWS_IAM in API
     Gateway's OpenAPI import (Chalice's IAMAuthorizer writes the same)."""
     body = resolve(template, {CONDITION: iam})["Resources"]["RestAPI"]["Properties"]["DefinitionBody"]
-    (name, definition), = body["securityDefinitions"].items()
+    ((name, definition),) = body["securityDefinitions"].items()
     assert definition["x-amazon-apigateway-authtype"] == "awsSigv4" and definition["name"] == "Authorization"
     admin = _app_routes("/api/v1/admin/")
     for path, methods in body["paths"].items():
@@ -116,7 +122,9 @@ def test_iam_mode_puts_exactly_the_admin_methods_behind_sigv4(template: dict[str
 
 
 @pytest.mark.parametrize("iam", [False, True], ids=["token-only", "iam-mode"])
-def test_the_role_policies_exist_in_iam_mode_only_and_name_exact_admin_routes(template: dict[str, Any], iam: bool) -> None:
+def test_the_role_policies_exist_in_iam_mode_only_and_name_exact_admin_routes(
+    template: dict[str, Any], iam: bool
+) -> None:
     resolved = resolve(template, {CONDITION: iam})
     policies = _of_type(resolved, "AWS::IAM::ManagedPolicy")
     assert set(policies) == ({"AdminReadOnlyPolicy", "AdminOperatorPolicy"} if iam else set())
@@ -180,7 +188,7 @@ def test_no_iam_statement_grants_a_wildcard_resource(template: dict[str, Any]) -
             assert "*" not in action, (role, action)
         for resource in _as_list(statement["Resource"]):
             assert isinstance(resource, dict), (role, resource)  # a literal would name nothing of this stack
-            (function, argument), = resource.items()
+            ((function, argument),) = resource.items()
             if function == "Fn::GetAtt":
                 assert argument[0] in names, (role, resource)
             else:
@@ -214,7 +222,7 @@ def test_every_aws_call_in_the_functions_is_in_the_permission_table() -> None:
 def test_the_call_finder_sees_each_kind_of_call_and_reports_an_unknown_one() -> None:
     """Negative control: a new call on a model, an index, an instance, a transaction or the S3
     client is either mapped or reported, never missed."""
-    source = '''
+    source = """
 def store(transaction):
     NodeModel.scan()
     NodeModel.by_liveness.query("online#0")
@@ -226,7 +234,7 @@ def store(transaction):
     NodeModel.node_id.exists()
     NodeModel.batch_write()
     s3.delete_object(Bucket="b", Key="k")
-'''
+"""
     module = aws_calls._Module("synthetic", ast.parse(source))
     definition = module.tree.body[0]
     found = aws_calls.Found()
@@ -261,7 +269,9 @@ def test_sam_transforms_the_template_and_cfn_lint_accepts_what_cloudformation_wo
     kinds = {resource["Type"] for resource in transformed["Resources"].values()}
     assert {"AWS::ApiGateway::RestApi", "AWS::ApiGatewayV2::Api", "AWS::Lambda::Function"} <= kinds
     assert not any(kind.startswith("AWS::Serverless::") for kind in kinds)
-    assert transformed["Resources"]["APIHandler"]["Properties"]["LoggingConfig"] == {"LogGroup": {"Ref": "APIHandlerLogGroup"}}
+    assert transformed["Resources"]["APIHandler"]["Properties"]["LoggingConfig"] == {
+        "LogGroup": {"Ref": "APIHandlerLogGroup"}
+    }
     body = transformed["Resources"]["RestAPI"]["Properties"]["Body"]
     assert body["paths"]["/api/v1/admin/nodes"]["get"]["security"]["Fn::If"][0] == CONDITION
     # the console's security headers on each of API Gateway's own refusals, in the form it reads

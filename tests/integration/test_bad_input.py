@@ -24,8 +24,9 @@ import base64
 import json
 import socket
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -290,7 +291,9 @@ def call_for(name: str, t: Targets, admin_token: str) -> Call:
     """A valid request to one endpoint; tests then break exactly one thing about it."""
     admin = admin_headers(admin_token)
     if name == "create_enrollment":
-        return Call("POST", "/api/v1/admin/node-enrollments", admin, {"display_name": "bad input", "expires_in_seconds": 900})
+        return Call(
+            "POST", "/api/v1/admin/node-enrollments", admin, {"display_name": "bad input", "expires_in_seconds": 900}
+        )
     if name == "list_enrollments":
         return Call("GET", "/api/v1/admin/node-enrollments", admin)
     if name == "get_enrollment":
@@ -500,7 +503,9 @@ def test_create_enrollment_bad_expires_in_seconds_is_refused_400_invalid_request
         pytest.param({"display_name": "", "expires_in_seconds": 900}, "display_name", id="display_name_empty"),
         pytest.param({"display_name": "n" * 129, "expires_in_seconds": 900}, "display_name", id="display_name_129"),
         pytest.param({"display_name": "n" * 5000, "expires_in_seconds": 900}, "display_name", id="display_name_5000"),
-        pytest.param({"display_name": "é" * 129, "expires_in_seconds": 900}, "display_name", id="display_name_129_non_ascii"),
+        pytest.param(
+            {"display_name": "é" * 129, "expires_in_seconds": 900}, "display_name", id="display_name_129_non_ascii"
+        ),
         pytest.param({"display_name": 123, "expires_in_seconds": 900}, "display_name", id="display_name_integer"),
         pytest.param({"display_name": None, "expires_in_seconds": 900}, "display_name", id="display_name_null"),
         pytest.param({"display_name": ["x"], "expires_in_seconds": 900}, "display_name", id="display_name_list"),
@@ -643,9 +648,7 @@ def test_post_endpoint_string_with_a_lone_surrogate_is_refused_400_invalid_json(
 
 
 @pytest.mark.parametrize("endpoint", BODY_ENDPOINTS)
-@pytest.mark.parametrize(
-    "raw", [pytest.param(b"", id="empty"), pytest.param(b" \r\n\t ", id="whitespace")]
-)
+@pytest.mark.parametrize("raw", [pytest.param(b"", id="empty"), pytest.param(b" \r\n\t ", id="whitespace")])
 def test_post_endpoint_empty_body_is_refused_400_invalid_request(
     stack: Any, cp: ControlPlane, world: World, targets: Targets, endpoint: str, raw: bytes
 ) -> None:
@@ -730,9 +733,7 @@ def test_post_endpoint_declared_length_over_server_limit_is_refused_413_payload_
 
 
 @pytest.mark.parametrize("endpoint", POST_ENDPOINTS)
-@pytest.mark.parametrize(
-    "content_type", ["text/plain", "application/x-www-form-urlencoded"]
-)
+@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded"])
 def test_post_endpoint_non_json_content_type_is_refused_415_unsupported_media_type(
     stack: Any, cp: ControlPlane, world: World, targets: Targets, endpoint: str, content_type: str
 ) -> None:
@@ -944,7 +945,9 @@ def test_enroll_revoked_token_is_refused_410_enrollment_token_revoked(
     )
 
 
-@pytest.mark.parametrize("who", ["new_agent", "same_idempotency_key_other_credential", "same_credential_other_idempotency_key"])
+@pytest.mark.parametrize(
+    "who", ["new_agent", "same_idempotency_key_other_credential", "same_credential_other_idempotency_key"]
+)
 def test_enroll_consumed_token_is_refused_409_enrollment_token_consumed(
     stack: Any, cp: ControlPlane, world: World, who: str
 ) -> None:
@@ -1164,10 +1167,18 @@ BAD_INVENTORIES = [
     pytest.param(_inv(lambda inv: inv["gpus"][0].update(uuid="GPU-1234567")), "uuid", id="gpu_uuid_short"),
     pytest.param(_inv(lambda inv: inv["gpus"][0].update(name="")), "name", id="gpu_name_empty"),
     pytest.param(_inv(lambda inv: inv["gpus"][0].update(name="n" * 129)), "name", id="gpu_name_129"),
-    pytest.param(_inv(lambda inv: inv["gpus"][0].update(memory_total_bytes=-1)), "memory_total_bytes", id="gpu_memory_negative"),
-    pytest.param(_inv(lambda inv: inv["gpus"][0].update(memory_total_bytes=2**63)), "memory_total_bytes", id="gpu_memory_2_63"),
-    pytest.param(_inv(lambda inv: inv["gpus"][0].update(memory_total_bytes=1.5)), "memory_total_bytes", id="gpu_memory_float"),
-    pytest.param(_inv(lambda inv: inv["gpus"][0].update(driver_version="570 124")), "driver_version", id="gpu_driver_space"),
+    pytest.param(
+        _inv(lambda inv: inv["gpus"][0].update(memory_total_bytes=-1)), "memory_total_bytes", id="gpu_memory_negative"
+    ),
+    pytest.param(
+        _inv(lambda inv: inv["gpus"][0].update(memory_total_bytes=2**63)), "memory_total_bytes", id="gpu_memory_2_63"
+    ),
+    pytest.param(
+        _inv(lambda inv: inv["gpus"][0].update(memory_total_bytes=1.5)), "memory_total_bytes", id="gpu_memory_float"
+    ),
+    pytest.param(
+        _inv(lambda inv: inv["gpus"][0].update(driver_version="570 124")), "driver_version", id="gpu_driver_space"
+    ),
     pytest.param(_inv(lambda inv: inv["gpus"][0].update(cuda_version="")), "cuda_version", id="gpu_cuda_empty"),
     pytest.param(_inv(lambda inv: inv["gpus"][0].pop("uuid") and None), "uuid", id="gpu_missing_uuid"),
     pytest.param(_inv(lambda inv: inv["gpus"][0].update(serial="x")), "unknown field", id="gpu_unknown_field"),
@@ -1176,12 +1187,16 @@ BAD_INVENTORIES = [
     pytest.param(
         _inv(lambda inv: inv["gpus"][1].update(uuid=inv["gpus"][0]["uuid"])), "gpus", id="duplicate_gpu_uuids"
     ),
-    pytest.param(_inv(lambda inv: inv.update(capabilities=["cuda", "cuda"])), "capabilities", id="capabilities_duplicate"),
+    pytest.param(
+        _inv(lambda inv: inv.update(capabilities=["cuda", "cuda"])), "capabilities", id="capabilities_duplicate"
+    ),
     pytest.param(_inv(lambda inv: inv.update(capabilities=["CUDA"])), "capabilities", id="capability_upper"),
     pytest.param(_inv(lambda inv: inv.update(capabilities=[""])), "capabilities", id="capability_empty"),
     pytest.param(_inv(lambda inv: inv.update(capabilities=["c" * 65])), "capabilities", id="capability_65_chars"),
     pytest.param(_inv(lambda inv: inv.update(capabilities=[1])), "capabilities", id="capability_integer"),
-    pytest.param(_inv(lambda inv: inv.update(capabilities=_distinct_capabilities(65))), "capabilities", id="65_capabilities"),
+    pytest.param(
+        _inv(lambda inv: inv.update(capabilities=_distinct_capabilities(65))), "capabilities", id="65_capabilities"
+    ),
     pytest.param(_inv(lambda inv: inv.update(capabilities="cuda")), "capabilities", id="capabilities_string"),
     pytest.param(_inv(lambda inv: inv["cpu"].pop("model") and None), "model", id="cpu_missing_model"),
     pytest.param(_inv(lambda inv: inv["cpu"].update(model="m" * 129)), "model", id="cpu_model_129"),
@@ -1273,7 +1288,9 @@ PROTOCOL_CASES = [
 ]
 
 
-def _agent_request(endpoint: str, targets: Targets, protocol_version: Any) -> tuple[Callable[[ControlPlane], requests.Response], tuple[str, ...]]:
+def _agent_request(
+    endpoint: str, targets: Targets, protocol_version: Any
+) -> tuple[Callable[[ControlPlane], requests.Response], tuple[str, ...]]:
     if endpoint == "enroll":
         identity = AgentIdentity()
         body = enroll_body(targets.token, identity)
@@ -1361,9 +1378,13 @@ BAD_HEARTBEATS = [
     pytest.param(_hb(lambda b: b.update(health={"status": "great"})), "status", id="health_status_unknown"),
     pytest.param(_hb(lambda b: b.update(health={"status": "OK"})), "status", id="health_status_upper"),
     pytest.param(_hb(lambda b: b.update(health={"status": None})), "status", id="health_status_null"),
-    pytest.param(_hb(lambda b: b.update(health={"status": "ok", "detail": "d" * 513})), "detail", id="health_detail_513"),
+    pytest.param(
+        _hb(lambda b: b.update(health={"status": "ok", "detail": "d" * 513})), "detail", id="health_detail_513"
+    ),
     pytest.param(_hb(lambda b: b.update(health={"status": "ok", "detail": 5})), "detail", id="health_detail_integer"),
-    pytest.param(_hb(lambda b: b.update(health={"status": "ok", "since": 1})), "unknown field", id="health_unknown_field"),
+    pytest.param(
+        _hb(lambda b: b.update(health={"status": "ok", "since": 1})), "unknown field", id="health_unknown_field"
+    ),
     pytest.param(_hb(lambda b: b.update(telemetry=[])), "telemetry", id="telemetry_list"),
     pytest.param(_hb(lambda b: b.update(telemetry={})), "gpus", id="telemetry_missing_gpus"),
     pytest.param(_hb(lambda b: b.update(telemetry={"gpus": {}})), "gpus", id="telemetry_gpus_object"),
@@ -1453,7 +1474,9 @@ NODE_AUTH_CASES: list[Any] = [
     pytest.param(lambda w, t: {NODE_ID_HEADER: t.agent.node_id}, "credential_missing", id="no_authorization"),
     pytest.param(lambda w, t: _bearer(t.agent.credential, None), "credential_missing", id="no_node_id"),
     pytest.param(
-        lambda w, t: {"Authorization": "", NODE_ID_HEADER: t.agent.node_id}, "credential_missing", id="empty_authorization"
+        lambda w, t: {"Authorization": "", NODE_ID_HEADER: t.agent.node_id},
+        "credential_missing",
+        id="empty_authorization",
     ),
     pytest.param(
         lambda w, t: {**_bearer(t.agent.credential, None), NODE_ID_HEADER: ""}, "credential_missing", id="empty_node_id"
@@ -1482,32 +1505,52 @@ NODE_AUTH_CASES: list[Any] = [
         id="no_scheme",
     ),
     pytest.param(
-        lambda w, t: {"Authorization": "Bearer", NODE_ID_HEADER: t.agent.node_id}, "credential_invalid", id="bearer_alone"
+        lambda w, t: {"Authorization": "Bearer", NODE_ID_HEADER: t.agent.node_id},
+        "credential_invalid",
+        id="bearer_alone",
     ),
     pytest.param(
         lambda w, t: {"Authorization": f"Bearer Bearer {t.agent.credential}", NODE_ID_HEADER: t.agent.node_id},
         "credential_invalid",
         id="bearer_twice",
     ),
-    pytest.param(lambda w, t: _bearer(t.agent.credential[:-1], t.agent.node_id), "credential_invalid", id="credential_short"),
-    pytest.param(lambda w, t: _bearer(t.agent.credential + "A", t.agent.node_id), "credential_invalid", id="credential_long"),
-    pytest.param(lambda w, t: _bearer("mfn." + "!" * 43, t.agent.node_id), "credential_invalid", id="credential_bad_chars"),
     pytest.param(
-        lambda w, t: _bearer("mfi." + t.agent.credential[4:], t.agent.node_id), "credential_invalid", id="credential_mfi_prefix"
+        lambda w, t: _bearer(t.agent.credential[:-1], t.agent.node_id), "credential_invalid", id="credential_short"
     ),
     pytest.param(
-        lambda w, t: _bearer(t.agent.idempotency_key, t.agent.node_id), "credential_invalid", id="idempotency_key_as_credential"
+        lambda w, t: _bearer(t.agent.credential + "A", t.agent.node_id), "credential_invalid", id="credential_long"
     ),
-    pytest.param(lambda w, t: _bearer(t.token, t.agent.node_id), "credential_invalid", id="enrollment_token_as_credential"),
-    pytest.param(lambda w, t: _bearer(w.admin_token, t.agent.node_id), "credential_invalid", id="admin_token_as_credential"),
+    pytest.param(
+        lambda w, t: _bearer("mfn." + "!" * 43, t.agent.node_id), "credential_invalid", id="credential_bad_chars"
+    ),
+    pytest.param(
+        lambda w, t: _bearer("mfi." + t.agent.credential[4:], t.agent.node_id),
+        "credential_invalid",
+        id="credential_mfi_prefix",
+    ),
+    pytest.param(
+        lambda w, t: _bearer(t.agent.idempotency_key, t.agent.node_id),
+        "credential_invalid",
+        id="idempotency_key_as_credential",
+    ),
+    pytest.param(
+        lambda w, t: _bearer(t.token, t.agent.node_id), "credential_invalid", id="enrollment_token_as_credential"
+    ),
+    pytest.param(
+        lambda w, t: _bearer(w.admin_token, t.agent.node_id), "credential_invalid", id="admin_token_as_credential"
+    ),
     pytest.param(lambda w, t: _bearer(t.agent.credential, "node_xyz"), "credential_invalid", id="node_id_malformed"),
     pytest.param(
-        lambda w, t: _bearer(t.agent.credential, (t.agent.node_id or "").upper()), "credential_invalid", id="node_id_upper"
+        lambda w, t: _bearer(t.agent.credential, (t.agent.node_id or "").upper()),
+        "credential_invalid",
+        id="node_id_upper",
     ),
     pytest.param(
         lambda w, t: _bearer(t.agent.credential, (t.agent.node_id or "") + "0"), "credential_invalid", id="node_id_long"
     ),
-    pytest.param(lambda w, t: _bearer(t.agent.credential, t.enrollment_id), "credential_invalid", id="enrollment_id_as_node_id"),
+    pytest.param(
+        lambda w, t: _bearer(t.agent.credential, t.enrollment_id), "credential_invalid", id="enrollment_id_as_node_id"
+    ),
     pytest.param(
         lambda w, t: _bearer(t.agent.credential, f"node_{uuid.uuid4().hex}"), "credential_invalid", id="unknown_node_id"
     ),
@@ -1516,7 +1559,9 @@ NODE_AUTH_CASES: list[Any] = [
         "credential_invalid",
         id="never_issued_credential",
     ),
-    pytest.param(lambda w, t: _bearer(w.other.credential, t.agent.node_id), "credential_invalid", id="other_nodes_credential"),
+    pytest.param(
+        lambda w, t: _bearer(w.other.credential, t.agent.node_id), "credential_invalid", id="other_nodes_credential"
+    ),
     pytest.param(lambda w, t: _bearer(t.agent.credential, w.other.node_id), "credential_invalid", id="other_nodes_id"),
     pytest.param(
         lambda w, t: _bearer(t.agent.credential, w.revoked_node.node_id),
@@ -1529,7 +1574,12 @@ NODE_AUTH_CASES: list[Any] = [
 
 def _header_secrets(world: World, targets: Targets, headers: dict[str, str]) -> tuple[str, ...]:
     sent = [value.split(" ")[-1] for name, value in headers.items() if name == "Authorization" and value]
-    return tuple(sent) + (targets.agent.credential, world.other.credential, world.revoked_node.credential, world.admin_token)
+    return tuple(sent) + (
+        targets.agent.credential,
+        world.other.credential,
+        world.revoked_node.credential,
+        world.admin_token,
+    )
 
 
 @pytest.mark.parametrize("endpoint", ["heartbeat", "inventory"])
@@ -1701,7 +1751,9 @@ def test_revoke_enrollment_twice_is_refused_409_enrollment_revoked(
     path = f"/api/v1/admin/node-enrollments/{minted['enrollment_id']}/revoke"
     first = cp.request("POST", path, headers=admin)
     assert first.status_code == 200, first.text
-    refused(stack, lambda: cp.request("POST", path, headers=admin), 409, "enrollment_revoked", secrets=(minted["token"],))
+    refused(
+        stack, lambda: cp.request("POST", path, headers=admin), 409, "enrollment_revoked", secrets=(minted["token"],)
+    )
 
 
 def test_revoke_enrollment_consumed_is_refused_409_enrollment_consumed(
@@ -1751,12 +1803,22 @@ def test_revoke_credential_twice_is_refused_409_credential_already_revoked(
 def test_compatibility_bad_component_is_refused_400_invalid_request(
     stack: Any, cp: ControlPlane, params: dict[str, str]
 ) -> None:
-    refused(stack, lambda: cp.request("GET", "/api/v1/compatibility", params=params), 400, "invalid_request", mentions="component")
+    refused(
+        stack,
+        lambda: cp.request("GET", "/api/v1/compatibility", params=params),
+        400,
+        "invalid_request",
+        mentions="component",
+    )
 
 
 @pytest.mark.parametrize(
     "params",
-    [{"component": "agent", "x": "1"}, {"component": "agent", "version": "1"}, {"component": "agent", "Component": "agent"}],
+    [
+        {"component": "agent", "x": "1"},
+        {"component": "agent", "version": "1"},
+        {"component": "agent", "Component": "agent"},
+    ],
 )
 def test_compatibility_unknown_query_parameter_is_refused_400_invalid_request(
     stack: Any, cp: ControlPlane, params: dict[str, str]
@@ -1782,7 +1844,9 @@ def test_compatibility_junk_protocol_version_answers_unknown_not_an_error(
 
 
 @pytest.mark.parametrize("query", ["x=1", "x", "status=ok", "verbose=true&x=2", "release=1.3.0"])
-def test_health_unknown_query_parameter_is_refused_400_invalid_request(stack: Any, cp: ControlPlane, query: str) -> None:
+def test_health_unknown_query_parameter_is_refused_400_invalid_request(
+    stack: Any, cp: ControlPlane, query: str
+) -> None:
     refused(
         stack,
         lambda: cp.request("GET", f"/api/v1/health?{query}"),

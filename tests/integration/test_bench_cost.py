@@ -31,7 +31,16 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         [
             sys.executable,
             str(REPO / "bench" / "cost.py"),
-            "--heartbeats", str(HEARTBEATS), "--claims", "2", "--nodes", "20", "60", "--prices", str(prices), "--json",
+            "--heartbeats",
+            str(HEARTBEATS),
+            "--claims",
+            "2",
+            "--nodes",
+            "20",
+            "60",
+            "--prices",
+            str(prices),
+            "--json",
         ],
         cwd=REPO,
         capture_output=True,
@@ -77,7 +86,11 @@ def test_prices_come_from_the_table_file_with_their_date_and_source(report: dict
     entries = report["prices"]["entries"]
     assert set(entries) == set(table)
     for key, price in entries.items():
-        assert (price["usd"], price["source"], price["read_on"]) == (table[key]["usd"], table[key]["source"], table[key]["read_on"])
+        assert (price["usd"], price["source"], price["read_on"]) == (
+            table[key]["usd"],
+            table[key]["source"],
+            table[key]["read_on"],
+        )
     month = report["node_month"]["15"]
     assert month["http"]["lines"]["API Gateway"] == pytest.approx(month["usage"]["api_requests"] * HTTP_API_PRICE / 1e6)
     assert month["rest"]["lines"]["API Gateway"] == pytest.approx(month["usage"]["api_requests"] * 3.50 / 1e6)
@@ -105,7 +118,14 @@ def test_the_sweep_over_a_healthy_fleet_reads_the_same_whatever_its_size(report:
 
 @pytest.mark.parametrize(
     "argv",
-    [["--heartbeats", "9"], ["--claims", "0"], ["--gpus", "65"], ["--nodes", "60", "20"], ["--nodes", "5", "20"], ["--nodes", "20"]],
+    [
+        ["--heartbeats", "9"],
+        ["--claims", "0"],
+        ["--gpus", "65"],
+        ["--nodes", "60", "20"],
+        ["--nodes", "5", "20"],
+        ["--nodes", "20"],
+    ],
 )
 def test_the_cost_bench_validates_its_options(argv: list[str]) -> None:
     with pytest.raises(SystemExit) as exited:

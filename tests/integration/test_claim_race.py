@@ -74,7 +74,9 @@ def test_claim_race_test_catches_an_emulator_that_is_not_atomic(tmp_path: Path) 
         try:
             for _ in range(UNSERIALISED_MAX_ROUNDS):
                 results.append(
-                    claim_round(cp, claimers, ITEMS, deadline_seconds=CLAIMER_DEADLINE_SECONDS, stop_at_double_claim=True)
+                    claim_round(
+                        cp, claimers, ITEMS, deadline_seconds=CLAIMER_DEADLINE_SECONDS, stop_at_double_claim=True
+                    )
                 )
                 if results[-1].double_claim:
                     break
@@ -84,7 +86,9 @@ def test_claim_race_test_catches_an_emulator_that_is_not_atomic(tmp_path: Path) 
     print(f"non-atomic emulator: double claim seen in round {len(results)}: {last.summary()}")
     for first, second in last.overlapping_holders[:3]:
         print(f"  {first.work_id}: {first.node_id}@{first.epoch} and {second.node_id}@{second.epoch}")
-    assert last.double_claim, f"{len(results)} rounds against a non-atomic emulator had no double claim: {last.summary()}"
+    assert last.double_claim, (
+        f"{len(results)} rounds against a non-atomic emulator had no double claim: {last.summary()}"
+    )
 
 
 def test_the_claims_bench_prints_its_figures_and_finds_no_double_claim() -> None:
@@ -109,7 +113,14 @@ def test_the_claims_bench_prints_its_figures_and_finds_no_double_claim() -> None
 
 
 @pytest.mark.parametrize(
-    "argv", [["--nodes", "0"], ["--nodes", "101"], ["--nodes", "1", "2", "3", "4", "5"], ["--items", "0"], ["--raw-seconds", "nan"]]
+    "argv",
+    [
+        ["--nodes", "0"],
+        ["--nodes", "101"],
+        ["--nodes", "1", "2", "3", "4", "5"],
+        ["--items", "0"],
+        ["--raw-seconds", "nan"],
+    ],
 )
 def test_the_claims_bench_validates_its_options(argv: list[str]) -> None:
     with pytest.raises(SystemExit) as exited:

@@ -82,9 +82,10 @@ def test_list_and_show_print_tables_and_json(remote: ControlPlane) -> None:
     assert show.returncode == 0
     assert re.search(r"^status:\s+pending$", show.stdout, re.M) and "listed box" in show.stdout
     assert "mfe." not in show.stdout
-    assert modelforge(remote, "enrollments", "show", minted["enrollment_id"], "--json").json() == remote.admin(
-        "GET", f"/api/v1/admin/node-enrollments/{minted['enrollment_id']}"
-    ).json()
+    assert (
+        modelforge(remote, "enrollments", "show", minted["enrollment_id"], "--json").json()
+        == remote.admin("GET", f"/api/v1/admin/node-enrollments/{minted['enrollment_id']}").json()
+    )
 
 
 def test_show_of_an_unknown_enrollment_exits_1_with_the_apis_code_and_message(remote: ControlPlane) -> None:
@@ -100,7 +101,9 @@ def test_list_follows_every_page(remote: ControlPlane) -> None:
     expected = set()
     token = None
     while True:
-        page = remote.admin("GET", "/api/v1/admin/node-enrollments", params={"next_token": token} if token else {}).json()
+        page = remote.admin(
+            "GET", "/api/v1/admin/node-enrollments", params={"next_token": token} if token else {}
+        ).json()
         expected |= {item["enrollment_id"] for item in page["enrollments"]}
         token = page["next_token"]
         if not token:
@@ -126,7 +129,10 @@ def test_revoke_an_unused_token_then_refusals_with_their_codes(remote: ControlPl
     assert remote.enroll(used["token"], identity).status_code == 201
     consumed = modelforge(remote, "enrollments", "revoke", used["enrollment_id"], "--json")
     assert consumed.returncode == 2 and consumed.stdout == ""
-    assert "enrollment_consumed" in consumed.stderr and f"modelforge nodes revoke-credential {identity.node_id}" in consumed.stderr
+    assert (
+        "enrollment_consumed" in consumed.stderr
+        and f"modelforge nodes revoke-credential {identity.node_id}" in consumed.stderr
+    )
     assert len(consumed.stderr.strip().splitlines()) == 1
 
 

@@ -20,7 +20,9 @@ READS = [("enrollments", "list"), ("nodes", "list"), ("work", "list"), ("nodes",
 
 
 @pytest.mark.parametrize("args", READS, ids=lambda args: " ".join(args[:2]))
-def test_without_the_admin_token_every_command_exits_2_saying_which_variable(remote: ControlPlane, args: tuple[str, ...]) -> None:
+def test_without_the_admin_token_every_command_exits_2_saying_which_variable(
+    remote: ControlPlane, args: tuple[str, ...]
+) -> None:
     done = modelforge(None, *args, env={"MODELFORGE_API_URL": remote.base_url})
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.startswith("modelforge: set MODELFORGE_ADMIN_TOKEN") and len(done.stderr.splitlines()) == 1
@@ -31,7 +33,9 @@ def test_a_wrong_admin_token_prints_the_apis_code_and_message(remote: ControlPla
     wrong = ControlPlane(remote.base_url, "w" * 43)
     done = modelforge(wrong, *args)
     assert done.returncode == 2 and done.stdout == ""
-    assert "admin_token_invalid: the admin token is not valid" in done.stderr and "MODELFORGE_ADMIN_TOKEN" in done.stderr
+    assert (
+        "admin_token_invalid: the admin token is not valid" in done.stderr and "MODELFORGE_ADMIN_TOKEN" in done.stderr
+    )
     assert len(done.stderr.splitlines()) == 1
 
 
@@ -61,7 +65,14 @@ def test_a_missing_ca_file_is_a_configuration_error(remote: ControlPlane, tmp_pa
 def tls_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningProcess, Path]]:
     folder = tmp_path_factory.mktemp("cli-tls")
     cert, key, ca = write_server_pki(folder, "127.0.0.1")
-    with start_local_up(folder / "local-up.log", "--tls-cert", str(cert), "--tls-key", str(key), env={"MODELFORGE_ADMIN_TOKEN": ADMIN_TOKEN}) as running:
+    with start_local_up(
+        folder / "local-up.log",
+        "--tls-cert",
+        str(cert),
+        "--tls-key",
+        str(key),
+        env={"MODELFORGE_ADMIN_TOKEN": ADMIN_TOKEN},
+    ) as running:
         yield running, ca
 
 
@@ -71,7 +82,10 @@ def test_https_with_the_private_ca_from_the_option_or_the_environment(tls_plane:
     assert running.api_url.startswith("https://")
     untrusted = modelforge(cp, "nodes", "list")
     assert untrusted.returncode == 2
-    assert f"cannot reach {running.api_url}: SSLError: the TLS handshake failed: check --ca-cert/MODELFORGE_CA_CERT_PATH" in untrusted.stderr
+    assert (
+        f"cannot reach {running.api_url}: SSLError: the TLS handshake failed: check --ca-cert/MODELFORGE_CA_CERT_PATH"
+        in untrusted.stderr
+    )
     by_option = modelforge(cp, "enrollments", "create", "--ca-cert", str(ca))
     assert by_option.returncode == 0, by_option.stderr
     assert f"MODELFORGE_AGENT_CA_CERT_PATH={ca.resolve()}" in by_option.stdout

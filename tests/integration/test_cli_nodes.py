@@ -13,7 +13,10 @@ UNKNOWN = "node_" + "0" * 32
 def _gpu_node(cp: ControlPlane, name: str, gpus: int = 2) -> AgentIdentity:
     identity = AgentIdentity()
     minted = cp.mint(display_name=name)
-    assert cp.enroll(minted["token"], identity, accelerator_mode="nvidia", inventory=gpu_inventory(gpus)).status_code == 201
+    assert (
+        cp.enroll(minted["token"], identity, accelerator_mode="nvidia", inventory=gpu_inventory(gpus)).status_code
+        == 201
+    )
     assert cp.heartbeat(identity, gpus=gpus).status_code == 200
     return identity
 
@@ -32,7 +35,14 @@ def test_list_prints_status_heartbeat_age_gpus_and_versions(remote: ControlPlane
         "NAME", "NODE ID", "STATUS", "LAST HEARTBEAT", "GPUS", "AGENT", "PROTOCOL"
     ]  # fmt: skip
     name, node_id, status, age, gpus, agent, protocol = _row(done.stdout, str(online.node_id))
-    assert (name, node_id, status, gpus, agent, protocol) == ("list gpu box", online.node_id, "online", "2", "1.3.0", "1")
+    assert (name, node_id, status, gpus, agent, protocol) == (
+        "list gpu box",
+        online.node_id,
+        "online",
+        "2",
+        "1.3.0",
+        "1",
+    )
     assert re.fullmatch(r"\d+s", age)
     assert _row(done.stdout, str(pending.node_id))[2:4] == ["pending", "-"]
 
@@ -45,7 +55,10 @@ def test_list_filters_by_status_and_json_is_every_node_of_the_api(remote: Contro
     listed = modelforge(remote, "nodes", "list", "--json").json()
     assert listed["next_token"] is None
     assert {node["node_id"] for node in listed["nodes"]} >= {node["node_id"] for node in remote.all_nodes()}
-    assert next(node for node in listed["nodes"] if node["node_id"] == online.node_id)["inventory"]["gpus"][0]["name"] == "NVIDIA H200"
+    assert (
+        next(node for node in listed["nodes"] if node["node_id"] == online.node_id)["inventory"]["gpus"][0]["name"]
+        == "NVIDIA H200"
+    )
     filtered = modelforge(remote, "nodes", "list", "--status", "online", "--json").json()["nodes"]
     assert filtered and {node["status"] for node in filtered} == {"online"}
     bad = modelforge(remote, "nodes", "list", "--status", "sleeping")
@@ -56,13 +69,21 @@ def test_show_describes_one_node_and_json_is_the_apis(remote: ControlPlane) -> N
     identity = _gpu_node(remote, "show box")
     done = modelforge(remote, "nodes", "show", str(identity.node_id))
     assert done.returncode == 0, done.stderr
-    for pattern in (r"^name:\s+show box$", r"^status:\s+online$", r"^credential:\s+active", r"^accelerator:\s+nvidia$", r"^capabilities:\s+cuda, llm.generate$"):
+    for pattern in (
+        r"^name:\s+show box$",
+        r"^status:\s+online$",
+        r"^credential:\s+active",
+        r"^accelerator:\s+nvidia$",
+        r"^capabilities:\s+cuda, llm.generate$",
+    ):
         assert re.search(pattern, done.stdout, re.M), pattern
     assert re.search(r"^GPU\s+NAME\s+MEMORY\s+UTIL\s+TEMP\s+POWER\s+UUID$", done.stdout, re.M)
     assert re.search(r"^1\s+NVIDIA H200\s+133.9 GiB\s+87.5%\s+64C\s+612.4W\s+GPU-", done.stdout, re.M)
     as_json = modelforge(remote, "nodes", "show", str(identity.node_id), "--json").json()
     expected = remote.node(str(identity.node_id))
-    assert {key: value for key, value in as_json.items() if key != "status"} == {key: value for key, value in expected.items() if key != "status"}
+    assert {key: value for key, value in as_json.items() if key != "status"} == {
+        key: value for key, value in expected.items() if key != "status"
+    }
 
 
 def test_show_of_an_unknown_node_exits_1_with_the_apis_code_and_message(remote: ControlPlane) -> None:

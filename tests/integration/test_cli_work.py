@@ -36,7 +36,19 @@ def test_submit_an_input_file_with_options_and_an_idempotent_retry(remote: Contr
     path = tmp_path / "input.json"
     path.write_text('{"hello": "cli"}')
     key = f"cli-retry-{path.stat().st_ino}"
-    args = ("work", "submit", ECHO, "--input", str(path), "--max-attempts", "5", "--lease-seconds", "30", "--idempotency-key", key)
+    args = (
+        "work",
+        "submit",
+        ECHO,
+        "--input",
+        str(path),
+        "--max-attempts",
+        "5",
+        "--lease-seconds",
+        "30",
+        "--idempotency-key",
+        key,
+    )
     done = modelforge(remote, *args)
     assert done.returncode == 0, done.stderr
     work_id = re.search(r"^work (work_\w+) submitted \(diagnostic\.echo\): queued$", done.stdout, re.M).group(1)  # type: ignore[union-attr]
@@ -79,8 +91,16 @@ def test_submit_refuses_bad_input_in_one_line_with_exit_2(remote: ControlPlane, 
         assert done.returncode == 2 and done.stdout == "", (args, done.stderr)
         assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
     refused = modelforge(remote, "work", "submit", ECHO, "--input", "-", "--max-attempts", "11", stdin=b'{"n": 1}')
-    assert refused.returncode == 2 and refused.stderr.startswith("modelforge: invalid_request: ") and "max_attempts" in refused.stderr
-    for usage in (("work", "submit", ECHO), ("work", "submit", ECHO, "--input", "a", "--image", "b"), ("work", "submit", "gpu.magic", "--input", "a")):
+    assert (
+        refused.returncode == 2
+        and refused.stderr.startswith("modelforge: invalid_request: ")
+        and "max_attempts" in refused.stderr
+    )
+    for usage in (
+        ("work", "submit", ECHO),
+        ("work", "submit", ECHO, "--input", "a", "--image", "b"),
+        ("work", "submit", "gpu.magic", "--input", "a"),
+    ):
         done = modelforge(remote, *usage)
         assert done.returncode == 2 and "usage: modelforge work submit" in done.stderr
 
@@ -152,7 +172,9 @@ def test_result_of_dead_work_names_the_last_reason(remote: ControlPlane, tmp_pat
     item = _submitted(remote, tmp_path / "in.json", {"fail": "me"}, "--max-attempts", "1")
     node = _node(remote)
     claimed = claim_until(remote, node, item["work_id"])
-    failed = remote.lease_call(node, item["work_id"], "fail", {"epoch": claimed["epoch"], "reason": "cli test failure", "retryable": False})
+    failed = remote.lease_call(
+        node, item["work_id"], "fail", {"epoch": claimed["epoch"], "reason": "cli test failure", "retryable": False}
+    )
     assert failed.status_code == 200, failed.text
     done = modelforge(remote, "work", "result", item["work_id"])
     assert done.returncode == 1 and "is dead after 1 attempts" in done.stderr and "cli test failure" in done.stderr

@@ -148,7 +148,12 @@ class Node:
     def make(cls, root: Path) -> Node:
         folder = root / "node-agent-repository"
         folder.mkdir()
-        for name in ["scripts", "docker-compose.yml", "docker-compose.node-agent.yml", "docker-compose.node-agent.private-ca.yml"]:
+        for name in [
+            "scripts",
+            "docker-compose.yml",
+            "docker-compose.node-agent.yml",
+            "docker-compose.node-agent.private-ca.yml",
+        ]:
             (folder / name).symlink_to(REPO / name)
         fake_docker.install(root / "bin", root / "docker-log")
         return cls(folder, root / "docker-log" / "calls.jsonl", f"{root / 'bin'}{os.pathsep}{os.environ['PATH']}")
@@ -156,7 +161,9 @@ class Node:
     def paste(self, command: str, typed: str = "") -> subprocess.CompletedProcess[str]:
         """Run ``command`` in Bash here; ``typed`` is what the operator types (the token)."""
         env = {**os.environ, "PATH": self.path, "FAKE_DOCKER_IMAGE_ID": IMAGE_ID}
-        done = subprocess.run(["bash", "-c", command], cwd=self.folder, input=typed, env=env, capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            ["bash", "-c", command], cwd=self.folder, input=typed, env=env, capture_output=True, text=True, timeout=60
+        )
         assert done.returncode == 0, done.stderr
         return done
 
@@ -164,7 +171,7 @@ class Node:
         """The env file the last `docker compose ... up` was given: settings, file facts, argv."""
         calls = [json.loads(line) for line in self.docker_log.read_text().splitlines()]
         up = [call for call in calls if call["name"] == "compose-up"][-1]
-        (path, facts), = up["env_files"].items()
+        ((path, facts),) = up["env_files"].items()
         assert not Path(path).exists(), "the temporary env file outlived the script"
         settings = dict(line.split("=", 1) for line in facts["text"].splitlines() if line and not line.startswith("#"))
         return settings, facts, up["argv"]
@@ -186,11 +193,19 @@ def test_enroll_a_cpu_agent_from_the_console_until_it_is_ready(
 
     wizard = console.open_wizard()
     expiry = wizard.get_by_role("radiogroup", name="Token expiry")
-    assert [radio.get_attribute("value") for radio in expiry.get_by_role("radio").all()] == ["300", "900", "3600", "86400"]
+    assert [radio.get_attribute("value") for radio in expiry.get_by_role("radio").all()] == [
+        "300",
+        "900",
+        "3600",
+        "86400",
+    ]
     for label in ("5 minutes", "15 minutes", "1 hour", "24 hours"):
         expect(expiry.get_by_role("radio", name=label, exact=True)).to_have_count(1)
     source = wizard.get_by_role("radiogroup", name="Image source")
-    assert [radio.get_attribute("value") for radio in source.get_by_role("radio").all()] == ["release_bundle", "registry"]
+    assert [radio.get_attribute("value") for radio in source.get_by_role("radio").all()] == [
+        "release_bundle",
+        "registry",
+    ]
     expect(source.get_by_role("radio", name="Registry image")).to_have_count(1)
     eligible = wizard.get_by_role("checkbox", name="Production eligible")
     expect(eligible).to_be_disabled()
@@ -238,11 +253,16 @@ def test_enroll_a_cpu_agent_from_the_console_until_it_is_ready(
 
     # what Compose would hand the container, to a real agent (heartbeating fast for the test)
     agent_log = tmp_path / "agent.log"
-    with start_agent(agent_log, {**agent_env, "MODELFORGE_AGENT_HEARTBEAT_INTERVAL_SECONDS": "0.5", "MODELFORGE_AGENT_LOG_FORMAT": "text"}):
+    with start_agent(
+        agent_log,
+        {**agent_env, "MODELFORGE_AGENT_HEARTBEAT_INTERVAL_SECONDS": "0.5", "MODELFORGE_AGENT_LOG_FORMAT": "text"},
+    ):
         enrollment_id = token.split(".")[1]
         node_id = wait_until(
             lambda: console.api.admin("GET", f"/api/v1/admin/node-enrollments/{enrollment_id}").json()["node_id"],
-            30, "the enrollment to be consumed", detail=agent_log.read_text,
+            30,
+            "the enrollment to be consumed",
+            detail=agent_log.read_text,
         )
         row = page.get_by_role("row").filter(has_text=node_id)
         expect(row.locator(".status")).to_have_text("online", timeout=20_000)
@@ -444,7 +464,9 @@ def test_a_wrong_manifest_entry_is_refused_with_the_reason(console: Console, man
     console.choose(wizard, entry=json.dumps(wrong))
     wizard.get_by_role("button", name="Create enrollment token").click()
     alert = wizard.get_by_role("alert")
-    expect(alert).to_contain_text(f"Release manifest entry: tag: expected {release_tag(NODE_AGENT_IMAGE)}, found 'modelforge-node-agent:1.2.9'")
+    expect(alert).to_contain_text(
+        f"Release manifest entry: tag: expected {release_tag(NODE_AGENT_IMAGE)}, found 'modelforge-node-agent:1.2.9'"
+    )
     expect(alert).to_contain_text("Release manifest entry: labels: org.opencontainers.image.revision missing")
     expect(alert).to_contain_text(
         f"Release manifest entry: labels.org.opencontainers.image.version: expected {IMAGE_TAG_VERSION}, found '1.2.9'"
@@ -563,7 +585,9 @@ def test_the_hardware_table_shows_gpus_telemetry_duplicates_and_the_current_job(
     inventory = {**gpu_inventory(2), "capabilities": ["cuda", "diagnostic.echo"]}
     gpu_node, twin = AgentIdentity(), AgentIdentity()
     for identity in (gpu_node, twin):  # the same GPUs reported twice: one host enrolled twice
-        enrolled = api.enroll(api.mint(display_name="GPU Twin")["token"], identity, accelerator_mode="nvidia", inventory=inventory)
+        enrolled = api.enroll(
+            api.mint(display_name="GPU Twin")["token"], identity, accelerator_mode="nvidia", inventory=inventory
+        )
         assert enrolled.status_code == 201, enrolled.text
         assert api.heartbeat(identity, gpus=2).status_code == 200
     submitted = api.submit_work("diagnostic.echo", {"hello": "console"})

@@ -27,7 +27,12 @@ HEADERS = {
 def _secured(response: requests.Response) -> None:
     assert HEADERS.items() <= console.SECURITY_HEADERS.items()
     for name, value in console.SECURITY_HEADERS.items():
-        assert response.headers.get(name) == value, (response.request.method, response.url, name, response.headers.get(name))
+        assert response.headers.get(name) == value, (
+            response.request.method,
+            response.url,
+            name,
+            response.headers.get(name),
+        )
 
 
 def test_the_page_is_served_at_console_slash_with_the_security_headers(cp: ControlPlane) -> None:
@@ -129,7 +134,6 @@ def test_the_local_servers_framing_refusals_of_a_console_path_carry_the_security
     assert answer.status == status, answer
     for name, value in console.SECURITY_HEADERS.items():
         assert answer.headers.get(name.lower()) == value, (request_head, name)
-
 
 
 def _settings(**changes: object) -> dict[str, object]:

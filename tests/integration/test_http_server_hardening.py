@@ -146,7 +146,10 @@ def test_connection_slots_taken_by_slow_senders_refuse_newcomers_fast_and_recove
         _error(answers[0], 503, "server_busy")
         assert answers[0].headers["connection"] == "close"
         wait_until(
-            lambda: _healthy(small_server.url), CLOSED_BY, "service to recover after the stalled senders' deadline", interval=0.05
+            lambda: _healthy(small_server.url),
+            CLOSED_BY,
+            "service to recover after the stalled senders' deadline",
+            interval=0.05,
         )
     finally:
         for sock in stalled:

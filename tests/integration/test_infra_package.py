@@ -26,9 +26,9 @@ def test_the_catalogue_the_models_and_the_template_name_the_same_resources() -> 
     for resource in resources.ALL:
         kind = "AWS::DynamoDB::Table" if resource.kind == "table" else "AWS::S3::Bucket"
         assert deployed[resource.logical_id]["Type"] == kind, resource
-    assert {logical_id for logical_id, item in deployed.items() if item["Type"].startswith(("AWS::DynamoDB", "AWS::S3"))} == {
-        resource.logical_id for resource in resources.ALL
-    }
+    assert {
+        logical_id for logical_id, item in deployed.items() if item["Type"].startswith(("AWS::DynamoDB", "AWS::S3"))
+    } == {resource.logical_id for resource in resources.ALL}
 
 
 def test_model_keys_match_the_deployed_table_definitions() -> None:
@@ -57,7 +57,9 @@ def test_deployable_liveness_thresholds_always_have_offline_above_stale() -> Non
     stale = PARAMETERS["StaleAfterSeconds"]["AllowedValues"]
     offline = PARAMETERS["OfflineAfterSeconds"]["AllowedValues"]
     assert min(offline) > max(stale)
-    assert PARAMETERS["StaleAfterSeconds"]["Default"] in stale and PARAMETERS["OfflineAfterSeconds"]["Default"] in offline
+    assert (
+        PARAMETERS["StaleAfterSeconds"]["Default"] in stale and PARAMETERS["OfflineAfterSeconds"]["Default"] in offline
+    )
     interval_default = PARAMETERS["HeartbeatIntervalSeconds"]["Default"]
     for low in stale:  # every deployable pair is accepted by the functions' own validation
         for high in offline:
@@ -81,7 +83,9 @@ def test_lambda_bundle_carries_the_shared_protocol_package_and_no_agent_code(pac
     names = zipfile.ZipFile(packaged / "deployment.zip").namelist()
     assert "modelforge_protocol/versions.py" in names and "modelforge_logging/jsonlog.py" in names
     assert "app.py" in names and "chalicelib/services/enrollments.py" in names
-    assert not any(name.startswith(("modelforge_node_agent/", "modelforge_runtime_worker/", "modelforge_cli/")) for name in names)
+    assert not any(
+        name.startswith(("modelforge_node_agent/", "modelforge_runtime_worker/", "modelforge_cli/")) for name in names
+    )
 
 
 def test_template_wires_every_function_to_the_tables_and_the_stream(packaged: Path) -> None:
@@ -101,7 +105,10 @@ def test_template_wires_every_function_to_the_tables_and_the_stream(packaged: Pa
 
 def test_template_passes_cfn_lint(packaged: Path) -> None:
     done = subprocess.run(
-        [str(Path(sys.executable).parent / "cfn-lint"), str(packaged / "sam.json")], capture_output=True, text=True, timeout=300
+        [str(Path(sys.executable).parent / "cfn-lint"), str(packaged / "sam.json")],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stdout + done.stderr
 
@@ -126,7 +133,9 @@ def test_template_throttles_the_stage_and_the_agent_routes_that_write(packaged: 
 def test_gateway_refusals_use_the_error_shape_and_never_echo_the_request(packaged: Path, iam: bool) -> None:
     template = resolve(json.loads((packaged / "sam.json").read_text()), {"AdminRoutesUseIam": iam})
     responses = template["Resources"]["RestAPI"]["Properties"]["GatewayResponses"]
-    assert {"MISSING_AUTHENTICATION_TOKEN", "THROTTLED", "DEFAULT_4XX", "DEFAULT_5XX", "ACCESS_DENIED"} <= set(responses)
+    assert {"MISSING_AUTHENTICATION_TOKEN", "THROTTLED", "DEFAULT_4XX", "DEFAULT_5XX", "ACCESS_DENIED"} <= set(
+        responses
+    )
     for kind, response in responses.items():
         body = json.loads(response["ResponseTemplates"]["application/json"])
         assert set(body["error"]) == {"code", "message"}, kind

@@ -34,7 +34,10 @@ def _uuids(inventory: dict[str, Any]) -> set[str]:
 
 def _replace(cp: ControlPlane, identity: AgentIdentity, inventory: dict[str, Any]) -> requests.Response:
     return cp.request(
-        "POST", "/api/v1/agent/inventory", headers=identity.headers(), json={"protocol_version": 1, "inventory": inventory}
+        "POST",
+        "/api/v1/agent/inventory",
+        headers=identity.headers(),
+        json={"protocol_version": 1, "inventory": inventory},
     )
 
 
@@ -47,7 +50,9 @@ def _reported(cp: ControlPlane, node_id: str) -> dict[str, Any]:
 
 def _gpu_node(cp: ControlPlane, gpus: int, inventory: dict[str, Any] | None = None) -> AgentIdentity:
     identity = AgentIdentity()
-    answer = cp.enroll(cp.mint()["token"], identity, accelerator_mode="nvidia", inventory=inventory or gpu_inventory(gpus))
+    answer = cp.enroll(
+        cp.mint()["token"], identity, accelerator_mode="nvidia", inventory=inventory or gpu_inventory(gpus)
+    )
     assert answer.status_code == 201, answer.text
     return identity
 
@@ -65,7 +70,9 @@ def test_inventory_with_all_64_gpu_uuids_changed_twice_succeeds_and_claims_follo
         assert recorded == _uuids(inventory)
 
 
-def test_inventory_replacements_rate_limited_per_node_with_retry_after_and_no_write(counted_stack, cp: ControlPlane) -> None:
+def test_inventory_replacements_rate_limited_per_node_with_retry_after_and_no_write(
+    counted_stack, cp: ControlPlane
+) -> None:
     stack = counted_stack
     identity = _gpu_node(cp, 1)
     other = _gpu_node(cp, 1)
@@ -135,7 +142,9 @@ def test_a_planted_gpu_uuid_flags_both_nodes_visibly_and_withdrawing_it_clears_b
     stack.drain_state_log()
     # the state-log event names who reported the shared UUID
     events = _events(stack, "node.duplicate_suspected")
-    assert any(e["subject"]["reported_by"] == planter.node_id and victim.node_id in e["subject"]["others"] for e in events)
+    assert any(
+        e["subject"]["reported_by"] == planter.node_id and victim.node_id in e["subject"]["others"] for e in events
+    )
 
     assert _replace(cp, planter, own).status_code == 200  # the planted UUID is withdrawn
     for node_id in (victim.node_id, planter.node_id):

@@ -83,7 +83,11 @@ def test_a_restart_restores_the_snapshot_without_tracebacks_and_ships_each_event
         # the event left unshipped is shipped now, and nothing shipped before is shipped again
         bucket = names["MODELFORGE_STATE_LOG_BUCKET"]
         outbox = {item["event_id"]["S"] for item in scan_table(running.emulator_url, names["MODELFORGE_OUTBOX_TABLE"])}
-        wait_until(lambda: len(state_log_objects(running.emulator_url, bucket)) == len(outbox), 30, "the unshipped event shipped")
+        wait_until(
+            lambda: len(state_log_objects(running.emulator_url, bucket)) == len(outbox),
+            30,
+            "the unshipped event shipped",
+        )
         after = {key: body.decode() for key, body in bucket_objects(running.emulator_url, bucket).items()}
         assert {key: after[key] for key in before["objects"]} == before["objects"]
         assert len(after) == len(before["objects"]) + 1
@@ -95,7 +99,9 @@ def test_a_restart_restores_the_snapshot_without_tracebacks_and_ships_each_event
         assert cp.enroll(before["pending_token"], AgentIdentity()).status_code == 201
         assert cp.work(before["work_id"])["status"] == "queued"
         # new events ship as ever
-        wait_until(lambda: _shipped_counts(running.output())[0] >= 4, 30, "the new events shipped", detail=running.output)
+        wait_until(
+            lambda: _shipped_counts(running.output())[0] >= 4, 30, "the new events shipped", detail=running.output
+        )
         output = running.output()
         assert "restored 7 tables" in output and "1 state-log events still to ship" in output
     assert running.returncode == 0
@@ -166,7 +172,9 @@ def test_a_port_in_use_is_named_with_its_option_before_anything_is_touched(tmp_p
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        ports = ("--port", str(port)) if option == "--port" else ("--port", str(free_port()), "--emulator-port", str(port))
+        ports = (
+            ("--port", str(port)) if option == "--port" else ("--port", str(free_port()), "--emulator-port", str(port))
+        )
         command = cli_command("local", "up", *ports, "--data-dir", str(data_dir), "--admin-token-file", str(token_file))
         done = run_to_exit(command, {"MODELFORGE_ADMIN_TOKEN": ""})
     assert done.returncode == 1, done.stderr
@@ -179,10 +187,17 @@ def test_a_port_in_use_is_named_with_its_option_before_anything_is_touched(tmp_p
 def test_the_restart_benchmark_runs_for_a_few_seconds_and_prints_its_figures(tmp_path: Path) -> None:
     from tests.conftest import repo_root
 
-    done = run_to_exit([sys.executable, str(repo_root() / "bench" / "local_restart.py"), "--minutes", "0.05"], timeout=240)
+    done = run_to_exit(
+        [sys.executable, str(repo_root() / "bench" / "local_restart.py"), "--minutes", "0.05"], timeout=240
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     figures = done.stdout[done.stdout.index("RESULT") :]
-    for label in ("time to ready, first start", "time to ready, restart", "data dir at the end", "growth over the second half"):
+    for label in (
+        "time to ready, first start",
+        "time to ready, restart",
+        "data dir at the end",
+        "growth over the second half",
+    ):
         assert label in figures, figures
     assert "tracebacks: first run 0, restart 0" in figures and "the node heartbeat again" in figures
     size = int(re.search(r"data dir after the stop: +([\d,]+) bytes", figures).group(1).replace(",", ""))  # type: ignore[union-attr]

@@ -180,20 +180,33 @@ def test_local_up_with_cpu_agent_runs_an_enrolled_heartbeating_node_that_survive
     """What the README's first quick-start command runs: the stack, the runtime worker and an agent
     that serves the worker's capabilities and runs the work it is given."""
     port, data_dir, agent_state = free_port(), tmp_path / "plane", tmp_path / "agent"
-    args = ("--data-dir", str(data_dir), "--with-worker", str(tmp_path / "worker"), "--with-cpu-agent", str(agent_state))
+    args = (
+        "--data-dir",
+        str(data_dir),
+        "--with-worker",
+        str(tmp_path / "worker"),
+        "--with-cpu-agent",
+        str(agent_state),
+    )
     node_ids = []
     for attempt in range(2):
         env = {"MODELFORGE_ADMIN_TOKEN": ADMIN_TOKEN}
         with start_local_up(tmp_path / f"run-{attempt}.log", *args, env=env, port=port) as running:
             cp = ControlPlane(running.api_url, ADMIN_TOKEN)
-            online = wait_until(partial(_online_cpu_agents, cp), 60, "the CPU agent online", interval=0.2, detail=running.output)
+            online = wait_until(
+                partial(_online_cpu_agents, cp), 60, "the CPU agent online", interval=0.2, detail=running.output
+            )
             assert len(online) == 1, running.output()
             node_ids.append(online[0]["node_id"])
             assert len(cp.all_nodes()) == 1
             submitted = cp.submit_work("diagnostic.echo", {"attempt": attempt})
             assert submitted.status_code == 201, submitted.text
             done = wait_until(
-                partial(_finished_work, cp, submitted.json()["work_id"]), 60, "the echo work done", interval=0.3, detail=running.output
+                partial(_finished_work, cp, submitted.json()["work_id"]),
+                60,
+                "the echo work done",
+                interval=0.3,
+                detail=running.output,
             )
             assert done["status"] == "succeeded" and done["node_id"] == node_ids[-1], done
         assert running.returncode == 0

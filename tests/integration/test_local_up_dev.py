@@ -57,7 +57,9 @@ def test_the_admin_token_file_keeps_one_token_across_restarts_and_the_variable_w
     assert token_file.read_text().strip() == token
 
 
-def test_an_admin_token_file_others_can_read_is_refused_naming_the_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_admin_token_file_others_can_read_is_refused_naming_the_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _no_admin_token(monkeypatch)
     token_file = tmp_path / "admin-token"
     token_file.write_text(ADMIN_TOKEN + "\n")
@@ -118,11 +120,17 @@ def test_log_replay_rebuilds_new_tables_in_a_running_and_in_a_stopped_data_dir(t
         cp.mint(display_name="pending")
         outbox = scan_table(running.emulator_url, names["MODELFORGE_OUTBOX_TABLE"])
         bucket = names["MODELFORGE_STATE_LOG_BUCKET"]
-        wait_until(lambda: len(state_log_objects(running.emulator_url, bucket)) == len(outbox), 30, "the state log shipped")
+        wait_until(
+            lambda: len(state_log_objects(running.emulator_url, bucket)) == len(outbox), 30, "the state log shipped"
+        )
         done = _replay("--data-dir", str(data_dir), "--table-prefix", "live")
         assert done.returncode == 0, done.stderr
-        assert done.stdout.startswith(f"replayed {len(outbox)} events (") and "in the running local stack" in done.stdout
-        assert f"pid {running.process.pid}" in done.stdout and "created the empty tables live-enrollments" in done.stdout
+        assert (
+            done.stdout.startswith(f"replayed {len(outbox)} events (") and "in the running local stack" in done.stdout
+        )
+        assert (
+            f"pid {running.process.pid}" in done.stdout and "created the empty tables live-enrollments" in done.stdout
+        )
         rebuilt = scan_table(running.emulator_url, live["MODELFORGE_NODES_TABLE"])
         assert [item["display_name"]["S"] for item in rebuilt] == ["replayed"]
         again = _replay("--data-dir", str(data_dir), "--table-prefix", "live")
@@ -133,22 +141,34 @@ def test_log_replay_rebuilds_new_tables_in_a_running_and_in_a_stopped_data_dir(t
     with start_local_up(tmp_path / "second.log", "--data-dir", str(data_dir), env=env) as restarted:
         offline = provision.resource_names("offline")
         for logical, variable in TABLE_ENV.items():  # both rebuilds were kept by the data dir
-            assert scan_table(restarted.emulator_url, offline[variable]) == scan_table(restarted.emulator_url, live[variable]), logical
+            assert scan_table(restarted.emulator_url, offline[variable]) == scan_table(
+                restarted.emulator_url, live[variable]
+            ), logical
         assert "Traceback" not in restarted.output()
 
 
 def _bare_environment(tmp_path: Path) -> dict[str, str]:
     """No AWS region, credentials or endpoint anywhere (not even ~/.aws)."""
     env = {key: value for key, value in os.environ.items() if not key.startswith("AWS_")}
-    env.update(HOME=str(tmp_path), AWS_CONFIG_FILE=str(tmp_path / "none"), AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"))
+    env.update(
+        HOME=str(tmp_path), AWS_CONFIG_FILE=str(tmp_path / "none"), AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none")
+    )
     return env
 
 
 @pytest.mark.parametrize(
     ("args", "env", "expected"),
     [
-        ((), {}, "no AWS region: set AWS_DEFAULT_REGION (for the local stack, name its data dir with --data-dir D, or --local)"),
-        (("--endpoint-url", "https://dynamodb.example.invalid"), {"AWS_DEFAULT_REGION": "eu-west-1"}, "no AWS credentials"),
+        (
+            (),
+            {},
+            "no AWS region: set AWS_DEFAULT_REGION (for the local stack, name its data dir with --data-dir D, or --local)",
+        ),
+        (
+            ("--endpoint-url", "https://dynamodb.example.invalid"),
+            {"AWS_DEFAULT_REGION": "eu-west-1"},
+            "no AWS credentials",
+        ),
         (("--endpoint-url", "http://127.0.0.1:9"), {}, "cannot reach http://127.0.0.1:9: is it running?"),
         (("--data-dir", "/nonexistent/state"), {}, "there is no local stack data in /nonexistent/state"),
     ],
@@ -172,6 +192,8 @@ def test_log_replay_of_a_data_dir_that_is_not_one_changes_nothing(tmp_path: Path
 
 
 def test_the_lock_file_of_a_running_stack_names_its_pid_and_urls(tmp_path: Path) -> None:
-    with start_local_up(tmp_path / "run.log", "--data-dir", str(tmp_path / "d"), env={"MODELFORGE_ADMIN_TOKEN": ADMIN_TOKEN}) as running:
+    with start_local_up(
+        tmp_path / "run.log", "--data-dir", str(tmp_path / "d"), env={"MODELFORGE_ADMIN_TOKEN": ADMIN_TOKEN}
+    ) as running:
         holder = json.loads((tmp_path / "d" / "local-up.lock").read_text())
         assert holder == {"pid": running.process.pid, "api_url": running.api_url, "emulator_url": running.emulator_url}

@@ -40,9 +40,15 @@ def emulator() -> Iterator[Emulator]:
 
 def run_hook(endpoint_url: str) -> subprocess.CompletedProcess[str]:
     environment = {
-        key: value for key, value in os.environ.items() if not key.startswith(("AWS_", "MODELFORGE_")) and key != "PYTHONPATH"
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("AWS_", "MODELFORGE_")) and key != "PYTHONPATH"
     }
-    environment |= {"MODELFORGE_LOCALSTACK_REPO": str(REPO), "MODELFORGE_LOCALSTACK_ENDPOINT_URL": endpoint_url, "NO_PROXY": "127.0.0.1"}
+    environment |= {
+        "MODELFORGE_LOCALSTACK_REPO": str(REPO),
+        "MODELFORGE_LOCALSTACK_ENDPOINT_URL": endpoint_url,
+        "NO_PROXY": "127.0.0.1",
+    }
     return subprocess.run(
         [sys.executable, "-c", AS_LOCALSTACK_RUNS_IT, str(HOOK)],
         cwd="/",  # LocalStack's working directory is its own
@@ -79,16 +85,25 @@ def assert_catalogue_provisioned(endpoint_url: str) -> None:
         for index in wanted.get("GlobalSecondaryIndexes", []):
             made = indexes[index["IndexName"]]
             assert _keys(made["KeySchema"]) == _keys(index["KeySchema"]), (name, index["IndexName"])
-            assert made["Projection"]["ProjectionType"] == index["Projection"]["ProjectionType"], (name, index["IndexName"])
+            assert made["Projection"]["ProjectionType"] == index["Projection"]["ProjectionType"], (
+                name,
+                index["IndexName"],
+            )
         stream: dict[str, Any] = table.get("StreamSpecification", {})
         if "StreamSpecification" in wanted:
-            assert stream.get("StreamEnabled") is True and stream["StreamViewType"] == wanted["StreamSpecification"]["StreamViewType"]
+            assert (
+                stream.get("StreamEnabled") is True
+                and stream["StreamViewType"] == wanted["StreamSpecification"]["StreamViewType"]
+            )
             assert table.get("LatestStreamArn"), name
         else:
             assert not stream.get("StreamEnabled"), name
         ttl = dynamodb.describe_time_to_live(TableName=name)["TimeToLiveDescription"]
         if "TimeToLiveSpecification" in wanted:
-            assert ttl["TimeToLiveStatus"] == "ENABLED" and ttl["AttributeName"] == wanted["TimeToLiveSpecification"]["AttributeName"]
+            assert (
+                ttl["TimeToLiveStatus"] == "ENABLED"
+                and ttl["AttributeName"] == wanted["TimeToLiveSpecification"]["AttributeName"]
+            )
 
 
 def test_the_init_hook_creates_every_catalogue_resource_and_a_second_run_changes_nothing(emulator: Emulator) -> None:

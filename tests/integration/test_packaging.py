@@ -59,8 +59,18 @@ def node_env(wheels: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) 
     # this environment's pip installs into the fresh one (pip's cache serves repeat runs), with the
     # versions the agent's image pins
     done = _run(
-        [sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet",
-         "-c", str(REPO / "agent" / "constraints.txt"), *map(str, wheels.values())],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(python),
+            "install",
+            "--quiet",
+            "-c",
+            str(REPO / "agent" / "constraints.txt"),
+            *map(str, wheels.values()),
+        ],
         cwd=venv.parent,
     )
     assert done.returncode == 0, done.stdout + done.stderr
@@ -86,7 +96,9 @@ def test_each_wheel_holds_its_own_packages_only(wheels: dict[str, Path]) -> None
 def test_the_agent_wheel_declares_exactly_what_the_agent_runs(wheels: dict[str, Path]) -> None:
     wheel = zipfile.ZipFile(wheels["modelforge_node_agent"])
     metadata = wheel.read(f"modelforge_node_agent-{RELEASE}.dist-info/METADATA").decode()
-    requires = {Requirement(line.split(":", 1)[1]).name for line in metadata.splitlines() if line.startswith("Requires-Dist:")}
+    requires = {
+        Requirement(line.split(":", 1)[1]).name for line in metadata.splitlines() if line.startswith("Requires-Dist:")
+    }
     assert requires == {"modelforge-protocol", "requests", "nvidia-ml-py", "jsonschema"}
     entry_points = wheel.read(f"modelforge_node_agent-{RELEASE}.dist-info/entry_points.txt").decode()
     assert "modelforge-node-agent = modelforge_node_agent.main:main" in entry_points

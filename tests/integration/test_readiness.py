@@ -73,7 +73,10 @@ def test_readiness_of_an_unknown_node_is_404(cp: ControlPlane) -> None:
 
 def test_readiness_nvidia_node_without_gpus_or_with_unhealthy_agent_is_not_ready(cp: ControlPlane) -> None:
     gpu_node = AgentIdentity()
-    assert cp.enroll(cp.mint()["token"], gpu_node, accelerator_mode="nvidia", inventory=gpu_inventory(2)).status_code == 201
+    assert (
+        cp.enroll(cp.mint()["token"], gpu_node, accelerator_mode="nvidia", inventory=gpu_inventory(2)).status_code
+        == 201
+    )
     assert cp.heartbeat(gpu_node, gpus=1, health={"status": "degraded", "detail": "fan"}).status_code == 200
     checks = _checks(_readiness(cp, gpu_node.node_id))
     assert not checks["agent_health"]["ok"] and "degraded" in checks["agent_health"]["detail"]
@@ -125,7 +128,9 @@ def test_inventory_without_the_shared_gpu_clears_the_flag(cp: ControlPlane) -> N
     assert cp.enroll(cp.mint()["token"], second, accelerator_mode="nvidia", inventory=shared).status_code == 201
     assert cp.node(second.node_id)["duplicate_suspected"] == [first.node_id]
     other = {**shared, "gpus": [{**shared["gpus"][0], "uuid": "GPU-ffffffff-0000-1111-2222-333333333333"}]}
-    response = cp.request("POST", "/api/v1/agent/inventory", headers=second.headers(), json={"protocol_version": 1, "inventory": other})
+    response = cp.request(
+        "POST", "/api/v1/agent/inventory", headers=second.headers(), json={"protocol_version": 1, "inventory": other}
+    )
     assert response.status_code == 200, response.text
     assert cp.node(second.node_id)["duplicate_suspected"] == []
 
@@ -136,7 +141,9 @@ def test_an_offline_node_is_not_a_duplicate(cp: ControlPlane) -> None:
     assert cp.enroll(cp.mint()["token"], old, accelerator_mode="nvidia", inventory=shared).status_code == 201
     caller = NodeCaller(node_id=old.node_id, credential_sha256=sha256_hex(old.credential))  # type: ignore[arg-type]
     settings = instance.get().settings
-    nodes.heartbeat(stores(), settings, caller, cp.heartbeat_body(gpus=1), time.time() - settings.offline_after_seconds - 5)
+    nodes.heartbeat(
+        stores(), settings, caller, cp.heartbeat_body(gpus=1), time.time() - settings.offline_after_seconds - 5
+    )
     new = AgentIdentity()
     assert cp.enroll(cp.mint()["token"], new, accelerator_mode="nvidia", inventory=shared).status_code == 201
     assert cp.node(new.node_id)["duplicate_suspected"] == []
@@ -145,7 +152,9 @@ def test_an_offline_node_is_not_a_duplicate(cp: ControlPlane) -> None:
 def _cli(target: str, api_url: str, admin_token: str):  # type: ignore[no-untyped-def]
     from tests.support.processes import cli_command, run_to_exit
 
-    return run_to_exit(cli_command("nodes", "readiness", target, "--api-url", api_url), {"MODELFORGE_ADMIN_TOKEN": admin_token})
+    return run_to_exit(
+        cli_command("nodes", "readiness", target, "--api-url", api_url), {"MODELFORGE_ADMIN_TOKEN": admin_token}
+    )
 
 
 def test_readiness_command_prints_a_table_and_exits_0_only_when_ready(cp: ControlPlane) -> None:
@@ -156,7 +165,15 @@ def test_readiness_command_prints_a_table_and_exits_0_only_when_ready(cp: Contro
     assert cp.heartbeat(identity).status_code == 200
     ready = _cli(identity.node_id, cp.base_url, cp.admin_token)
     assert ready.returncode == 0, ready.stdout
-    for name in ("connection", "inventory_age", "protocol_compatibility", "agent_health", "telemetry_age", "identity_unique", "worker"):
+    for name in (
+        "connection",
+        "inventory_age",
+        "protocol_compatibility",
+        "agent_health",
+        "telemetry_age",
+        "identity_unique",
+        "worker",
+    ):
         assert name in ready.stdout
     unknown = _cli("node_" + "0" * 32, cp.base_url, cp.admin_token)
     assert unknown.returncode == 2 and "node_not_found" in unknown.stderr

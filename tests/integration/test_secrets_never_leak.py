@@ -28,7 +28,11 @@ def _files_under(folder: Path) -> list[str]:
 def test_a_full_run_never_reveals_a_secret(tmp_path: Path) -> None:
     data_dir, agent_state = tmp_path / "data", tmp_path / "agent-state"
     # JSON: every field of every line is searched (the text format local up's agent uses by default says less)
-    debug = {"MODELFORGE_LOG_LEVEL": "DEBUG", "MODELFORGE_AGENT_LOG_LEVEL": "DEBUG", "MODELFORGE_AGENT_LOG_FORMAT": "json"}
+    debug = {
+        "MODELFORGE_LOG_LEVEL": "DEBUG",
+        "MODELFORGE_AGENT_LOG_LEVEL": "DEBUG",
+        "MODELFORGE_AGENT_LOG_FORMAT": "json",
+    }
     bodies: list[str] = []
     secrets: list[str] = [ADMIN_TOKEN]
     with start_local_up(

@@ -111,7 +111,7 @@ def test_redelivered_stream_records_change_nothing(stack, cp: ControlPlane) -> N
             "eventSourceARN": "arn:aws:dynamodb:us-east-1:000000000000:table/outbox/stream/x",
             "dynamodb": {
                 "ApproximateCreationDateTime": 0,
-                "NewImage": {"event_id": {"S": event_id}, "payload": {"S": "{\"tampered\": true}"}},
+                "NewImage": {"event_id": {"S": event_id}, "payload": {"S": '{"tampered": true}'}},
                 "SequenceNumber": str(index),
                 "SizeBytes": 1,
                 "StreamViewType": "NEW_IMAGE",
@@ -250,13 +250,13 @@ def _replay_and_compare(cp: ControlPlane, endpoint: str) -> None:
     live_names = provision.resource_names("modelforge")
     _sweep_scenario(cp, endpoint, live_names)
     _wait_until_shipped(endpoint, live_names)
-    logged = [json.loads(body) for body in state_log_objects(endpoint, live_names["MODELFORGE_STATE_LOG_BUCKET"]).values()]
+    logged = [
+        json.loads(body) for body in state_log_objects(endpoint, live_names["MODELFORGE_STATE_LOG_BUCKET"]).values()
+    ]
     assert {"sweep.mass_stale_held", "sweep.mass_stale_released", "sweep.online_counter_repaired"} <= {
         event["type"] for event in logged
     }
-    sweep_steps = {
-        (e["subject"]["from"], e["subject"]["to"]) for e in logged if e["subject"].get("cause") == "sweep"
-    }
+    sweep_steps = {(e["subject"]["from"], e["subject"]["to"]) for e in logged if e["subject"].get("cause") == "sweep"}
     assert sweep_steps == {("online", "stale"), ("stale", "offline")}
     target = provision.resource_names(f"replay-{secrets.token_hex(4)}")
     provision.provision(endpoint, target)

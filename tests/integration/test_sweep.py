@@ -68,7 +68,10 @@ def test_sweep_marks_silent_nodes_stale_then_offline_and_a_heartbeat_brings_them
     sweep.run(stores(), settings, now + settings.offline_after_seconds + 2)  # offline nodes leave the index
     beat = cp.heartbeat(identity)
     assert beat.status_code == 200 and beat.json()["status"] == "online"
-    transitions = [(e["subject"]["from"], e["subject"]["to"], e["subject"]["cause"]) for e in _liveness_events(stack, identity.node_id)]
+    transitions = [
+        (e["subject"]["from"], e["subject"]["to"], e["subject"]["cause"])
+        for e in _liveness_events(stack, identity.node_id)
+    ]
     # each transition once (the sweep ran on a clock ahead of real time, so compare as a multiset)
     assert sorted(transitions) == sorted(
         [
@@ -103,7 +106,9 @@ def test_sweep_skips_a_node_whose_heartbeat_arrived_after_it_read(stack, cp: Con
     assert online_nodes() == counter
 
 
-def test_sweep_leaves_a_stale_node_online_when_its_heartbeat_lands_between_read_and_write(stack, cp: ControlPlane, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_sweep_leaves_a_stale_node_online_when_its_heartbeat_lands_between_read_and_write(
+    stack, cp: ControlPlane, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
     """stale -> offline under a concurrent heartbeat: the heartbeat's transition to online stands."""
     settings = _settings(mass_stale_fraction=1.0)
     clock = _past_clock()
@@ -149,7 +154,9 @@ def test_sweep_reads_only_late_nodes_not_the_whole_fleet(stack, cp: ControlPlane
     assert [stores().nodes.get(i.node_id).liveness for i in fleet] == ["stale"] * 2 + ["online"] * 4  # type: ignore[union-attr]
 
 
-def test_mass_stale_holds_transitions_says_so_in_reads_and_releases(stack, cp: ControlPlane, caplog: pytest.LogCaptureFixture) -> None:
+def test_mass_stale_holds_transitions_says_so_in_reads_and_releases(
+    stack, cp: ControlPlane, caplog: pytest.LogCaptureFixture
+) -> None:
     settings = _settings(mass_stale_fraction=0.5)
     fleet = [cp.enrolled_node() for _ in range(12)]
     for identity in fleet:
@@ -234,13 +241,22 @@ def test_online_now_condition_refuses_work_for_a_node_that_is_not_online(stack, 
     identity = cp.enrolled_node()
     pending = NodeModel(identity.node_id)
     with pytest.raises(UpdateError):  # never heartbeated: pending, not online
-        pending.update(actions=[NodeModel.pending_work.set(1)], condition=node_store.online_now(time.time(), settings.stale_after_seconds))
+        pending.update(
+            actions=[NodeModel.pending_work.set(1)],
+            condition=node_store.online_now(time.time(), settings.stale_after_seconds),
+        )
     assert cp.heartbeat(identity).status_code == 200
     online = NodeModel(identity.node_id)
-    online.update(actions=[NodeModel.pending_work.set(0)], condition=node_store.online_now(time.time(), settings.stale_after_seconds))
+    online.update(
+        actions=[NodeModel.pending_work.set(0)],
+        condition=node_store.online_now(time.time(), settings.stale_after_seconds),
+    )
     silent_for = time.time() + settings.stale_after_seconds  # exactly at the threshold: stale
     with pytest.raises(UpdateError):
-        online.update(actions=[NodeModel.pending_work.set(1)], condition=node_store.online_now(silent_for, settings.stale_after_seconds))
+        online.update(
+            actions=[NodeModel.pending_work.set(1)],
+            condition=node_store.online_now(silent_for, settings.stale_after_seconds),
+        )
 
 
 def test_online_counter_follows_transitions_so_the_guard_reads_one_item(stack, cp: ControlPlane) -> None:

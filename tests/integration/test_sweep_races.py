@@ -8,7 +8,8 @@ import dataclasses
 import json
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from chalicelib import instance
 from chalicelib.domain import liveness

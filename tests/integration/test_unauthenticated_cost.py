@@ -49,7 +49,11 @@ def test_unauthenticated_agent_call_makes_no_write_only_one_read(counted_stack, 
     stack = counted_stack
     impostors = _impostors(cp)
     stack.drain_state_log()
-    body = cp.heartbeat_body(gpus=64) if path.endswith("heartbeat") else {"protocol_version": 1, "inventory": gpu_inventory(64)}
+    body = (
+        cp.heartbeat_body(gpus=64)
+        if path.endswith("heartbeat")
+        else {"protocol_version": 1, "inventory": gpu_inventory(64)}
+    )
     before = _app_operations(stack)
     for _ in range(5):
         for impostor in impostors:

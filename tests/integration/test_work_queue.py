@@ -128,7 +128,12 @@ def test_failures_requeue_until_max_attempts_then_the_item_is_dead_with_every_re
     node = _online(cp)
     for attempt in (1, 2):
         claimed = claim_until(cp, node, submitted["work_id"])
-        failed = cp.lease_call(node, claimed["work_id"], "fail", {"epoch": claimed["epoch"], "reason": f"boom {attempt}", "retryable": True})
+        failed = cp.lease_call(
+            node,
+            claimed["work_id"],
+            "fail",
+            {"epoch": claimed["epoch"], "reason": f"boom {attempt}", "retryable": True},
+        )
         assert failed.status_code == 200, failed.text
     final = cp.work(submitted["work_id"])
     assert final["status"] == "dead" and final["attempts"] == 2
@@ -139,7 +144,9 @@ def test_a_failure_that_is_not_retryable_ends_the_item_at_once(stack, cp: Contro
     submitted = _submitted(cp)
     node = _online(cp)
     claimed = claim_until(cp, node, submitted["work_id"])
-    cp.lease_call(node, claimed["work_id"], "fail", {"epoch": claimed["epoch"], "reason": "undecodable image", "retryable": False})
+    cp.lease_call(
+        node, claimed["work_id"], "fail", {"epoch": claimed["epoch"], "reason": "undecodable image", "retryable": False}
+    )
     final = cp.work(submitted["work_id"])
     assert final["status"] == "dead" and final["attempts"] == 1 and final["errors"][0]["retryable"] is False
 
@@ -189,8 +196,13 @@ def test_a_stale_node_gets_no_work_even_while_its_persisted_status_says_online(s
     item = _item(submitted["work_id"])
     with pytest.raises(GuardFailed) as refused_by_the_table:
         stores().work.claim(
-            item.work_id, item.epoch, node.node_id, caller.credential_sha256, time.time() + 1,  # type: ignore[arg-type]
-            {"status": "leased", "epoch": item.epoch + 1}, _event(item.work_id),
+            item.work_id,
+            item.epoch,
+            node.node_id,
+            caller.credential_sha256,
+            time.time() + 1,  # type: ignore[arg-type]
+            {"status": "leased", "epoch": item.epoch + 1},
+            _event(item.work_id),
         )
     assert refused_by_the_table.value is not None
     # the item was queued at the epoch read, so the node's check is what refused the write
@@ -234,7 +246,9 @@ def test_the_list_filters_by_status_and_capability(stack, cp: ControlPlane) -> N
     assert listing.status_code == 200
     found, token = list(listing.json()["work"]), listing.json()["next_token"]
     while token:
-        page = cp.admin("GET", "/api/v1/admin/work", params={"status": "queued", "capability": ECHO, "next_token": token}).json()
+        page = cp.admin(
+            "GET", "/api/v1/admin/work", params={"status": "queued", "capability": ECHO, "next_token": token}
+        ).json()
         found += page["work"]
         token = page["next_token"]
     assert submitted["work_id"] in {item["work_id"] for item in found}
@@ -271,7 +285,9 @@ def test_the_heartbeat_hints_at_queued_work_for_the_nodes_capabilities_only(stac
         ({"capability": ECHO, "input": {}, "extra": True}, "invalid_request"),
     ],
 )
-def test_bad_submissions_get_a_4xx_code_and_change_nothing(counted_stack, cp: ControlPlane, body: dict[str, Any], code: str) -> None:  # type: ignore[no-untyped-def]
+def test_bad_submissions_get_a_4xx_code_and_change_nothing(
+    counted_stack, cp: ControlPlane, body: dict[str, Any], code: str
+) -> None:  # type: ignore[no-untyped-def]
     counted_stack.drain_state_log()
     writes = writes_so_far(counted_stack)
     response = cp.admin("POST", "/api/v1/admin/work", json=body)

@@ -8,8 +8,9 @@ import json
 import os
 import pty
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from tests.support.api import ControlPlane
 from tests.support.processes import cli_command
@@ -62,7 +63,9 @@ def modelforge(
         timeout=timeout,
     )
     secrets = tuple(value for value in (full_env.get("MODELFORGE_ADMIN_TOKEN"),) if value)
-    return _checked(Run(done.returncode, done.stdout.decode(errors="replace"), done.stderr.decode(errors="replace")), secrets)
+    return _checked(
+        Run(done.returncode, done.stdout.decode(errors="replace"), done.stderr.decode(errors="replace")), secrets
+    )
 
 
 def modelforge_on_a_terminal(cp: ControlPlane, *args: str, answer: str, timeout: float = 60) -> Run:
@@ -84,4 +87,6 @@ def modelforge_on_a_terminal(cp: ControlPlane, *args: str, answer: str, timeout:
         if terminal != -1:
             os.close(terminal)
         os.close(controller)
-    return _checked(Run(process.returncode, out.decode(errors="replace"), err.decode(errors="replace")), (cp.admin_token,))
+    return _checked(
+        Run(process.returncode, out.decode(errors="replace"), err.decode(errors="replace")), (cp.admin_token,)
+    )

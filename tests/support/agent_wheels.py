@@ -32,9 +32,24 @@ def agent_wheels() -> dict[str, Path]:
         shutil.copytree(REPO / project, tree / project, ignore=junk)
     out = tree / "wheels"
     done = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "--wheel-dir", str(out),
-         str(tree / "protocol"), str(tree / "agent")],
-        cwd=tree, env=outside_env(), capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--wheel-dir",
+            str(out),
+            str(tree / "protocol"),
+            str(tree / "agent"),
+        ],
+        cwd=tree,
+        env=outside_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     built = {path.name.split("-")[0]: path for path in out.glob("*.whl")}

@@ -61,10 +61,16 @@ class BrowserLog:
     @classmethod
     def of(cls, page: Any) -> BrowserLog:
         log = cls()
-        page.on("console", lambda message: log.messages.append((message.type, message.text, message.location.get("url", ""))))
+        page.on(
+            "console",
+            lambda message: log.messages.append((message.type, message.text, message.location.get("url", ""))),
+        )
         page.on("pageerror", lambda error: log.page_errors.append(str(error)))
         page.on("requestfailed", lambda request: log.failed.append((request.url, request.failure)))
-        page.on("response", lambda response: log.refused.append((response.status, response.url)) if response.status >= 400 else None)
+        page.on(
+            "response",
+            lambda response: log.refused.append((response.status, response.url)) if response.status >= 400 else None,
+        )
         page.on("request", lambda request: log.urls.append(request.url))
         page.on("framenavigated", lambda frame: log.urls.append(frame.url))
         return log
@@ -86,7 +92,8 @@ class BrowserLog:
         noisy = [
             (kind, text, url)
             for kind, text, url in self.messages
-            if kind in ("error", "warning") and not (text.startswith("Failed to load resource") and self._expected(None, url))
+            if kind in ("error", "warning")
+            and not (text.startswith("Failed to load resource") and self._expected(None, url))
         ]
         assert noisy == [], noisy
         for secret in secrets:

@@ -229,7 +229,12 @@ class _QueuedListing:
         found: set[str] = set()
         token = None
         while True:
-            params = {"status": "queued", "capability": ECHO, "limit": "100", **({"next_token": token} if token else {})}
+            params = {
+                "status": "queued",
+                "capability": ECHO,
+                "limit": "100",
+                **({"next_token": token} if token else {}),
+            }
             response = self._client.admin("GET", "/api/v1/admin/work", params=params)
             assert response.status_code == 200, response.text
             page = response.json()
@@ -282,7 +287,9 @@ def claim_round(
     def complete(claimer: Claimer, answer: dict[str, Any]) -> int | None:
         body = f'{{"echo":"{answer["work_id"]}","epoch":{answer["epoch"]}}}'.encode()
         try:
-            upload = requests.put(answer["result_upload_url"], data=body, timeout=REQUEST_TIMEOUT_SECONDS, allow_redirects=False)
+            upload = requests.put(
+                answer["result_upload_url"], data=body, timeout=REQUEST_TIMEOUT_SECONDS, allow_redirects=False
+            )
             if upload.status_code != 200:
                 problem(f"upload of {answer['work_id']} answered {upload.status_code}")
                 return None

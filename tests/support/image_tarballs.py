@@ -164,17 +164,32 @@ def write_docker_save(path: Path, images: list[TestImage], layout: Literal["lega
             for data in image.layers:
                 layer_paths.append("blobs/sha256/" + _hex(sha256(data)))
                 writer.add(layer_paths[-1], data)
-            manifest = _oci_manifest(config, [(data, "application/vnd.oci.image.layer.v1.tar") for data in image.layers])
+            manifest = _oci_manifest(
+                config, [(data, "application/vnd.oci.image.layer.v1.tar") for data in image.layers]
+            )
             writer.add("blobs/sha256/" + _hex(sha256(manifest)), manifest)
             for tag in image.tags:
-                descriptors.append(_descriptor(manifest, {"io.containerd.image.name": f"docker.io/library/{tag}", "org.opencontainers.image.ref.name": tag.rpartition(":")[2]}))
+                descriptors.append(
+                    _descriptor(
+                        manifest,
+                        {
+                            "io.containerd.image.name": f"docker.io/library/{tag}",
+                            "org.opencontainers.image.ref.name": tag.rpartition(":")[2],
+                        },
+                    )
+                )
         writer.add(config_path, config)
         saved.append({"Config": config_path, "RepoTags": list(image.tags) or None, "Layers": layer_paths})
         for tag in image.tags:
             name, _, version = tag.rpartition(":")
             repositories.setdefault(name, {})[version] = _hex(sha256(config))
     if layout == "docker25":
-        writer.add("index.json", json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": descriptors}).encode())
+        writer.add(
+            "index.json",
+            json.dumps(
+                {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": descriptors}
+            ).encode(),
+        )
         writer.add("oci-layout", b'{"imageLayoutVersion":"1.0.0"}')
     writer.add("manifest.json", json.dumps(saved).encode())
     writer.add("repositories", json.dumps(repositories).encode())
@@ -187,8 +202,14 @@ def _oci_manifest(config: bytes, layers: list[tuple[bytes, str]]) -> bytes:
         {
             "schemaVersion": 2,
             "mediaType": OCI_MANIFEST,
-            "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": sha256(config), "size": len(config)},
-            "layers": [{"mediaType": media_type, "digest": sha256(data), "size": len(data)} for data, media_type in layers],
+            "config": {
+                "mediaType": "application/vnd.oci.image.config.v1+json",
+                "digest": sha256(config),
+                "size": len(config),
+            },
+            "layers": [
+                {"mediaType": media_type, "digest": sha256(data), "size": len(data)} for data, media_type in layers
+            ],
         }
     ).encode()
 
@@ -197,7 +218,9 @@ def _descriptor(manifest: bytes, annotations: dict[str, str]) -> dict[str, Any]:
     return {"mediaType": OCI_MANIFEST, "digest": sha256(manifest), "size": len(manifest), "annotations": annotations}
 
 
-def write_oci_layout(path: Path, images: list[TestImage], *, as_tarball: bool = False, gzip_layers: bool = True) -> Path:
+def write_oci_layout(
+    path: Path, images: list[TestImage], *, as_tarball: bool = False, gzip_layers: bool = True
+) -> Path:
     """An OCI image layout of ``images`` (folder, or tarball with ``as_tarball``), layers gzip
     compressed unless told otherwise, each tag as skopeo writes it: ``ref.name`` = ``name:tag``."""
     if not as_tarball:
@@ -207,7 +230,9 @@ def write_oci_layout(path: Path, images: list[TestImage], *, as_tarball: bool = 
     for image in images:
         config = image.config()
         stored = [
-            (gzip.compress(data, mtime=0), "application/vnd.oci.image.layer.v1.tar+gzip") if gzip_layers else (data, "application/vnd.oci.image.layer.v1.tar")
+            (gzip.compress(data, mtime=0), "application/vnd.oci.image.layer.v1.tar+gzip")
+            if gzip_layers
+            else (data, "application/vnd.oci.image.layer.v1.tar")
             for data in image.layers
         ]
         for data, _ in stored:

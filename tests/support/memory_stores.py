@@ -34,8 +34,9 @@ import copy
 import dataclasses
 import hashlib
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 from chalicelib.domain.errors import GuardFailed
 from chalicelib.domain.records import ONLINE_NODES, Enrollment, Event, FleetState, Inventory, Node, WorkItem
@@ -310,7 +311,9 @@ class MemoryNodeStore:
             for node in self.records.values()
             if node.liveness_shard in partitions and node.heartbeat_bucket is not None
         ]
-        return sorted(found, key=lambda node: (partitions[node.liveness_shard or ""], node.heartbeat_bucket or 0, node.node_id))
+        return sorted(
+            found, key=lambda node: (partitions[node.liveness_shard or ""], node.heartbeat_bucket or 0, node.node_id)
+        )
 
     def late_nodes(self, liveness: str, heartbeat_bucket_not_after: float, shards: int) -> list[str]:
         with self.journal.lock:
@@ -394,7 +397,9 @@ class MemoryNodeStore:
             _require((stored.revision if stored else None) == previous_revision, "inventory revision")
             if stored is None:
                 # an update creates the item: its values must make a whole inventory
-                stored = Inventory(node_id=node_id, **{name: value for name, value in values.items() if value is not None})
+                stored = Inventory(
+                    node_id=node_id, **{name: value for name, value in values.items() if value is not None}
+                )
                 _apply(stored, values)
                 self.inventories[node_id] = stored
             else:
@@ -402,7 +407,9 @@ class MemoryNodeStore:
             node.capabilities = set(capabilities) if capabilities else None
             self.journal.wrote(event)
 
-    def change_claims(self, node_id: str, revision: str, uuids: list[str], adding: bool, now: float, event: Event) -> None:
+    def change_claims(
+        self, node_id: str, revision: str, uuids: list[str], adding: bool, now: float, event: Event
+    ) -> None:
         if len(uuids) > CLAIM_CHANGES_PER_WRITE:
             raise ValueError(f"at most {CLAIM_CHANGES_PER_WRITE} claim changes a write")
         with self.journal.lock:
@@ -592,7 +599,9 @@ class MemoryWorkStore:
             found = [
                 item
                 for item in self.records.values()
-                if item.lease_partition == "leased" and item.lease_expires_at is not None and item.lease_expires_at <= now
+                if item.lease_partition == "leased"
+                and item.lease_expires_at is not None
+                and item.lease_expires_at <= now
             ]
             found.sort(key=lambda item: (item.lease_expires_at or 0.0, item.work_id))
             return [_copy(item) for item in found[:limit]]
@@ -600,7 +609,9 @@ class MemoryWorkStore:
     def leases_held_by(self, node_id: str) -> list[WorkItem]:
         with self.journal.lock:
             self.journal.read("work.leases_held_by")
-            found = sorted((item for item in self.records.values() if item.lease_holder == node_id), key=lambda item: item.work_id)
+            found = sorted(
+                (item for item in self.records.values() if item.lease_holder == node_id), key=lambda item: item.work_id
+            )
             return [_copy(item) for item in found]
 
     # --- writes --------------------------------------------------------------------------

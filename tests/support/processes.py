@@ -10,9 +10,10 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Mapping
+from typing import IO
 
 from tests.support.polling import wait_until
 
@@ -111,7 +112,9 @@ class LoggedProcess:
     def __enter__(self) -> LoggedProcess:
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
         self.stop()
 
 
@@ -161,7 +164,9 @@ def start_local_up(
     stderr_path: Path | None = None,
 ) -> RunningProcess:
     """Run `modelforge local up` and wait for its ready line; ``with`` it to stop it at the end."""
-    return start_process(log_path, local_up_command(*args, port=port), env=env, timeout=timeout, stderr_path=stderr_path)
+    return start_process(
+        log_path, local_up_command(*args, port=port), env=env, timeout=timeout, stderr_path=stderr_path
+    )
 
 
 def start_unserialised_local_up(log_path: Path, env: Mapping[str, str] | None = None) -> RunningProcess:
@@ -169,7 +174,9 @@ def start_unserialised_local_up(log_path: Path, env: Mapping[str, str] | None = 
     free port: the race tests' negative controls show their checks catch a non-atomic emulator."""
     script = Path(__file__).resolve().with_name("unserialised_local_up.py")
     repo = Path(__file__).resolve().parents[2]
-    return start_process(log_path, [sys.executable, str(script), str(free_port())], env={**(env or {}), "PYTHONPATH": str(repo)})
+    return start_process(
+        log_path, [sys.executable, str(script), str(free_port())], env={**(env or {}), "PYTHONPATH": str(repo)}
+    )
 
 
 def run_to_exit(

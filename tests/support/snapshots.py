@@ -38,8 +38,6 @@ def bucket_objects(endpoint_url: str, bucket: str, prefix: str = "") -> dict[str
     return objects
 
 
-
-
 def writes_so_far(stack: Any) -> dict[str, int]:
     """The emulator's count of every operation that can change state, by operation (the app's
     own calls: the stream poller's, prefixed "poller:", are left out), accepted or refused."""

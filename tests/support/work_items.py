@@ -10,7 +10,9 @@ import requests
 from tests.support.api import AgentIdentity, ControlPlane
 
 
-def finish(cp: ControlPlane, identity: AgentIdentity, claimed: dict[str, Any], body: bytes = b'{"ok":true}') -> requests.Response:
+def finish(
+    cp: ControlPlane, identity: AgentIdentity, claimed: dict[str, Any], body: bytes = b'{"ok":true}'
+) -> requests.Response:
     """Upload ``body`` to the claim's presigned URL (which must accept it) and complete the item
     with its digest and size: the complete call's answer."""
     upload = requests.put(claimed["result_upload_url"], data=body, timeout=30, allow_redirects=False)

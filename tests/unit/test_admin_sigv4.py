@@ -38,7 +38,12 @@ def server() -> Iterator[tuple[str, list[dict[str, Any]]]]:
         def _record(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             seen.append(
-                {"method": self.command, "target": self.path, "headers": dict(self.headers.items()), "body": self.rfile.read(length)}
+                {
+                    "method": self.command,
+                    "target": self.path,
+                    "headers": dict(self.headers.items()),
+                    "body": self.rfile.read(length),
+                }
             )
             body = json.dumps({"nodes": [], "next_token": None}).encode()
             self.send_response(200)
@@ -93,7 +98,9 @@ def expected_signature(request: dict[str, Any], region: str) -> tuple[str, dict[
     signed_names = parts["SignedHeaders"].split(";")
     headers = {name.lower(): value for name, value in request["headers"].items()}
     target = urlsplit(request["target"])
-    query = sorted((quote(k, safe="-_.~"), quote(v, safe="-_.~")) for k, v in parse_qsl(target.query, keep_blank_values=True))
+    query = sorted(
+        (quote(k, safe="-_.~"), quote(v, safe="-_.~")) for k, v in parse_qsl(target.query, keep_blank_values=True)
+    )
     canonical = "\n".join(
         [
             request["method"],
@@ -141,7 +148,9 @@ def test_a_signed_post_covers_its_body_content_type_and_session_token(
     assert request["headers"]["X-Amz-Security-Token"] == SESSION_TOKEN
     assert {"content-type", "x-amz-security-token"} <= set(parts["SignedHeaders"].split(";"))
     # nothing a proxy may rewrite is signed
-    assert not {"connection", "accept-encoding", "user-agent", "content-length"} & set(parts["SignedHeaders"].split(";"))
+    assert not {"connection", "accept-encoding", "user-agent", "content-length"} & set(
+        parts["SignedHeaders"].split(";")
+    )
 
 
 def test_without_the_flag_or_the_variable_nothing_is_signed(
@@ -161,14 +170,18 @@ def test_the_variable_turns_signing_on_with_the_chain_s_credentials_and_the_host
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
     monkeypatch.setenv("AWS_REGION", "us-west-2")
-    api = AdminApi.from_args(argparse.Namespace(api_url="https://abc123defg.execute-api.eu-central-1.amazonaws.com/api"))
+    api = AdminApi.from_args(
+        argparse.Namespace(api_url="https://abc123defg.execute-api.eu-central-1.amazonaws.com/api")
+    )
     assert isinstance(api.auth, aws_sigv4.SigV4) and api.auth.region == "eu-central-1"
     assert api.auth.credentials.get_frozen_credentials().access_key == ACCESS_KEY
     custom = AdminApi.from_args(argparse.Namespace(api_url="https://admin.example.com", aws_sigv4=True))
     assert isinstance(custom.auth, aws_sigv4.SigV4) and custom.auth.region == "us-west-2"
 
 
-def test_a_custom_domain_without_a_region_is_one_clear_line(no_aws_environment: None, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_custom_domain_without_a_region_is_one_clear_line(
+    no_aws_environment: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("MODELFORGE_ADMIN_TOKEN", TOKEN)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
@@ -180,7 +193,9 @@ def test_no_credentials_is_one_line_and_exit_2(
     no_aws_environment: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("MODELFORGE_ADMIN_TOKEN", TOKEN)
-    code = cli.main(["nodes", "list", "--aws-sigv4", "--api-url", "https://abc123defg.execute-api.us-east-1.amazonaws.com/api"])
+    code = cli.main(
+        ["nodes", "list", "--aws-sigv4", "--api-url", "https://abc123defg.execute-api.us-east-1.amazonaws.com/api"]
+    )
     err = capsys.readouterr().err
     assert code == 2
     assert err.count("\n") == 1 and err.startswith("modelforge: no AWS credentials for --aws-sigv4")

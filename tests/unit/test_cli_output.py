@@ -4,18 +4,19 @@ where the API, CA and token come from."""
 from __future__ import annotations
 
 import argparse
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from modelforge_cli import tables
 from modelforge_cli.admin_api import AdminApi, CommandFailed
 from modelforge_cli.enrollments_cli import expiry_seconds
 
-NOW = datetime(2026, 12, 1, 3, 0, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 12, 1, 3, 0, 0, tzinfo=UTC)
 
 
 @pytest.mark.parametrize(
-    ("raw", "seconds"), [("5m", 300), ("15m", 900), ("1h", 3600), ("24h", 86400), ("60", 60), ("90s", 90), (" 2H ", 7200)]
+    ("raw", "seconds"),
+    [("5m", 300), ("15m", 900), ("1h", 3600), ("24h", 86400), ("60", 60), ("90s", 90), (" 2H ", 7200)],
 )
 def test_expiry_takes_the_wizards_choices_and_seconds(raw: str, seconds: int) -> None:
     assert expiry_seconds(raw) == seconds
@@ -27,7 +28,10 @@ def test_expiry_outside_60s_to_24h_or_not_a_duration_is_refused(raw: str) -> Non
         expiry_seconds(raw)
 
 
-@pytest.mark.parametrize(("seconds", "text"), [(0, "0s"), (119, "119s"), (120, "2m"), (3599, "60m"), (7200, "2h"), (47 * 3600, "47h"), (3 * 86400, "3d")])
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(0, "0s"), (119, "119s"), (120, "2m"), (3599, "60m"), (7200, "2h"), (47 * 3600, "47h"), (3 * 86400, "3d")],
+)
 def test_durations_read_like_kubectl(seconds: float, text: str) -> None:
     assert tables.duration(seconds) == text
 
@@ -49,7 +53,9 @@ def _args(**values: str | None) -> argparse.Namespace:
     return argparse.Namespace(api_url=values.get("api_url"), ca_cert=values.get("ca_cert"))
 
 
-def test_the_api_defaults_to_loopback_8000_and_the_option_beats_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_api_defaults_to_loopback_8000_and_the_option_beats_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.delenv("MODELFORGE_API_URL", raising=False)
     monkeypatch.delenv("MODELFORGE_CA_CERT_PATH", raising=False)
     monkeypatch.setenv("MODELFORGE_ADMIN_TOKEN", "t" * 43)
@@ -60,7 +66,9 @@ def test_the_api_defaults_to_loopback_8000_and_the_option_beats_the_environment(
 
 
 @pytest.mark.parametrize("token", ["", "has space", "new\nline", "ünïcode"])
-def test_a_missing_or_unsendable_token_is_a_configuration_error_that_never_shows_it(monkeypatch: pytest.MonkeyPatch, token: str) -> None:
+def test_a_missing_or_unsendable_token_is_a_configuration_error_that_never_shows_it(
+    monkeypatch: pytest.MonkeyPatch, token: str
+) -> None:
     monkeypatch.setenv("MODELFORGE_ADMIN_TOKEN", token)
     with pytest.raises(CommandFailed) as refused:
         AdminApi.from_args(_args())

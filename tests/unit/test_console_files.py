@@ -29,7 +29,18 @@ def test_find_serves_listed_names_only() -> None:
         assert found is not None and found.body == _text(name)
     assert console.page().body == _text(console.INDEX)
     # the page has one address, /console/: index.html is no file name of /console/{name}
-    for name in [console.INDEX, "", ".", "..", "../app.py", "..%2fapp.py", "/etc/passwd", "APP.JS", "app.js/", "console.py"]:
+    for name in [
+        console.INDEX,
+        "",
+        ".",
+        "..",
+        "../app.py",
+        "..%2fapp.py",
+        "/etc/passwd",
+        "APP.JS",
+        "app.js/",
+        "console.py",
+    ]:
         assert console.find(name) is None, name
 
 
@@ -50,7 +61,9 @@ def test_media_types_match_the_file_kinds() -> None:
 def test_the_policy_allows_no_inline_code_no_other_origin_and_no_framing() -> None:
     policy = dict(part.split(" ", 1) for part in console.CONTENT_SECURITY_POLICY.split("; "))
     assert policy["default-src"] == "'none'" and policy["script-src"] == "'self'" and policy["style-src"] == "'self'"
-    assert policy["connect-src"] == "'self'" and policy["frame-ancestors"] == "'none'" and policy["base-uri"] == "'none'"
+    assert (
+        policy["connect-src"] == "'self'" and policy["frame-ancestors"] == "'none'" and policy["base-uri"] == "'none'"
+    )
     assert "unsafe" not in console.CONTENT_SECURITY_POLICY and "http" not in console.CONTENT_SECURITY_POLICY
     assert console.SECURITY_HEADERS["X-Content-Type-Options"] == "nosniff"
     assert console.SECURITY_HEADERS["Referrer-Policy"] == "no-referrer"
@@ -73,10 +86,26 @@ def test_scripts_import_only_listed_modules_by_relative_url(name: str) -> None:
 #: What no console script may use: HTML parsing (a DOM XSS sink), storage, cookies, logging,
 #: dynamic code, and navigation or history changes (a URL could carry a secret).
 FORBIDDEN = (
-    "innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function",
-    "localStorage", "sessionStorage", "indexedDB", "document.cookie", "console.", "caches.",
-    "history.", "location.href", "location.assign", "location.replace", "location.hash",
-    "window.open", "postMessage", "setAttribute(\"value\"",
+    "innerHTML",
+    "outerHTML",
+    "insertAdjacentHTML",
+    "document.write",
+    "eval(",
+    "new Function",
+    "localStorage",
+    "sessionStorage",
+    "indexedDB",
+    "document.cookie",
+    "console.",
+    "caches.",
+    "history.",
+    "location.href",
+    "location.assign",
+    "location.replace",
+    "location.hash",
+    "window.open",
+    "postMessage",
+    'setAttribute("value"',
 )
 
 

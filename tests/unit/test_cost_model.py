@@ -85,24 +85,43 @@ def test_write_targets_names_every_item_a_request_writes() -> None:
             {"Put": {"TableName": "nodes", "Item": {"node_id": {"S": "m"}}}},
         ]
     }
-    assert [(action, table, transactional) for action, table, _, transactional in model.write_targets("TransactWriteItems", transaction, tables)] == [
+    assert [
+        (action, table, transactional)
+        for action, table, _, transactional in model.write_targets("TransactWriteItems", transaction, tables)
+    ] == [
         ("Update", "work", True),
         ("ConditionCheck", "nodes", True),
         ("Put", "nodes", True),
     ]
-    batch = {"RequestItems": {"nodes": [{"PutRequest": {"Item": {"node_id": {"S": "a"}}}}, {"DeleteRequest": {"Key": {"node_id": {"S": "b"}}}}]}}
+    batch = {
+        "RequestItems": {
+            "nodes": [
+                {"PutRequest": {"Item": {"node_id": {"S": "a"}}}},
+                {"DeleteRequest": {"Key": {"node_id": {"S": "b"}}}},
+            ]
+        }
+    }
     assert [action for action, *_ in model.write_targets("BatchWriteItem", batch, tables)] == ["Put", "Delete"]
     with pytest.raises(ValueError):
         model.write_targets("GetItem", {}, tables)
 
 
 def _price(usd: float, quantity: float, unit: str) -> dict[str, Any]:
-    return {"usd": usd, "quantity": quantity, "unit": unit, "source": "https://aws.amazon.com/example/", "read_on": "2026-12-01"}
+    return {
+        "usd": usd,
+        "quantity": quantity,
+        "unit": unit,
+        "source": "https://aws.amazon.com/example/",
+        "read_on": "2026-12-01",
+    }
 
 
 def fixed_prices(tmp_path: Path, **changes: dict[str, Any]) -> Path:
     """A price table with round prices (not AWS's), so the expected dollars are easy to check."""
-    prices = {key: _price(1.0, 1_000_000 if unit != "GB-seconds" and unit != "GB" else 1, unit) for key, unit in model.REQUIRED_PRICES.items()}
+    prices = {
+        key: _price(1.0, 1_000_000 if unit != "GB-seconds" and unit != "GB" else 1, unit)
+        for key, unit in model.REQUIRED_PRICES.items()
+    }
     prices.update(changes)
     path = tmp_path / "prices.json"
     path.write_text(json.dumps({"region": "us-east-1", "currency": "USD", "prices": prices}))

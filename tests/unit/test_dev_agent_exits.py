@@ -16,8 +16,16 @@ from modelforge_node_agent import exit_codes
 API = "http://127.0.0.1:8001"
 
 
-@pytest.mark.parametrize("code", [exit_codes.OK, exit_codes.UNEXPECTED, exit_codes.CONFIGURATION_INVALID,
-                                  exit_codes.PREFLIGHT_FAILED, exit_codes.PROTOCOL_INCOMPATIBLE])
+@pytest.mark.parametrize(
+    "code",
+    [
+        exit_codes.OK,
+        exit_codes.UNEXPECTED,
+        exit_codes.CONFIGURATION_INVALID,
+        exit_codes.PREFLIGHT_FAILED,
+        exit_codes.PROTOCOL_INCOMPATIBLE,
+    ],
+)
 def test_each_exit_status_says_its_meaning_and_the_next_step(tmp_path: Path, code: int) -> None:
     explained = explain_exit(code, tmp_path, API, None)
     meaning, next_step = AGENT_EXITS[code]
@@ -31,13 +39,17 @@ def test_every_exit_code_of_the_agent_is_explained() -> None:
 
 
 def test_a_signal_is_named(tmp_path: Path) -> None:
-    assert explain_exit(-9, tmp_path, API, None).lines == ["the CPU node agent was killed by signal 9; restart local up to run it again"]
+    assert explain_exit(-9, tmp_path, API, None).lines == [
+        "the CPU node agent was killed by signal 9; restart local up to run it again"
+    ]
 
 
 def test_an_identity_of_another_control_plane_names_its_port_and_the_command_that_enrolls_again(tmp_path: Path) -> None:
     state = tmp_path / "agent state"  # a space: the command must still be one that runs
     state.mkdir()
-    (state / "identity.json").write_text(json.dumps({"control_plane_url": "http://127.0.0.1:8000", "node_id": "node_" + "a" * 32}))
+    (state / "identity.json").write_text(
+        json.dumps({"control_plane_url": "http://127.0.0.1:8000", "node_id": "node_" + "a" * 32})
+    )
     explained = explain_exit(exit_codes.IDENTITY_REFUSED, state, API, None)
     text = "\n".join(explained.lines)
     assert "belongs to the control plane at http://127.0.0.1:8000, not to this one (http://127.0.0.1:8001)" in text

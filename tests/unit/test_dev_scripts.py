@@ -37,7 +37,9 @@ def test_the_pip_the_venv_script_installs_is_one_chalice_accepts() -> None:
     assert allowed, ours
     refused = [str(version) for version in allowed if version not in chalice_pip.specifier]
     assert not refused, f"_venv.sh installs pip{ours}, which chalice ({chalice_pip}) would move back: {refused}"
-    assert Version(importlib.metadata.version("pip")) in ours, "the installed pip is outside the range: rerun scripts/_venv.sh"
+    assert Version(importlib.metadata.version("pip")) in ours, (
+        "the installed pip is outside the range: rerun scripts/_venv.sh"
+    )
 
 
 def test_dev_up_keeps_its_token_and_data_in_dot_modelforge_and_passes_its_arguments_on() -> None:
@@ -54,7 +56,9 @@ def test_dev_up_keeps_its_token_and_data_in_dot_modelforge_and_passes_its_argume
 def _short_threshold_example() -> dict[str, str]:
     readme = (ROOT / "README.md").read_text()
     start = readme.index("**Short thresholds**")
-    block = readme[readme.index("```bash\n", start) + len("```bash\n") : readme.index("```", readme.index("```bash\n", start) + 7)]
+    block = readme[
+        readme.index("```bash\n", start) + len("```bash\n") : readme.index("```", readme.index("```bash\n", start) + 7)
+    ]
     words = shlex.split(block.replace("\\\n", " "))
     assert words[-1] == "./scripts/dev-up", block
     return dict(word.split("=", 1) for word in words[:-1])

@@ -35,7 +35,9 @@ _ENV_RECEIVERS = {"environ", "env", "environment"}
 # --- the command line ------------------------------------------------------------------------
 
 
-def leaf_commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser]]:
+def leaf_commands(
+    parser: argparse.ArgumentParser, path: tuple[str, ...] = ()
+) -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser]]:
     """Every runnable command (a parser without subcommands) and its words after `modelforge`."""
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
@@ -46,7 +48,9 @@ def leaf_commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -
 
 
 def _options(parser: argparse.ArgumentParser) -> list[argparse.Action]:
-    return [action for action in parser._actions if action.option_strings and not isinstance(action, argparse._HelpAction)]
+    return [
+        action for action in parser._actions if action.option_strings and not isinstance(action, argparse._HelpAction)
+    ]
 
 
 def _section(title: str) -> str:
@@ -123,7 +127,10 @@ def test_no_admin_command_takes_a_secret_as_an_argument() -> None:
     for path, parser in leaf_commands(build_parser()):
         if path[0] in ("enrollments", "nodes", "work"):
             for action in _options(parser):
-                assert not any(re.search(r"token|secret|credential", option) for option in action.option_strings), (path, action.option_strings)
+                assert not any(re.search(r"token|secret|credential", option) for option in action.option_strings), (
+                    path,
+                    action.option_strings,
+                )
 
 
 # --- environment variables -------------------------------------------------------------------
@@ -152,11 +159,15 @@ def _names_read(tree: ast.AST) -> set[str]:
                     isinstance(receiver, ast.Name) and receiver.id in _ENV_RECEIVERS
                 ):
                     key = node.args[0].value
-            elif (isinstance(function, ast.Attribute) and function.attr == "getenv") or (isinstance(function, ast.Name) and function.id == "getenv"):
+            elif (isinstance(function, ast.Attribute) and function.attr == "getenv") or (
+                isinstance(function, ast.Name) and function.id == "getenv"
+            ):
                 key = node.args[0].value
         elif isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
             receiver = node.value
-            if (isinstance(receiver, ast.Attribute) and receiver.attr in _ENV_RECEIVERS) or (isinstance(receiver, ast.Name) and receiver.id in _ENV_RECEIVERS):
+            if (isinstance(receiver, ast.Attribute) and receiver.attr in _ENV_RECEIVERS) or (
+                isinstance(receiver, ast.Name) and receiver.id in _ENV_RECEIVERS
+            ):
                 key = node.slice.value
         if isinstance(key, str) and _UPPER.fullmatch(key):
             names.add(key)
@@ -184,7 +195,11 @@ def variables_read_by_code() -> frozenset[str]:
 
 def _backticked_names(text: str) -> set[str]:
     """Every UPPER_CASE name inside a `code span` (`NAME`, `NAME=value`)."""
-    return {name for span in re.findall(r"`([^`]+)`", text) for name in re.findall(r"\b[A-Z][A-Z0-9]*_[A-Z0-9_]*[A-Z0-9]\b|\b[A-Z]{2,}\b", span)}
+    return {
+        name
+        for span in re.findall(r"`([^`]+)`", text)
+        for name in re.findall(r"\b[A-Z][A-Z0-9]*_[A-Z0-9_]*[A-Z0-9]\b|\b[A-Z]{2,}\b", span)
+    }
 
 
 def _readme_table_names() -> set[str]:
@@ -198,7 +213,14 @@ def _readme_table_names() -> set[str]:
 
 def test_the_scan_finds_the_variables_it_must() -> None:
     found = variables_read_by_code()
-    for name in ("MODELFORGE_ADMIN_TOKEN", "MODELFORGE_AGENT_CONTROL_PLANE_URL", "MODELFORGE_WORKER_LISTEN", "MODELFORGE_API_URL", "MODELFORGE_WORK_TABLE", "AWS_ENDPOINT_URL"):
+    for name in (
+        "MODELFORGE_ADMIN_TOKEN",
+        "MODELFORGE_AGENT_CONTROL_PLANE_URL",
+        "MODELFORGE_WORKER_LISTEN",
+        "MODELFORGE_API_URL",
+        "MODELFORGE_WORK_TABLE",
+        "AWS_ENDPOINT_URL",
+    ):
         assert name in found, name
     # the shell scripts' own settings, read with a default
     assert "MODELFORGE_VENV" in found
@@ -207,7 +229,10 @@ def test_the_scan_finds_the_variables_it_must() -> None:
 def test_every_environment_variable_the_code_reads_is_in_a_readme_table() -> None:
     documented = _readme_table_names()
     missing = sorted(name for name in variables_read_by_code() - documented if name not in UNDOCUMENTED)
-    assert not missing, "read by the code but in no README table (document them, or list them in UNDOCUMENTED with why):\n" + "\n".join(missing)
+    assert not missing, (
+        "read by the code but in no README table (document them, or list them in UNDOCUMENTED with why):\n"
+        + "\n".join(missing)
+    )
 
 
 def test_every_variable_in_the_readme_configuration_tables_is_read_by_something() -> None:

@@ -22,7 +22,9 @@ def _node(stores: MemoryStores, uuids: list[str] | None = None, claimed: bool = 
     agent = Agent()
     stores.nodes.seed(node_record(agent, **values))
     if uuids is not None:
-        stores.nodes.seed_inventory(inventory_record(agent.node_id, inventory_of(uuids), revision="r1", claimed=claimed))
+        stores.nodes.seed_inventory(
+            inventory_record(agent.node_id, inventory_of(uuids), revision="r1", claimed=claimed)
+        )
     return agent.node_id
 
 
@@ -34,7 +36,10 @@ def _partners(stores: MemoryStores, node_id: str) -> set[str] | None:
 
 
 def test_gpu_uuids_are_sorted_and_empty_without_an_inventory() -> None:
-    assert duplicate_identity.gpu_uuids(inventory_of(["GPU-bbbbbbbb", "GPU-aaaaaaaa"])) == ["GPU-aaaaaaaa", "GPU-bbbbbbbb"]
+    assert duplicate_identity.gpu_uuids(inventory_of(["GPU-bbbbbbbb", "GPU-aaaaaaaa"])) == [
+        "GPU-aaaaaaaa",
+        "GPU-bbbbbbbb",
+    ]
     assert duplicate_identity.gpu_uuids(None) == []
 
 

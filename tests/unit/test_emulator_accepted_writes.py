@@ -41,7 +41,12 @@ def test_accepted_writes_move_the_count_once_each(emulator_server: emulator.Emul
     s3.create_bucket(Bucket=table)
     start = server.changes
     dynamodb.put_item(TableName=table, Item={"pk": {"S": "a"}})
-    dynamodb.update_item(TableName=table, Key={"pk": {"S": "a"}}, UpdateExpression="SET v = :v", ExpressionAttributeValues={":v": {"N": "1"}})
+    dynamodb.update_item(
+        TableName=table,
+        Key={"pk": {"S": "a"}},
+        UpdateExpression="SET v = :v",
+        ExpressionAttributeValues={":v": {"N": "1"}},
+    )
     dynamodb.transact_write_items(TransactItems=[{"Put": {"TableName": table, "Item": {"pk": {"S": "b"}}}}])
     s3.put_object(Bucket=table, Key="k", Body=b"x")
     s3.delete_object(Bucket=table, Key="k")
@@ -66,7 +71,13 @@ def test_reads_and_refused_writes_leave_the_count_alone(emulator_server: emulato
         dynamodb.transact_write_items(
             TransactItems=[
                 {"Put": {"TableName": table, "Item": {"pk": {"S": "c"}}}},
-                {"ConditionCheck": {"TableName": table, "Key": {"pk": {"S": "a"}}, "ConditionExpression": "attribute_not_exists(pk)"}},
+                {
+                    "ConditionCheck": {
+                        "TableName": table,
+                        "Key": {"pk": {"S": "a"}},
+                        "ConditionExpression": "attribute_not_exists(pk)",
+                    }
+                },
             ]
         )
     with pytest.raises(ClientError, match="PreconditionFailed"):

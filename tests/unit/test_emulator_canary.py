@@ -50,7 +50,9 @@ def _moto_transact_write_items() -> Any:
 
 
 def test_installed_moto_is_the_pinned_one() -> None:
-    pins = [Requirement(entry) for entry in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]]
+    pins = [
+        Requirement(entry) for entry in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    ]
     (moto,) = [pin for pin in pins if pin.name == "moto"]
     specifiers = list(moto.specifier)
     assert len(specifiers) == 1 and specifiers[0].operator == "==", RECHECK + f"moto must be pinned exactly, not {moto}"
@@ -101,10 +103,14 @@ def test_the_server_and_model_interfaces_the_emulator_and_its_snapshots_call() -
     from werkzeug.serving import WSGIRequestHandler
 
     dispatcher = inspect.signature(werkzeug_app.DomainDispatcherApplication.__init__)
-    assert list(dispatcher.parameters)[:2] == ["self", "create_app"], RECHECK + f"DomainDispatcherApplication{dispatcher}"
+    assert list(dispatcher.parameters)[:2] == ["self", "create_app"], (
+        RECHECK + f"DomainDispatcherApplication{dispatcher}"
+    )
     assert issubclass(werkzeug_app.MotoRequestHandler, WSGIRequestHandler), RECHECK + "MotoRequestHandler's base"
     put_item = inspect.signature(Table.put_item).parameters
-    assert list(put_item)[:2] == ["self", "item_attrs"] and "overwrite" in put_item, RECHECK + f"Table.put_item{put_item}"
+    assert list(put_item)[:2] == ["self", "item_attrs"] and "overwrite" in put_item, (
+        RECHECK + f"Table.put_item{put_item}"
+    )
     put_object = list(inspect.signature(S3Backend.put_object).parameters)
     assert put_object[:4] == ["self", "bucket_name", "key_name", "value"], RECHECK + f"S3Backend.put_object{put_object}"
     # a restore puts items with the table's stream detached, so that they stream no record
@@ -121,8 +127,12 @@ def test_the_patched_emulator_leaves_no_trace_of_a_cancelled_transaction() -> No
     server = emulator.Emulator(port=0)
     server.start()
     try:
-        options = {"endpoint_url": server.endpoint_url, "region_name": "us-east-1",
-                   "aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
+        options = {
+            "endpoint_url": server.endpoint_url,
+            "region_name": "us-east-1",
+            "aws_access_key_id": "testing",
+            "aws_secret_access_key": "testing",
+        }
         dynamodb = boto3.client("dynamodb", **options)
         streams = boto3.client("dynamodbstreams", **options)
         name = "emulator-canary"
@@ -142,19 +152,34 @@ def test_the_patched_emulator_leaves_no_trace_of_a_cancelled_transaction() -> No
         with pytest.raises(dynamodb.exceptions.TransactionCanceledException):
             dynamodb.transact_write_items(
                 TransactItems=[
-                    {"Update": {"TableName": name, "Key": {"pk": {"S": "kept"}}, "UpdateExpression": "SET v = :two",
-                                "ExpressionAttributeValues": {":two": {"N": "2"}}}},
+                    {
+                        "Update": {
+                            "TableName": name,
+                            "Key": {"pk": {"S": "kept"}},
+                            "UpdateExpression": "SET v = :two",
+                            "ExpressionAttributeValues": {":two": {"N": "2"}},
+                        }
+                    },
                     {"Put": {"TableName": name, "Item": {"pk": {"S": "phantom"}}}},
-                    {"ConditionCheck": {"TableName": name, "Key": {"pk": {"S": "absent"}},
-                                        "ConditionExpression": "attribute_exists(pk)"}},
+                    {
+                        "ConditionCheck": {
+                            "TableName": name,
+                            "Key": {"pk": {"S": "absent"}},
+                            "ConditionExpression": "attribute_exists(pk)",
+                        }
+                    },
                 ]
             )
         dynamodb.put_item(TableName=name, Item={"pk": {"S": "later"}})
 
         table = dynamodb_backends["123456789012"]["us-east-1"].tables[name]
         assert isinstance(table, Table) and isinstance(table.stream_shard, StreamShard), RECHECK + "Table.stream_shard"
-        assert isinstance(table.stream_shard.items, list) and isinstance(table.items, dict), RECHECK + "Table/StreamShard.items"
-        assert (table.hash_key_attr, table.range_key_attr) == ("pk", None), RECHECK + "Table.hash_key_attr/range_key_attr"
+        assert isinstance(table.stream_shard.items, list) and isinstance(table.items, dict), (
+            RECHECK + "Table/StreamShard.items"
+        )
+        assert (table.hash_key_attr, table.range_key_attr) == ("pk", None), (
+            RECHECK + "Table.hash_key_attr/range_key_attr"
+        )
 
         got = dynamodb.get_item(TableName=name, Key={"pk": {"S": "kept"}}, ConsistentRead=True)["Item"]
         assert got["v"] == {"N": "1"}, RECHECK + "a cancelled transaction's update stayed"

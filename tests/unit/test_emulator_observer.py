@@ -13,7 +13,9 @@ from modelforge_cli import emulator
 from tests.support.emulators import CLIENT_OPTIONS as OPTIONS
 
 
-def test_observer_reads_an_item_before_and_after_a_write_and_its_reads_are_not_counted(emulator_server: emulator.Emulator) -> None:
+def test_observer_reads_an_item_before_and_after_a_write_and_its_reads_are_not_counted(
+    emulator_server: emulator.Emulator,
+) -> None:
     server = emulator_server
     dynamodb = boto3.client("dynamodb", endpoint_url=server.endpoint_url, **OPTIONS)
     dynamodb.create_table(
@@ -39,16 +41,24 @@ def test_observer_reads_an_item_before_and_after_a_write_and_its_reads_are_not_c
     counted = server.middleware.snapshot()
     server.middleware.observe(observer)
     dynamodb.update_item(
-        TableName="observed", Key={"pk": {"S": "a"}}, UpdateExpression="SET v = :v", ExpressionAttributeValues={":v": {"N": "2"}}
+        TableName="observed",
+        Key={"pk": {"S": "a"}},
+        UpdateExpression="SET v = :v",
+        ExpressionAttributeValues={":v": {"N": "2"}},
     )
     server.middleware.observe(None)
     dynamodb.update_item(
-        TableName="observed", Key={"pk": {"S": "a"}}, UpdateExpression="SET v = :v", ExpressionAttributeValues={":v": {"N": "3"}}
+        TableName="observed",
+        Key={"pk": {"S": "a"}},
+        UpdateExpression="SET v = :v",
+        ExpressionAttributeValues={":v": {"N": "3"}},
     )
 
     assert seen == [("UpdateItem", {"pk": {"S": "a"}, "v": {"N": "1"}}, {"pk": {"S": "a"}, "v": {"N": "2"}})]
     after = server.middleware.snapshot()
-    assert {name: after[name] - counted.get(name, 0) for name in after if after[name] != counted.get(name, 0)} == {"UpdateItem": 2}
+    assert {name: after[name] - counted.get(name, 0) for name in after if after[name] != counted.get(name, 0)} == {
+        "UpdateItem": 2
+    }
     assert dynamodb.get_item(TableName="observed", Key={"pk": {"S": "a"}})["Item"]["v"] == {"N": "3"}
 
 

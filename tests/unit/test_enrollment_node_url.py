@@ -18,7 +18,9 @@ MINTED = {"enrollment_id": "enr_1", "display_name": "GPU Node", "expires_at": "2
 def test_the_node_url_option_wins_then_the_variable_then_the_api_url(monkeypatch: pytest.MonkeyPatch) -> None:
     api = AdminApi(ADMIN_URL, "t" * 43)
     monkeypatch.delenv(NODE_URL_VAR, raising=False)
-    assert node_url(argparse.Namespace(node_url=None), AdminApi("http://127.0.0.1:8000", "t")) == "http://127.0.0.1:8000"
+    assert (
+        node_url(argparse.Namespace(node_url=None), AdminApi("http://127.0.0.1:8000", "t")) == "http://127.0.0.1:8000"
+    )
     monkeypatch.setenv(NODE_URL_VAR, NODE_URL + "/")
     assert node_url(argparse.Namespace(node_url=None), api) == NODE_URL
     assert node_url(argparse.Namespace(node_url="https://nodes.example.com"), api) == "https://nodes.example.com"

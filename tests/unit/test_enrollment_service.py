@@ -46,7 +46,12 @@ def test_create_stores_a_pending_enrollment_and_only_the_token_digest(stores: Me
     stored = stores.enrollments.records[minted.enrollment.enrollment_id]
     assert stored == minted.enrollment
     assert stored.token_sha256 == credentials.sha256_hex(minted.token) and minted.token not in repr(stored)
-    assert (stored.state, stored.production_eligible, stored.created_at, stored.expires_at) == ("pending", True, NOW, NOW + 900)
+    assert (stored.state, stored.production_eligible, stored.created_at, stored.expires_at) == (
+        "pending",
+        True,
+        NOW,
+        NOW + 900,
+    )
     assert [(e.type, e.subject) for e in stores.journal.events] == [
         ("enrollment.created", {"enrollment_id": stored.enrollment_id})
     ]
@@ -54,7 +59,11 @@ def test_create_stores_a_pending_enrollment_and_only_the_token_digest(stores: Me
 
 @pytest.mark.parametrize(
     "body",
-    [{"display_name": "x", "expires_in_seconds": 59}, {"display_name": "", "expires_in_seconds": 900}, {"display_name": "x"}],
+    [
+        {"display_name": "x", "expires_in_seconds": 59},
+        {"display_name": "", "expires_in_seconds": 900},
+        {"display_name": "x"},
+    ],
     ids=["ttl-too-short", "empty-name", "no-ttl"],
 )
 def test_an_invalid_create_writes_nothing(stores: MemoryStores, body: dict[str, Any]) -> None:
@@ -73,7 +82,12 @@ def test_get_of_an_unknown_enrollment_is_not_found(stores: MemoryStores, enrollm
 
 @pytest.mark.parametrize(
     ("state", "now", "public"),
-    [("pending", NOW + 899, "pending"), ("pending", NOW + 900, "expired"), ("consumed", NOW + 9999, "consumed"), ("revoked", NOW, "revoked")],
+    [
+        ("pending", NOW + 899, "pending"),
+        ("pending", NOW + 900, "expired"),
+        ("consumed", NOW + 9999, "consumed"),
+        ("revoked", NOW, "revoked"),
+    ],
 )
 def test_public_state_derives_expiry_from_the_time(state: str, now: float, public: str) -> None:
     enrollment, _ = enrollment_record(state=state, expires_at=NOW + 900)
@@ -152,7 +166,9 @@ def test_enroll_creates_a_pending_node_its_inventory_claims_and_four_events(stor
     assert stored_inventory.inventory == inventory and stored_inventory.claimed_uuids == uuids
     assert stores.nodes.claimed_by(node.node_id) == uuids
     assert stores.journal.event_types() == CONSUMED_EVENTS
-    assert all(e.subject == {"enrollment_id": enrollment.enrollment_id, "node_id": node.node_id} for e in stores.journal.events)
+    assert all(
+        e.subject == {"enrollment_id": enrollment.enrollment_id, "node_id": node.node_id} for e in stores.journal.events
+    )
 
 
 def test_enroll_of_a_cpu_node_claims_nothing(stores: MemoryStores) -> None:
@@ -248,7 +264,9 @@ def test_a_retry_racing_its_own_first_attempt_gets_the_node_the_first_created(st
     identity = AgentIdentity()
     body = enroll_body(minted.token, identity)
     first: list[enrollments.Enrolled] = []
-    stores.journal.before_next("enrollments.consume", lambda: first.append(enrollments.enroll(stores, SETTINGS, body, NOW)))
+    stores.journal.before_next(
+        "enrollments.consume", lambda: first.append(enrollments.enroll(stores, SETTINGS, body, NOW))
+    )
     again = enrollments.enroll(stores, SETTINGS, body, NOW)
     assert again.replayed and again.node.node_id == first[0].node.node_id and len(stores.nodes.records) == 1
 

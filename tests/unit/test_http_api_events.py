@@ -20,7 +20,8 @@ import base64
 import hashlib
 import json
 import secrets
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from chalicelib import instance
@@ -164,7 +165,9 @@ def node_call(
 
 
 def enrolled(capabilities: list[str] | None = None) -> AgentIdentity:
-    token = admin("POST", "/api/v1/admin/node-enrollments", {"display_name": "GPU Node", "expires_in_seconds": 900})["token"]
+    token = admin("POST", "/api/v1/admin/node-enrollments", {"display_name": "GPU Node", "expires_in_seconds": 900})[
+        "token"
+    ]
     identity = AgentIdentity()
     inventory = {**cpu_inventory(), "capabilities": capabilities or ["cpu"]}
     body = json.dumps(enroll_body(token, identity, inventory=inventory)).encode()

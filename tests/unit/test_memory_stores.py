@@ -4,7 +4,8 @@ raises GuardFailed and changes nothing (no record, no event, no write counted)."
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from chalicelib.domain.errors import GuardFailed
@@ -78,7 +79,10 @@ def test_steady_heartbeat_needs_the_active_credential_and_an_online_node(
 ) -> None:
     for name, value in change.items():
         setattr(stores.nodes.records[agent.node_id], name, value)
-    _refused(stores, lambda: stores.nodes.record_heartbeat(agent.node_id, agent.credential_sha256, {"last_heartbeat_at": NOW}))
+    _refused(
+        stores,
+        lambda: stores.nodes.record_heartbeat(agent.node_id, agent.credential_sha256, {"last_heartbeat_at": NOW}),
+    )
 
 
 def test_steady_heartbeat_of_an_unknown_node_fails_its_guard(stores: MemoryStores) -> None:
@@ -88,7 +92,9 @@ def test_steady_heartbeat_of_an_unknown_node_fails_its_guard(stores: MemoryStore
 def test_steady_heartbeat_writes_once_logs_nothing_and_returns_the_node_as_written(
     stores: MemoryStores, agent: Agent
 ) -> None:
-    written = stores.nodes.record_heartbeat(agent.node_id, agent.credential_sha256, {"last_heartbeat_at": NOW, "health": None})
+    written = stores.nodes.record_heartbeat(
+        agent.node_id, agent.credential_sha256, {"last_heartbeat_at": NOW, "health": None}
+    )
     assert written.last_heartbeat_at == NOW and written.health is None and written.hostname == "gpu-node-1"
     assert stores.nodes.records[agent.node_id].last_heartbeat_at == NOW
     assert stores.journal.writes == 1 and stores.journal.events == []
@@ -108,20 +114,28 @@ def test_transition_heartbeat_needs_the_active_credential(stores: MemoryStores, 
     stores.nodes.records[agent.node_id].liveness = "stale"
     _refused(
         stores,
-        lambda: stores.nodes.record_transition_heartbeat(agent.node_id, "0" * 64, "stale", {"liveness": "online"}, EVENT),
+        lambda: stores.nodes.record_transition_heartbeat(
+            agent.node_id, "0" * 64, "stale", {"liveness": "online"}, EVENT
+        ),
     )
 
 
-def test_transition_heartbeat_adds_one_to_the_counter_creating_it_when_absent(stores: MemoryStores, agent: Agent) -> None:
+def test_transition_heartbeat_adds_one_to_the_counter_creating_it_when_absent(
+    stores: MemoryStores, agent: Agent
+) -> None:
     stores.nodes.records[agent.node_id].liveness = "stale"
-    stores.nodes.record_transition_heartbeat(agent.node_id, agent.credential_sha256, "stale", {"liveness": "online"}, EVENT)
+    stores.nodes.record_transition_heartbeat(
+        agent.node_id, agent.credential_sha256, "stale", {"liveness": "online"}, EVENT
+    )
     assert stores.nodes.records[agent.node_id].liveness == "online"
     assert stores.fleet.records[ONLINE_NODES] == FleetState(ONLINE_NODES, count=1, revision=1)
     assert stores.journal.events == [EVENT]
 
     stores.fleet.records[ONLINE_NODES].count, stores.fleet.records[ONLINE_NODES].revision = 7, 4
     stores.nodes.records[agent.node_id].liveness = "pending"
-    stores.nodes.record_transition_heartbeat(agent.node_id, agent.credential_sha256, "pending", {"liveness": "online"}, EVENT)
+    stores.nodes.record_transition_heartbeat(
+        agent.node_id, agent.credential_sha256, "pending", {"liveness": "online"}, EVENT
+    )
     assert (stores.fleet.records[ONLINE_NODES].count, stores.fleet.records[ONLINE_NODES].revision) == (8, 5)
 
 
@@ -148,11 +162,17 @@ def test_replace_inventory_creates_the_first_one(stores: MemoryStores, agent: Ag
 @pytest.mark.parametrize("previous", [None, "r0"], ids=["none-but-one-exists", "an-older-revision"])
 def test_replace_inventory_needs_the_revision_it_read(stores: MemoryStores, agent: Agent, previous: str | None) -> None:
     stores.nodes.seed_inventory(inventory_record(agent.node_id, revision="r1"))
-    _refused(stores, lambda: stores.nodes.replace_inventory(agent.node_id, agent.credential_sha256, _values("r2"), previous, EVENT))
+    _refused(
+        stores,
+        lambda: stores.nodes.replace_inventory(agent.node_id, agent.credential_sha256, _values("r2"), previous, EVENT),
+    )
 
 
 def test_replace_inventory_with_a_revision_when_none_exists_fails(stores: MemoryStores, agent: Agent) -> None:
-    _refused(stores, lambda: stores.nodes.replace_inventory(agent.node_id, agent.credential_sha256, _values("r2"), "r1", EVENT))
+    _refused(
+        stores,
+        lambda: stores.nodes.replace_inventory(agent.node_id, agent.credential_sha256, _values("r2"), "r1", EVENT),
+    )
 
 
 @pytest.mark.parametrize("credential_state", ["active", "revoked"])
@@ -169,7 +189,10 @@ def test_claims_follow_the_inventory_revision_and_an_emptied_set_is_removed(stor
 
     stores.nodes.change_claims(agent.node_id, "r1", ["GPU-a", "GPU-b"], True, NOW, EVENT)
     assert stores.nodes.inventories[agent.node_id].claimed_uuids == {"GPU-a", "GPU-b"}
-    assert stores.nodes.claimants("GPU-a") == [agent.node_id] and stores.nodes.claimed_by(agent.node_id) == {"GPU-a", "GPU-b"}
+    assert stores.nodes.claimants("GPU-a") == [agent.node_id] and stores.nodes.claimed_by(agent.node_id) == {
+        "GPU-a",
+        "GPU-b",
+    }
 
     stores.nodes.change_claims(agent.node_id, "r1", ["GPU-a", "GPU-b"], False, NOW, EVENT)
     assert stores.nodes.inventories[agent.node_id].claimed_uuids is None
@@ -184,7 +207,9 @@ def test_claims_of_a_node_without_inventory_fail(stores: MemoryStores, agent: Ag
 def test_claim_writes_are_bounded_and_never_empty(stores: MemoryStores, agent: Agent) -> None:
     stores.nodes.seed_inventory(inventory_record(agent.node_id, revision="r1"))
     with pytest.raises(ValueError):
-        stores.nodes.change_claims(agent.node_id, "r1", [f"GPU-{i}" for i in range(CLAIM_CHANGES_PER_WRITE + 1)], True, NOW, EVENT)
+        stores.nodes.change_claims(
+            agent.node_id, "r1", [f"GPU-{i}" for i in range(CLAIM_CHANGES_PER_WRITE + 1)], True, NOW, EVENT
+        )
     with pytest.raises(ValueError):
         stores.nodes.change_claims(agent.node_id, "r1", [], True, NOW, EVENT)
 
@@ -195,7 +220,9 @@ def test_claim_writes_are_bounded_and_never_empty(stores: MemoryStores, agent: A
 def test_link_needs_every_node_and_changes_none_when_one_is_missing(stores: MemoryStores, agent: Agent) -> None:
     other = node_record()
     stores.nodes.seed(other)
-    _refused(stores, lambda: stores.nodes.link_duplicates(agent.node_id, [other.node_id, "node_" + "f" * 32], NOW, EVENT))
+    _refused(
+        stores, lambda: stores.nodes.link_duplicates(agent.node_id, [other.node_id, "node_" + "f" * 32], NOW, EVENT)
+    )
 
 
 def test_link_and_unlink_both_sides_keeping_the_first_flag_time(stores: MemoryStores, agent: Agent) -> None:
@@ -243,10 +270,14 @@ def test_revoke_credential_needs_an_active_one(stores: MemoryStores, agent: Agen
     ],
     ids=["liveness-moved", "heartbeat-since", "never-heartbeated"],
 )
-def test_set_liveness_guard(stores: MemoryStores, agent: Agent, stored: dict[str, Any], expected: str, not_after: float) -> None:
+def test_set_liveness_guard(
+    stores: MemoryStores, agent: Agent, stored: dict[str, Any], expected: str, not_after: float
+) -> None:
     for name, value in stored.items():
         setattr(stores.nodes.records[agent.node_id], name, value)
-    _refused(stores, lambda: stores.nodes.set_liveness(agent.node_id, expected, not_after, {"liveness": "stale"}, EVENT, -1))
+    _refused(
+        stores, lambda: stores.nodes.set_liveness(agent.node_id, expected, not_after, {"liveness": "stale"}, EVENT, -1)
+    )
 
 
 def test_set_liveness_moves_the_counter(stores: MemoryStores, agent: Agent) -> None:
@@ -271,13 +302,17 @@ def test_late_nodes_and_counts_read_the_index_partitions(stores: MemoryStores) -
     assert stores.nodes.late_nodes("stale", cutoff, 4) == [stale.node_id]
     assert stores.nodes.count_in_state("online", 4) == 7
     # only the shards asked for are read
-    assert stores.nodes.count_in_state("online", 1) == sum(1 for node in [*late, fresh] if node.liveness_shard == "online#0")
+    assert stores.nodes.count_in_state("online", 1) == sum(
+        1 for node in [*late, fresh] if node.liveness_shard == "online#0"
+    )
 
 
 # --- enrollments --------------------------------------------------------------------------------
 
 
-def _consume(stores: MemoryStores, enrollment_id: str, token_sha256: str, now: float = NOW, node_id: str | None = None) -> None:
+def _consume(
+    stores: MemoryStores, enrollment_id: str, token_sha256: str, now: float = NOW, node_id: str | None = None
+) -> None:
     node = node_record(Agent(node_id) if node_id else None, state="pending", last_heartbeat_at=None)
     inventory = inventory_record(node.node_id, claimed_uuids={"GPU-a"})
     stores.enrollments.consume(
@@ -293,7 +328,12 @@ def test_consume_creates_the_node_inventory_claims_and_four_events(stores: Memor
     node_id = stores.enrollments.records[enrollment.enrollment_id].node_id
     assert node_id in stores.nodes.records and node_id in stores.nodes.inventories
     assert stores.nodes.claimants("GPU-a") == [node_id]
-    assert stores.journal.event_types() == ["enrollment.consumed", "node.registered", "credential.issued", "inventory.replaced"]
+    assert stores.journal.event_types() == [
+        "enrollment.consumed",
+        "node.registered",
+        "credential.issued",
+        "inventory.replaced",
+    ]
     assert stores.journal.writes == 1
 
 

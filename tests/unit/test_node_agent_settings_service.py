@@ -94,7 +94,10 @@ def test_check_ignores_the_image_and_config_id() -> None:
         (_entry(rootfs_layers=["sha256:short"]), "rootfs_layers: layer 1"),
         (_entry(architecture=None), "architecture: missing"),
         (_entry(labels=None), "labels: missing"),
-        (_entry(labels={label: LABELS[label] for label in REQUIRED_LABELS[1:]}), f"labels: {REQUIRED_LABELS[0]} missing"),
+        (
+            _entry(labels={label: LABELS[label] for label in REQUIRED_LABELS[1:]}),
+            f"labels: {REQUIRED_LABELS[0]} missing",
+        ),
         (
             _entry(labels={**LABELS, "org.opencontainers.image.version": "1.2.0"}),
             f"labels.org.opencontainers.image.version: expected {IMAGE_TAG_VERSION}, found '1.2.0'",
@@ -135,7 +138,9 @@ def test_check_without_a_manifest_entry_in_bundle_mode_says_it_is_missing() -> N
 
 
 def test_check_with_a_pinned_registry_image_uses_the_reference_and_ignores_the_entry() -> None:
-    result = node_agent_settings.check(_body(image_source="registry", image_reference=f"  {PINNED} ", manifest_entry="junk"))
+    result = node_agent_settings.check(
+        _body(image_source="registry", image_reference=f"  {PINNED} ", manifest_entry="junk")
+    )
     assert result.ok, result.problems
     assert dict(result.settings)["MODELFORGE_NODE_AGENT_IMAGE"] == PINNED
 
@@ -189,7 +194,13 @@ def test_check_lists_every_problem_at_once() -> None:
 
 @pytest.mark.parametrize(
     "changes",
-    [{"accelerator_mode": "gpu"}, {"image_source": "docker_hub"}, {"hostname": 7}, {"token": "mfe.x"}, {"hostname": None}],
+    [
+        {"accelerator_mode": "gpu"},
+        {"image_source": "docker_hub"},
+        {"hostname": 7},
+        {"token": "mfe.x"},
+        {"hostname": None},
+    ],
 )
 def test_check_with_a_body_outside_the_schema_is_invalid_request(changes: dict[str, Any]) -> None:
     with pytest.raises(Invalid):

@@ -135,7 +135,9 @@ def test_a_known_caller_revoked_since_is_read_refused_and_forgotten(stores: Memo
     ],
     ids=["protocol-too-new", "schema", "duplicate-gpu-index"],
 )
-def test_an_invalid_heartbeat_reads_and_writes_nothing(stores: MemoryStores, body: dict[str, object], code: str) -> None:
+def test_an_invalid_heartbeat_reads_and_writes_nothing(
+    stores: MemoryStores, body: dict[str, object], code: str
+) -> None:
     agent = _seed(stores)
     with pytest.raises(Invalid) as refused:
         nodes.heartbeat(stores, SETTINGS, agent.caller, body, NOW)
@@ -354,7 +356,9 @@ def test_three_lost_replacements_end_in_a_conflict(stores: MemoryStores) -> None
 
     def another_replacement() -> None:
         current = stores.nodes.inventories.get(agent.node_id)
-        stores.nodes.seed_inventory(inventory_record(agent.node_id, revision=f"other-{current.revision if current else ''}"))
+        stores.nodes.seed_inventory(
+            inventory_record(agent.node_id, revision=f"other-{current.revision if current else ''}")
+        )
 
     stores.journal.before_next("nodes.replace_inventory", another_replacement, times=3)
     with pytest.raises(Conflict) as refused:
@@ -413,4 +417,3 @@ def test_unknown_nodes_are_not_found(stores: MemoryStores, node_id: str) -> None
 def test_get_returns_the_stored_node(stores: MemoryStores) -> None:
     agent = _seed(stores)
     assert nodes.get(stores, agent.node_id) == stores.nodes.records[agent.node_id]
-

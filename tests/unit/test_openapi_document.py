@@ -29,9 +29,7 @@ def _app_routes() -> dict[str, set[str]]:
 
 
 def _document_routes(document: dict[str, Any]) -> dict[str, set[str]]:
-    return {
-        path: {method.upper() for method in item if method in METHODS} for path, item in document["paths"].items()
-    }
+    return {path: {method.upper() for method in item if method in METHODS} for path, item in document["paths"].items()}
 
 
 def test_the_checked_in_document_is_the_generated_one() -> None:
@@ -120,7 +118,9 @@ def test_the_page_limit_is_the_apps() -> None:
 
 #: How the control plane raises an error with a literal code: ``Kind("code", ...)``, ``conflict("code", ...)``
 #: and ``not_found("what")`` (code ``what_not_found``).
-_RAISED = re.compile(r'\b(?:Invalid|TooLarge|Unauthenticated|Forbidden|NotFound|Conflict|Gone|RateLimited|conflict)\(\s*"([a-z_]+)"')
+_RAISED = re.compile(
+    r'\b(?:Invalid|TooLarge|Unauthenticated|Forbidden|NotFound|Conflict|Gone|RateLimited|conflict)\(\s*"([a-z_]+)"'
+)
 _NOT_FOUND = re.compile(r'\bnot_found\(\s*"([a-z_]+)"\s*\)')
 
 
@@ -135,7 +135,9 @@ def test_every_error_code_the_control_plane_raises_is_documented() -> None:
     documented = {code for operation in openapi.OPERATIONS for codes in operation.errors().values() for code in codes}
     undocumented = {code: where for code, where in raised.items() if code not in documented}
     assert len(raised) > 25, raised  # the scan still finds the codes
-    assert not undocumented, f"error codes raised but in no operation of functions/chalicelib/api/openapi.py: {undocumented}"
+    assert not undocumented, (
+        f"error codes raised but in no operation of functions/chalicelib/api/openapi.py: {undocumented}"
+    )
 
 
 def test_importing_the_api_function_leaves_the_document_for_its_first_request() -> None:

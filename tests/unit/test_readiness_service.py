@@ -3,7 +3,7 @@ services is ready, and each check fails on its own when its condition breaks."""
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import pytest
 from chalicelib.domain.errors import NotFound
@@ -24,7 +24,15 @@ from tests.unit.service_bodies import (
     node_record,
 )
 
-CHECKS = ["connection", "inventory_age", "protocol_compatibility", "agent_health", "telemetry_age", "identity_unique", "worker"]
+CHECKS = [
+    "connection",
+    "inventory_age",
+    "protocol_compatibility",
+    "agent_health",
+    "telemetry_age",
+    "identity_unique",
+    "worker",
+]
 
 
 @pytest.fixture()
@@ -93,9 +101,17 @@ def _live_twin(stores: MemoryStores, agent: Agent) -> None:
 @pytest.mark.parametrize(
     ("change", "failing", "says"),
     [
-        (_set(last_heartbeat_at=NOW - SETTINGS.stale_after_seconds), ["connection", "telemetry_age"], "last heartbeat 60s ago"),
+        (
+            _set(last_heartbeat_at=NOW - SETTINGS.stale_after_seconds),
+            ["connection", "telemetry_age"],
+            "last heartbeat 60s ago",
+        ),
         (_no_inventory, ["inventory_age", "telemetry_age"], "no inventory"),
-        (_inventory(updated_at=NOW - SETTINGS.readiness_inventory_max_age_seconds - 1), ["inventory_age"], "older than"),
+        (
+            _inventory(updated_at=NOW - SETTINGS.readiness_inventory_max_age_seconds - 1),
+            ["inventory_age"],
+            "older than",
+        ),
         (_inventory(inventory={**gpu_inventory(2), "capabilities": []}), ["inventory_age"], "no capabilities"),
         (_set(protocol_version=2), ["protocol_compatibility"], "TOO_NEW"),
         (_set(health={"status": "degraded"}), ["agent_health"], "agent reports degraded"),
@@ -171,7 +187,11 @@ def test_an_enrollment_that_produced_a_node_reports_that_node(stores: MemoryStor
 
 @pytest.mark.parametrize(
     ("target", "code"),
-    [("node_" + "f" * 32, "node_not_found"), ("enr_" + "f" * 32, "enrollment_not_found"), ("something-else", "node_not_found")],
+    [
+        ("node_" + "f" * 32, "node_not_found"),
+        ("enr_" + "f" * 32, "enrollment_not_found"),
+        ("something-else", "node_not_found"),
+    ],
 )
 def test_an_unknown_target_is_not_found(stores: MemoryStores, target: str, code: str) -> None:
     with pytest.raises(NotFound) as missing:
@@ -190,7 +210,12 @@ def test_readiness_telemetry_needs_a_gpu_node_to_report_every_gpu(stores: Memory
     [
         (None, True, "no runtime worker configured", None),
         ({"status": "ok"}, True, "reachable, compatible and healthy", None),
-        ({"status": "unreachable", "detail": "connection refused"}, False, "unreachable: connection refused", "MODELFORGE_AGENT_WORKER_URL"),
+        (
+            {"status": "unreachable", "detail": "connection refused"},
+            False,
+            "unreachable: connection refused",
+            "MODELFORGE_AGENT_WORKER_URL",
+        ),
         ({"status": "incompatible", "detail": "protocol 9"}, False, "incompatible", "COMPATIBILITY"),
         (
             {"status": "degraded", "unavailable": [{"name": "ocr", "reason": "artifact_quarantined"}]},

@@ -34,10 +34,14 @@ def _one_line_errors(err: str) -> list[str]:
     return lines
 
 
-def test_release_manifest_writes_the_three_files_and_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_release_manifest_writes_the_three_files_and_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     folder = _bundle(tmp_path)
     out = capsys.readouterr().out
-    assert sorted(path.name for path in folder.iterdir()) == sorted(["SHA256SUMS", bundle_file_name(), manifest_file_name()])
+    assert sorted(path.name for path in folder.iterdir()) == sorted(
+        ["SHA256SUMS", bundle_file_name(), manifest_file_name()]
+    )
     assert f"({AGENT}:{IMAGE_TAG_VERSION}, modelforge-runtime-worker:{IMAGE_TAG_VERSION})" in out
     assert f"modelforge release verify {folder}" in out
 
@@ -59,7 +63,9 @@ def test_release_manifest_latest_tag_exits_1_in_one_line(tmp_path: Path, capsys:
 
 def test_release_manifest_missing_input_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["release", "manifest", str(tmp_path / "absent.tar"), "--out", str(tmp_path / "bundle")]) == 2
-    assert _one_line_errors(capsys.readouterr().err) == [f"modelforge: {tmp_path / 'absent.tar'}: no such file or folder"]
+    assert _one_line_errors(capsys.readouterr().err) == [
+        f"modelforge: {tmp_path / 'absent.tar'}: no such file or folder"
+    ]
 
 
 def test_release_manifest_without_out_is_a_usage_error(tmp_path: Path) -> None:
@@ -68,7 +74,9 @@ def test_release_manifest_without_out_is_a_usage_error(tmp_path: Path) -> None:
     assert exited.value.code == 2
 
 
-def test_release_verify_good_bundle_prints_load_command_and_env_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_release_verify_good_bundle_prints_load_command_and_env_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     folder = _bundle(tmp_path)
     capsys.readouterr()
     assert main(["release", "verify", str(folder)]) == 0
@@ -80,16 +88,37 @@ def test_release_verify_good_bundle_prints_load_command_and_env_line(tmp_path: P
     assert "also loaded" not in out
 
 
-def test_release_verify_image_without_an_env_setting_listed_as_also_loaded(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_release_verify_image_without_an_env_setting_listed_as_also_loaded(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     source = write_docker_save(tmp_path / "images.tar", [*release_images(), release_image("modelforge-extra")])
     folder = tmp_path / "bundle"
-    assert main(["release", "manifest", str(source), "--out", str(folder), "--expect", AGENT, "--expect", "modelforge-runtime-worker", "--expect", "modelforge-extra"]) == 0
+    assert (
+        main(
+            [
+                "release",
+                "manifest",
+                str(source),
+                "--out",
+                str(folder),
+                "--expect",
+                AGENT,
+                "--expect",
+                "modelforge-runtime-worker",
+                "--expect",
+                "modelforge-extra",
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     assert main(["release", "verify", str(folder)]) == 0
     assert f"\nalso loaded: modelforge-extra:{IMAGE_TAG_VERSION}\n" in capsys.readouterr().out
 
 
-def test_release_verify_tampered_bundle_exits_1_one_line_per_reason(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_release_verify_tampered_bundle_exits_1_one_line_per_reason(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     folder = _bundle(tmp_path)
     (folder / manifest_file_name()).write_text("{}")
     with (folder / bundle_file_name()).open("ab") as tarball:
@@ -110,17 +139,52 @@ def test_release_verify_missing_folder_exits_2(tmp_path: Path, capsys: pytest.Ca
 
 def _inspect(tmp_path: Path, image: str) -> Path:
     path = tmp_path / "inspect.json"
-    path.write_text(json.dumps([{"Id": "c0ffee" * 10, "Name": "/node-agent-1", "Image": image, "Config": {"Image": f"{AGENT}:{IMAGE_TAG_VERSION}"}}]))
+    path.write_text(
+        json.dumps(
+            [
+                {
+                    "Id": "c0ffee" * 10,
+                    "Name": "/node-agent-1",
+                    "Image": image,
+                    "Config": {"Image": f"{AGENT}:{IMAGE_TAG_VERSION}"},
+                }
+            ]
+        )
+    )
     return path
 
 
 def test_release_check_container_same_image_id_exits_0(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["release", "check-container", "--inspect", str(_inspect(tmp_path, IMAGE_ID)), "--expected-image-id", IMAGE_ID]) == 0
+    assert (
+        main(
+            [
+                "release",
+                "check-container",
+                "--inspect",
+                str(_inspect(tmp_path, IMAGE_ID)),
+                "--expected-image-id",
+                IMAGE_ID,
+            ]
+        )
+        == 0
+    )
     assert capsys.readouterr().out == f"node-agent-1 runs {IMAGE_ID}, the image loaded from the bundle\n"
 
 
 def test_release_check_container_other_image_id_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["release", "check-container", "--inspect", str(_inspect(tmp_path, OTHER_ID)), "--expected-image-id", IMAGE_ID]) == 1
+    assert (
+        main(
+            [
+                "release",
+                "check-container",
+                "--inspect",
+                str(_inspect(tmp_path, OTHER_ID)),
+                "--expected-image-id",
+                IMAGE_ID,
+            ]
+        )
+        == 1
+    )
     [line] = _one_line_errors(capsys.readouterr().err)
     assert f"node-agent-1 runs image {OTHER_ID} (started from {AGENT}:{IMAGE_TAG_VERSION}), not {IMAGE_ID}" in line
 
@@ -139,7 +203,9 @@ def test_release_check_container_reads_stdin_and_bare_hex_id(tmp_path: Path, mon
         ("[]", "sha256:abc", "--expected-image-id: 'sha256:abc' is not a full image ID"),
     ],
 )
-def test_release_check_container_bad_input_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str], inspect: str, image_id: str, says: str) -> None:
+def test_release_check_container_bad_input_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], inspect: str, image_id: str, says: str
+) -> None:
     path = tmp_path / "inspect.json"
     path.write_text(inspect)
     assert main(["release", "check-container", "--inspect", str(path), "--expected-image-id", image_id]) == 2

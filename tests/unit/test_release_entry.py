@@ -109,7 +109,9 @@ def test_check_image_entry_non_oci_or_empty_label_named(entry: dict[str, Any]) -
         ("org.opencontainers.image.title", "ModelForge node agent", AGENT),
     ],
 )
-def test_check_image_entry_wrong_known_label_value_named(entry: dict[str, Any], label: str, value: str, expected: str) -> None:
+def test_check_image_entry_wrong_known_label_value_named(
+    entry: dict[str, Any], label: str, value: str, expected: str
+) -> None:
     entry["labels"][label] = value
     assert check_image_entry(AGENT, entry) == [f"labels.{label}: expected {expected}, found {value!r}"]
 

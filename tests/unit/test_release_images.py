@@ -29,13 +29,18 @@ WRITERS: dict[str, Callable[[Path, list[TestImage]], Path]] = {
     "docker-save 25": lambda path, images: write_docker_save(path / "images.tar", images, layout="docker25"),
     "oci folder": lambda path, images: write_oci_layout(path / "oci", images),
     "oci tarball": lambda path, images: write_oci_layout(path / "oci.tar", images, as_tarball=True),
-    "oci tarball uncompressed": lambda path, images: write_oci_layout(path / "oci.tar", images, as_tarball=True, gzip_layers=False),
+    "oci tarball uncompressed": lambda path, images: write_oci_layout(
+        path / "oci.tar", images, as_tarball=True, gzip_layers=False
+    ),
 }
 
 
 @pytest.mark.parametrize("writer", WRITERS)
 def test_open_images_each_format_reads_what_was_written(tmp_path: Path, writer: str) -> None:
-    written = [release_image("modelforge-node-agent").with_(variant="v8", architecture="arm64"), release_image("modelforge-runtime-worker")]
+    written = [
+        release_image("modelforge-node-agent").with_(variant="v8", architecture="arm64"),
+        release_image("modelforge-runtime-worker"),
+    ]
     with open_images(WRITERS[writer](tmp_path, written)) as archive:
         found = sorted(archive.images, key=lambda image: image.tags)
     assert [image.tags for image in found] == [image.tags for image in written]
@@ -153,7 +158,10 @@ def test_open_images_containerd_name_annotation_gives_the_docker_tag(tmp_path: P
     folder = write_oci_layout(tmp_path / "oci", [release_image("modelforge-node-agent")])
     index = json.loads((folder / "index.json").read_text())
     tag = release_image("modelforge-node-agent").tags[0]
-    index["manifests"][0]["annotations"] = {"io.containerd.image.name": f"docker.io/library/{tag}", "org.opencontainers.image.ref.name": "x"}
+    index["manifests"][0]["annotations"] = {
+        "io.containerd.image.name": f"docker.io/library/{tag}",
+        "org.opencontainers.image.ref.name": "x",
+    }
     (folder / "index.json").write_text(json.dumps(index))
     with open_images(folder) as archive:
         assert archive.images[0].tags == (tag,)
@@ -164,11 +172,15 @@ def test_open_images_docker25_index_disagreeing_with_manifest_json_refused(tmp_p
     index = json.loads(read_member(path, "index.json"))
     index["manifests"][0]["annotations"]["io.containerd.image.name"] = "docker.io/library/modelforge-node-agent:latest"
     rewrite_member(path, "index.json", json.dumps(index).encode())
-    with pytest.raises(ImageArchiveError, match="manifest.json tags the image .* index.json modelforge-node-agent:latest"):
+    with pytest.raises(
+        ImageArchiveError, match="manifest.json tags the image .* index.json modelforge-node-agent:latest"
+    ):
         open_images(path).__enter__()
 
 
-def test_open_images_image_index_with_one_stored_platform_and_an_attestation_reads_that_platform(tmp_path: Path) -> None:
+def test_open_images_image_index_with_one_stored_platform_and_an_attestation_reads_that_platform(
+    tmp_path: Path,
+) -> None:
     """What Docker's containerd image store saves: index.json -> image index -> the stored
     platform's manifest, beside an attestation manifest and another platform not in the archive."""
     image = release_image("modelforge-node-agent")
@@ -176,9 +188,23 @@ def test_open_images_image_index_with_one_stored_platform_and_an_attestation_rea
     index = json.loads((folder / "index.json").read_text())
     platform = dict(index["manifests"][0], platform={"architecture": "amd64", "os": "linux"})
     platform.pop("annotations")
-    absent = {**platform, "digest": sha256(b"arm64 manifest, not saved"), "platform": {"architecture": "arm64", "os": "linux"}}
-    attestation = {**platform, "platform": {"architecture": "unknown", "os": "unknown"}, "annotations": {"vnd.docker.reference.type": "attestation-manifest"}}
-    image_index = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": [platform, absent, attestation]}).encode()
+    absent = {
+        **platform,
+        "digest": sha256(b"arm64 manifest, not saved"),
+        "platform": {"architecture": "arm64", "os": "linux"},
+    }
+    attestation = {
+        **platform,
+        "platform": {"architecture": "unknown", "os": "unknown"},
+        "annotations": {"vnd.docker.reference.type": "attestation-manifest"},
+    }
+    image_index = json.dumps(
+        {
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.index.v1+json",
+            "manifests": [platform, absent, attestation],
+        }
+    ).encode()
     (folder / "blobs/sha256" / sha256(image_index).removeprefix("sha256:")).write_bytes(image_index)
     index["manifests"] = [
         {

@@ -32,7 +32,11 @@ def test_make_bundle_manifest_describes_each_image(tmp_path: Path) -> None:
     images = release_images()
     written = make_bundle([write_docker_save(tmp_path / "images.tar", images)], tmp_path / "bundle")
     manifest = json.loads(written.manifest.read_text())
-    assert (manifest["format"], manifest["release"], manifest["bundle"]) == (MANIFEST_FORMAT, IMAGE_TAG_VERSION, bundle_file_name())
+    assert (manifest["format"], manifest["release"], manifest["bundle"]) == (
+        MANIFEST_FORMAT,
+        IMAGE_TAG_VERSION,
+        bundle_file_name(),
+    )
     assert list(manifest["images"]) == [AGENT, WORKER]
     for image in images:
         entry = manifest["images"][image.tags[0].rpartition(":")[0]]
@@ -48,7 +52,10 @@ def test_make_bundle_manifest_describes_each_image(tmp_path: Path) -> None:
 
 def test_make_bundle_separate_archives_of_two_formats_become_one_tarball(tmp_path: Path) -> None:
     agent, worker = release_images()
-    inputs = [write_oci_layout(tmp_path / "agent", [agent]), write_docker_save(tmp_path / "worker.tar", [worker], layout="docker25")]
+    inputs = [
+        write_oci_layout(tmp_path / "agent", [agent]),
+        write_docker_save(tmp_path / "worker.tar", [worker], layout="docker25"),
+    ]
     written = make_bundle(inputs, tmp_path / "bundle")
     assert written.bundle.name == bundle_file_name()
     with open_images(written.bundle) as archive:
@@ -69,7 +76,9 @@ def test_make_bundle_same_images_give_the_same_bytes(tmp_path: Path) -> None:
 @pytest.mark.skipif(shutil.which("sha256sum") is None, reason="coreutils sha256sum is not installed")
 def test_make_bundle_sha256sums_passes_sha256sum_check(tmp_path: Path) -> None:
     written = make_bundle([write_docker_save(tmp_path / "images.tar", release_images())], tmp_path / "bundle")
-    checked = subprocess.run(["sha256sum", "-c", "SHA256SUMS"], cwd=written.folder, capture_output=True, text=True, timeout=30)
+    checked = subprocess.run(
+        ["sha256sum", "-c", "SHA256SUMS"], cwd=written.folder, capture_output=True, text=True, timeout=30
+    )
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert sorted(checked.stdout.split()) == sorted([f"{bundle_file_name()}:", f"{manifest_file_name()}:", "OK", "OK"])
 
@@ -118,7 +127,9 @@ def test_make_bundle_missing_image_refused(tmp_path: Path) -> None:
 def test_make_bundle_unexpected_image_refused(tmp_path: Path) -> None:
     source = write_docker_save(tmp_path / "images.tar", [*release_images(), release_image("modelforge-extra")])
     problems = _refusal([source], tmp_path / "bundle")
-    assert problems == [f"{source}: modelforge-extra:{IMAGE_TAG_VERSION}: unexpected image; the bundle holds exactly {AGENT}, {WORKER} (--expect)"]
+    assert problems == [
+        f"{source}: modelforge-extra:{IMAGE_TAG_VERSION}: unexpected image; the bundle holds exactly {AGENT}, {WORKER} (--expect)"
+    ]
 
 
 def test_make_bundle_expect_names_the_images_it_holds(tmp_path: Path) -> None:
@@ -148,10 +159,14 @@ def test_make_bundle_image_with_a_dockerfile_placeholder_label_refused(
 ) -> None:
     """Built without --build-arg: the Dockerfile's default would ship as the image's label."""
     agent, worker = release_images()
-    source = write_docker_save(tmp_path / "images.tar", [agent.with_(labels={**agent.labels, label: placeholder}), worker])
+    source = write_docker_save(
+        tmp_path / "images.tar", [agent.with_(labels={**agent.labels, label: placeholder}), worker]
+    )
     problems = _refusal([source], tmp_path / "bundle")
     assert len(problems) == 1, problems
-    assert problems[0].startswith(f"{source}: {agent.tags[0]}: labels: {label} is the Dockerfile's placeholder {placeholder!r}")
+    assert problems[0].startswith(
+        f"{source}: {agent.tags[0]}: labels: {label} is the Dockerfile's placeholder {placeholder!r}"
+    )
     assert f"built without --build-arg {build_arg}; rebuild it with --build-arg {build_arg}=" in problems[0]
 
 

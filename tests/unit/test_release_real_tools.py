@@ -56,8 +56,20 @@ def _umoci_image(tmp_path: Path, name: str, architecture: str) -> str:
 def test_release_bundle_from_skopeo_archives_verifies_and_skopeo_reads_it_back(tmp_path: Path) -> None:
     agent_layout = tmp_path / "agent-oci"
     worker_archive = tmp_path / "worker.tar"
-    _run("skopeo", "copy", "-q", f"oci:{_umoci_image(tmp_path, AGENT, 'amd64')}", f"oci:{agent_layout}:{AGENT}:{IMAGE_TAG_VERSION}")
-    _run("skopeo", "copy", "-q", f"oci:{_umoci_image(tmp_path, WORKER, 'arm64')}", f"docker-archive:{worker_archive}:{WORKER}:{IMAGE_TAG_VERSION}")
+    _run(
+        "skopeo",
+        "copy",
+        "-q",
+        f"oci:{_umoci_image(tmp_path, AGENT, 'amd64')}",
+        f"oci:{agent_layout}:{AGENT}:{IMAGE_TAG_VERSION}",
+    )
+    _run(
+        "skopeo",
+        "copy",
+        "-q",
+        f"oci:{_umoci_image(tmp_path, WORKER, 'arm64')}",
+        f"docker-archive:{worker_archive}:{WORKER}:{IMAGE_TAG_VERSION}",
+    )
 
     written = make_bundle([agent_layout, worker_archive], tmp_path / "bundle")
     verified = verify_bundle(written.folder)

@@ -109,7 +109,9 @@ def test_verify_bundle_sums_naming_a_path_outside_the_folder_refused(bundle: Pat
 def test_verify_bundle_manifest_of_another_release_refused(bundle: Path) -> None:
     _edit_manifest(bundle, lambda manifest: manifest.update(release="1.2.0"))
     problems = _refused(bundle)
-    assert problems == [f"{manifest_file_name()}: release: this tool verifies release {IMAGE_TAG_VERSION}, the manifest is for '1.2.0'"]
+    assert problems == [
+        f"{manifest_file_name()}: release: this tool verifies release {IMAGE_TAG_VERSION}, the manifest is for '1.2.0'"
+    ]
 
 
 def test_verify_bundle_wrong_tag_refused(bundle: Path) -> None:
@@ -184,8 +186,12 @@ def test_verify_bundle_missing_label_refused(bundle: Path) -> None:
 
 def test_verify_bundle_added_oci_label_refused(bundle: Path) -> None:
     agent, worker = release_images()
-    _replace_images(bundle, [agent.with_(labels={**agent.labels, "org.opencontainers.image.vendor": "someone"}), worker])
-    assert _refused(bundle) == [f"images.{AGENT}.labels: org.opencontainers.image.vendor: not in the manifest, found 'someone'"]
+    _replace_images(
+        bundle, [agent.with_(labels={**agent.labels, "org.opencontainers.image.vendor": "someone"}), worker]
+    )
+    assert _refused(bundle) == [
+        f"images.{AGENT}.labels: org.opencontainers.image.vendor: not in the manifest, found 'someone'"
+    ]
 
 
 def test_verify_bundle_extra_image_refused(bundle: Path) -> None:
@@ -211,7 +217,9 @@ def test_verify_bundle_manifest_entry_changed_refused(bundle: Path) -> None:
 
 def test_verify_bundle_corrupt_layer_with_matching_sums_refused(bundle: Path) -> None:
     agent, worker = release_images()
-    _replace_images(bundle, [agent.with_(diff_ids=(sha256(agent.layers[0]), sha256(b"what the config promised"))), worker])
+    _replace_images(
+        bundle, [agent.with_(diff_ids=(sha256(agent.layers[0]), sha256(b"what the config promised"))), worker]
+    )
     problems = _refused(bundle)
     assert len(problems) == 1 and "layer 2" in problems[0] and "does not match its digest" in problems[0]
 
@@ -238,7 +246,9 @@ def test_compare_bundle_images_ignores_config_digest_but_not_labels(bundle: Path
         assert problems == [] and len(notes) == 1
         manifest["images"][AGENT]["labels"]["org.opencontainers.image.title"] = "something else"
         problems, _ = compare_bundle_images(manifest, archive.images)
-    assert problems == [f"images.{AGENT}.labels: org.opencontainers.image.title: expected 'something else', found '{AGENT}'"]
+    assert problems == [
+        f"images.{AGENT}.labels: org.opencontainers.image.title: expected 'something else', found '{AGENT}'"
+    ]
 
 
 def test_verify_bundle_not_a_folder_is_a_usage_error(tmp_path: Path) -> None:

@@ -21,7 +21,14 @@ SETTINGS = load_settings(
     }
 )
 NOW = 1_000_000.0
-GPU = {"index": 0, "uuid": "GPU-00000000-aaaa", "name": "H200", "memory_total_bytes": 1, "driver_version": "1", "cuda_version": "1"}
+GPU = {
+    "index": 0,
+    "uuid": "GPU-00000000-aaaa",
+    "name": "H200",
+    "memory_total_bytes": 1,
+    "driver_version": "1",
+    "cuda_version": "1",
+}
 
 
 def _node(**values: object) -> Node:
@@ -46,8 +53,13 @@ def _node(**values: object) -> Node:
     return Node(node_id="node_" + "0" * 32, **{**defaults, **values})  # type: ignore[arg-type]
 
 
-def _inventory(gpus: list[dict[str, object]] | None = None, age: float = 10, capabilities: list[str] | None = None) -> Inventory:
-    document = {"gpus": [GPU] if gpus is None else gpus, "capabilities": ["cuda"] if capabilities is None else capabilities}
+def _inventory(
+    gpus: list[dict[str, object]] | None = None, age: float = 10, capabilities: list[str] | None = None
+) -> Inventory:
+    document = {
+        "gpus": [GPU] if gpus is None else gpus,
+        "capabilities": ["cuda"] if capabilities is None else capabilities,
+    }
     return Inventory(node_id="node_" + "0" * 32, inventory=document, updated_at=NOW - age)
 
 
@@ -92,7 +104,8 @@ def test_protocol_check_follows_the_verdict(version: int, ok: bool) -> None:
 
 
 @pytest.mark.parametrize(
-    ("health", "ok"), [(None, False), ({"status": "ok"}, True), ({"status": "degraded"}, False), ({"status": "unhealthy"}, False)]
+    ("health", "ok"),
+    [(None, False), ({"status": "ok"}, True), ({"status": "degraded"}, False), ({"status": "unhealthy"}, False)],
 )
 def test_agent_health_is_ok_only_when_the_agent_says_ok(health: dict[str, str] | None, ok: bool) -> None:
     assert readiness._health(_node(health=health)).ok is ok
@@ -136,13 +149,18 @@ def test_rate_window_opens_on_the_first_replacement() -> None:
 
 def test_rate_window_counts_up_to_the_limit_then_refuses_with_the_time_left() -> None:
     start = NOW - 100
-    assert nodes._rate_window(SETTINGS, _previous(start, 2), NOW) == {"rate_window_start": start, "rate_window_count": 3}
+    assert nodes._rate_window(SETTINGS, _previous(start, 2), NOW) == {
+        "rate_window_start": start,
+        "rate_window_count": 3,
+    }
     with pytest.raises(RateLimited) as refused:
         nodes._rate_window(SETTINGS, _previous(start, 3), NOW)
     assert refused.value.code == "inventory_rate_limited"
     assert refused.value.retry_after_seconds == INVENTORY_RATE_WINDOW_SECONDS - 100
 
 
-@pytest.mark.parametrize("start", [NOW - INVENTORY_RATE_WINDOW_SECONDS, NOW + 5], ids=["window-over", "clock-went-back"])
+@pytest.mark.parametrize(
+    "start", [NOW - INVENTORY_RATE_WINDOW_SECONDS, NOW + 5], ids=["window-over", "clock-went-back"]
+)
 def test_rate_window_starts_again_when_it_is_over_or_lies_in_the_future(start: float) -> None:
     assert nodes._rate_window(SETTINGS, _previous(start, 3), NOW) == {"rate_window_start": NOW, "rate_window_count": 1}

@@ -25,7 +25,12 @@ def test_settings_defaults_are_valid_with_an_admin_token() -> None:
 
 def test_settings_accept_only_the_admin_token_digest() -> None:
     digest = hashlib.sha256(TOKEN.encode()).hexdigest()
-    assert load_settings({**BASE, "MODELFORGE_ADMIN_TOKEN": "", "MODELFORGE_ADMIN_TOKEN_SHA256": digest}).admin_token_sha256 == digest
+    assert (
+        load_settings(
+            {**BASE, "MODELFORGE_ADMIN_TOKEN": "", "MODELFORGE_ADMIN_TOKEN_SHA256": digest}
+        ).admin_token_sha256
+        == digest
+    )
 
 
 def test_settings_repr_never_shows_the_admin_token_digest() -> None:
@@ -51,7 +56,10 @@ def test_settings_repr_never_shows_the_admin_token_digest() -> None:
 )
 def test_settings_invalid_liveness_thresholds_are_refused_naming_both(stale: str | None, offline: str | None) -> None:
     env = {"MODELFORGE_ADMIN_TOKEN": TOKEN}
-    for name, value in (("MODELFORGE_NODE_STALE_AFTER_SECONDS", stale), ("MODELFORGE_NODE_OFFLINE_AFTER_SECONDS", offline)):
+    for name, value in (
+        ("MODELFORGE_NODE_STALE_AFTER_SECONDS", stale),
+        ("MODELFORGE_NODE_OFFLINE_AFTER_SECONDS", offline),
+    ):
         if value is not None:
             env[name] = value
     with pytest.raises(SettingsError) as error:

@@ -20,7 +20,9 @@ def stores() -> MemoryStores:
     return memory_stores()
 
 
-def _seed(stores: MemoryStores, count: int, state: str = "online", last_heartbeat_at: float | None = LATE) -> list[Agent]:
+def _seed(
+    stores: MemoryStores, count: int, state: str = "online", last_heartbeat_at: float | None = LATE
+) -> list[Agent]:
     agents = [Agent() for _ in range(count)]
     for agent in agents:
         stores.nodes.seed(node_record(agent, state=state, last_heartbeat_at=last_heartbeat_at))
@@ -120,7 +122,9 @@ def test_a_mass_stale_sweep_holds_logs_once_and_releases_when_it_clears(stores: 
     _counter(stores, 20)
 
     report = sweep.run(stores, SETTINGS, NOW, clock=lambda: NOW + 2)
-    assert report == sweep.SweepReport(items_read=13, stale_candidates=12, offline_candidates=0, transitioned=0, skipped=0, held=True)
+    assert report == sweep.SweepReport(
+        items_read=13, stale_candidates=12, offline_candidates=0, transitioned=0, skipped=0, held=True
+    )
     assert set(_liveness(stores, late)) == {"online"}
     hold = stores.fleet.records[MASS_STALE_HOLD]
     assert (hold.active, hold.since, hold.revision) == (True, NOW, 1)
@@ -159,7 +163,9 @@ def test_a_mass_stale_sweep_holds_logs_once_and_releases_when_it_clears(stores: 
     ],
     ids=["too-few", "at-the-fraction", "over-the-fraction"],
 )
-def test_the_hold_needs_enough_nodes_and_more_than_the_fraction(stores: MemoryStores, late: int, fresh: int, held: bool) -> None:
+def test_the_hold_needs_enough_nodes_and_more_than_the_fraction(
+    stores: MemoryStores, late: int, fresh: int, held: bool
+) -> None:
     _seed(stores, late)
     _seed(stores, fresh, last_heartbeat_at=FRESH)
     _counter(stores, late + fresh)

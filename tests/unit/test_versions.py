@@ -49,6 +49,8 @@ def test_every_verdict_has_a_next_step_naming_no_other_verdict(judged: Verdict) 
     assert not any(other.value in step for other in Verdict)
 
 
-@pytest.mark.parametrize(("raw", "parsed"), [("1", 1), ("12", 12), ("", None), ("-1", None), ("1.0", None), (None, None), ("9" * 12, None)])
+@pytest.mark.parametrize(
+    ("raw", "parsed"), [("1", 1), ("12", 12), ("", None), ("-1", None), ("1.0", None), (None, None), ("9" * 12, None)]
+)
 def test_query_protocol_version_parsing(raw: str | None, parsed: int | None) -> None:
     assert parse_query_protocol_version(raw) == parsed

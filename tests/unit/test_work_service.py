@@ -10,7 +10,8 @@ import base64
 import copy
 import hashlib
 import json
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from chalicelib.domain.errors import Conflict, DomainError, GuardFailed, Invalid, NotFound, TooLarge, Unauthenticated
@@ -197,7 +198,9 @@ def test_the_fake_lease_expiry_guard_fails_without_a_lease_expiry(stores: Memory
     item = _submit(stores)
     with pytest.raises(GuardFailed):
         event = Event("test.event", {"work_id": item.work_id}, NOW)
-        stores.work.update(item.work_id, WorkGuard(("queued",), lease_expired_by=NOW + 10**6), {"updated_at": NOW}, event)
+        stores.work.update(
+            item.work_id, WorkGuard(("queued",), lease_expired_by=NOW + 10**6), {"updated_at": NOW}, event
+        )
 
 
 def test_the_fake_lists_work_by_id_with_filters_and_paging_keys(stores: MemoryStores) -> None:
@@ -315,7 +318,9 @@ def test_an_ocr_image_is_accepted_as_png_or_jpeg(stores: MemoryStores, image: by
     ids=["not-base64", "bad-padding", "newline", "gif", "truncated-png-signature", "text"],
 )
 def test_an_ocr_input_that_is_not_a_png_or_jpeg_is_invalid_input(stores: MemoryStores, image_base64: str) -> None:
-    _refused(stores, lambda: work.submit(stores, _body(OCR, {"image_base64": image_base64}), NOW), Invalid, "invalid_input")
+    _refused(
+        stores, lambda: work.submit(stores, _body(OCR, {"image_base64": image_base64}), NOW), Invalid, "invalid_input"
+    )
     assert stores.objects.objects == {}
 
 
@@ -398,7 +403,15 @@ def test_get_returns_the_stored_item(stores: MemoryStores) -> None:
 
 @pytest.mark.parametrize(
     "work_id",
-    ["work_" + "0" * 32, "work_" + "A" * 32, "work_" + "0" * 31, "work_" + "0" * 33, "job_" + "0" * 32, "", "work_" + "0" * 32 + "\n"],
+    [
+        "work_" + "0" * 32,
+        "work_" + "A" * 32,
+        "work_" + "0" * 31,
+        "work_" + "0" * 33,
+        "job_" + "0" * 32,
+        "",
+        "work_" + "0" * 32 + "\n",
+    ],
     ids=["unknown", "upper-case", "short", "long", "other-prefix", "empty", "newline"],
 )
 def test_get_of_an_unknown_or_malformed_id_is_not_found(stores: MemoryStores, work_id: str) -> None:
@@ -436,7 +449,9 @@ def test_cancelling_leased_work_ends_the_lease_and_fences_the_holder(stores: Mem
     for call in (
         lambda: work.renew(stores, agent.caller, item.work_id, {"epoch": 1}, NOW + 2, None),
         lambda: work.complete(stores, agent.caller, item.work_id, body, NOW + 2, None),
-        lambda: work.fail(stores, agent.caller, item.work_id, {"epoch": 1, "reason": "x", "retryable": True}, NOW + 2, None),
+        lambda: work.fail(
+            stores, agent.caller, item.work_id, {"epoch": 1, "reason": "x", "retryable": True}, NOW + 2, None
+        ),
     ):
         _refused(stores, call, Conflict, "work_cancelled")
     assert work.release_expired(stores, NOW + 10 * LEASE) == 0 and work.release_node(stores, agent.node_id, NOW) == 0
@@ -531,14 +546,18 @@ def test_claims_go_oldest_first_within_the_window(stores: MemoryStores) -> None:
         assert _claim(stores, agent).item.work_id == expected.work_id
 
 
-def test_without_contention_the_oldest_is_taken_even_with_the_real_shuffle(stores: MemoryStores, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_contention_the_oldest_is_taken_even_with_the_real_shuffle(
+    stores: MemoryStores, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.undo()  # the real shuffle
     agent = _node(stores)
     items = [_submit(stores, now=NOW - 1000 + n) for n in range(work.CLAIM_CANDIDATES + 10)]
     assert [_claim(stores, agent).item.work_id for _ in range(5)] == [item.work_id for item in items[:5]]
 
 
-def test_claimers_that_lost_the_oldest_spread_over_the_window(stores: MemoryStores, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_claimers_that_lost_the_oldest_spread_over_the_window(
+    stores: MemoryStores, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Every claimer reads the same window and tries the oldest first; after losing it, their next
     tries are spread over the rest of the window instead of racing again for one item."""
     monkeypatch.undo()
@@ -651,7 +670,11 @@ def test_a_credential_revoked_during_the_claim_is_unauthenticated(stores: Memory
 
 @pytest.mark.parametrize(
     ("setup", "code"),
-    [("revoked", "credential_revoked"), ("wrong-credential", "credential_invalid"), ("unknown-node", "credential_invalid")],
+    [
+        ("revoked", "credential_revoked"),
+        ("wrong-credential", "credential_invalid"),
+        ("unknown-node", "credential_invalid"),
+    ],
 )
 def test_a_claim_needs_the_nodes_active_credential(stores: MemoryStores, setup: str, code: str) -> None:
     _submit(stores)
@@ -707,10 +730,14 @@ def test_each_claim_raises_the_epoch_and_counts_an_attempt(stores: MemoryStores)
     agent, item = _leased(stores)
     seen = [(item.epoch, item.attempts)]
     for n in range(2):
-        work.fail(stores, agent.caller, item.work_id, {"epoch": item.epoch, "reason": "oom", "retryable": True}, NOW + n, None)
+        work.fail(
+            stores, agent.caller, item.work_id, {"epoch": item.epoch, "reason": "oom", "retryable": True}, NOW + n, None
+        )
         claimed = _claim(stores, agent, NOW + n)
         item = claimed.item
-        assert claimed.result_upload_url.endswith(f"/put/{work.result_key(item.work_id, item.epoch)}?expires={LEASE + SLACK}")
+        assert claimed.result_upload_url.endswith(
+            f"/put/{work.result_key(item.work_id, item.epoch)}?expires={LEASE + SLACK}"
+        )
         seen.append((item.epoch, item.attempts))
     assert seen == [(1, 1), (2, 2), (3, 3)]
 
@@ -722,7 +749,9 @@ def test_a_claim_from_a_stale_read_fails_the_work_guard(stores: MemoryStores) ->
     _claim(stores, rival)
     event = Event("work.leased", {"work_id": item.work_id}, NOW)
     with pytest.raises(GuardFailed) as raised:
-        stores.work.claim(item.work_id, read.epoch, agent.node_id, agent.credential_sha256, NOW - 60, {"epoch": 1}, event)
+        stores.work.claim(
+            item.work_id, read.epoch, agent.node_id, agent.credential_sha256, NOW - 60, {"epoch": 1}, event
+        )
     assert raised.value.failed == ("work",)
 
 
@@ -734,7 +763,12 @@ def test_the_holder_renews_its_lease_with_one_logged_write(stores: MemoryStores)
     stores.journal.reset_counts()
     renewed = work.renew(stores, agent.caller, item.work_id, {"epoch": 1}, NOW + 30, _known(agent))
     assert renewed == _stored(stores, item.work_id)
-    assert (renewed.lease_expires_at, renewed.updated_at, renewed.epoch, renewed.status) == (NOW + 150, NOW + 30, 1, "leased")
+    assert (renewed.lease_expires_at, renewed.updated_at, renewed.epoch, renewed.status) == (
+        NOW + 150,
+        NOW + 30,
+        1,
+        "leased",
+    )
     assert _events(stores) == [("work.lease_renewed", {"work_id": item.work_id, "epoch": "1"})]
     assert stores.journal.writes == 1
     assert "nodes.get" not in stores.journal.calls  # a known caller is not read again
@@ -789,7 +823,9 @@ def test_a_stale_epoch_or_another_node_loses_the_lease_and_changes_nothing(store
         for call in (
             lambda c=caller, e=epoch: work.renew(stores, c, item.work_id, {"epoch": e}, NOW + 1, None),
             lambda c=caller, e=epoch: work.complete(stores, c, item.work_id, {**body, "epoch": e}, NOW + 1, None),
-            lambda c=caller, e=epoch: work.fail(stores, c, item.work_id, {"epoch": e, "reason": "x", "retryable": True}, NOW + 1, None),
+            lambda c=caller, e=epoch: work.fail(
+                stores, c, item.work_id, {"epoch": e, "reason": "x", "retryable": True}, NOW + 1, None
+            ),
         ):
             stores.journal.reset_counts()
             _refused(stores, call, Conflict, "lease_lost")
@@ -828,7 +864,9 @@ def test_a_holder_whose_lease_was_reclaimed_has_lost_it(stores: MemoryStores) ->
     for call in (
         lambda: work.renew(stores, agent.caller, item.work_id, {"epoch": 1}, NOW + LEASE + 2, None),
         lambda: work.complete(stores, agent.caller, item.work_id, body, NOW + LEASE + 2, None),
-        lambda: work.fail(stores, agent.caller, item.work_id, {"epoch": 1, "reason": "x", "retryable": True}, NOW + LEASE + 2, None),
+        lambda: work.fail(
+            stores, agent.caller, item.work_id, {"epoch": 1, "reason": "x", "retryable": True}, NOW + LEASE + 2, None
+        ),
     ):
         _refused(stores, call, Conflict, "lease_lost")
 
@@ -837,7 +875,10 @@ def test_a_holder_whose_lease_expired_into_the_queue_has_lost_it(stores: MemoryS
     agent, item = _leased(stores)
     work.release_expired(stores, NOW + LEASE)
     _refused(
-        stores, lambda: work.renew(stores, agent.caller, item.work_id, {"epoch": 1}, NOW + LEASE + 1, None), Conflict, "lease_lost"
+        stores,
+        lambda: work.renew(stores, agent.caller, item.work_id, {"epoch": 1}, NOW + LEASE + 1, None),
+        Conflict,
+        "lease_lost",
     )
 
 
@@ -845,7 +886,10 @@ def test_renewing_finished_work_is_work_finished(stores: MemoryStores) -> None:
     agent, item = _leased(stores)
     work.complete(stores, agent.caller, item.work_id, _upload(stores, item), NOW + 1, None)
     _refused(
-        stores, lambda: work.renew(stores, agent.caller, item.work_id, {"epoch": 1}, NOW + 2, None), Conflict, "work_finished"
+        stores,
+        lambda: work.renew(stores, agent.caller, item.work_id, {"epoch": 1}, NOW + 2, None),
+        Conflict,
+        "work_finished",
     )
 
 
@@ -883,13 +927,18 @@ def test_a_renewal_that_loses_to_a_revocation_is_unauthenticated(stores: MemoryS
 @pytest.mark.parametrize("body", [{}, {"epoch": 0}, {"epoch": "1"}, {"epoch": 1, "extra": True}])
 def test_an_invalid_lease_body_changes_nothing(stores: MemoryStores, body: dict[str, Any]) -> None:
     agent, item = _leased(stores)
-    _refused(stores, lambda: work.renew(stores, agent.caller, item.work_id, body, NOW, None), Invalid, "invalid_request")
+    _refused(
+        stores, lambda: work.renew(stores, agent.caller, item.work_id, body, NOW, None), Invalid, "invalid_request"
+    )
 
 
 def test_lease_calls_on_unknown_work_are_not_found(stores: MemoryStores) -> None:
     agent = _node(stores)
     _refused(
-        stores, lambda: work.renew(stores, agent.caller, "work_" + "0" * 32, {"epoch": 1}, NOW, None), NotFound, "work_not_found"
+        stores,
+        lambda: work.renew(stores, agent.caller, "work_" + "0" * 32, {"epoch": 1}, NOW, None),
+        NotFound,
+        "work_not_found",
     )
 
 
@@ -905,7 +954,13 @@ def test_completing_stores_the_result_and_ends_the_lease(stores: MemoryStores) -
     key = work.result_key(item.work_id, 1)
     assert done.status == "succeeded" and done.result == {"sha256": body["sha256"], "size": len(RESULT), "key": key}
     assert (done.lease_holder, done.lease_partition, done.lease_expires_at) == (None, None, None)
-    assert (done.finished_at, done.updated_at, done.node_id, done.epoch, done.attempts) == (NOW + 5, NOW + 5, agent.node_id, 1, 1)
+    assert (done.finished_at, done.updated_at, done.node_id, done.epoch, done.attempts) == (
+        NOW + 5,
+        NOW + 5,
+        agent.node_id,
+        1,
+        1,
+    )
     assert _events(stores) == [("work.succeeded", {"work_id": item.work_id, "node_id": agent.node_id, "epoch": "1"})]
     assert stores.journal.writes == 1
     assert work.release_node(stores, agent.node_id, NOW + 6) == 0
@@ -920,14 +975,24 @@ def test_an_empty_result_can_complete(stores: MemoryStores) -> None:
 def test_completing_without_an_upload_is_result_missing(stores: MemoryStores) -> None:
     agent, item = _leased(stores)
     body = {"epoch": 1, "sha256": hashlib.sha256(RESULT).hexdigest(), "size": len(RESULT)}
-    _refused(stores, lambda: work.complete(stores, agent.caller, item.work_id, body, NOW + 1, None), Conflict, "result_missing")
+    _refused(
+        stores,
+        lambda: work.complete(stores, agent.caller, item.work_id, body, NOW + 1, None),
+        Conflict,
+        "result_missing",
+    )
 
 
 def test_an_upload_for_another_epoch_is_not_this_epochs_result(stores: MemoryStores) -> None:
     agent, item = _leased(stores)
     body = _upload(stores, item, epoch=2)
     body["epoch"] = 1
-    _refused(stores, lambda: work.complete(stores, agent.caller, item.work_id, body, NOW + 1, None), Conflict, "result_missing")
+    _refused(
+        stores,
+        lambda: work.complete(stores, agent.caller, item.work_id, body, NOW + 1, None),
+        Conflict,
+        "result_missing",
+    )
 
 
 @pytest.mark.parametrize("wrong", ["sha256", "size"])
@@ -936,7 +1001,10 @@ def test_a_result_that_does_not_match_its_digest_is_refused(stores: MemoryStores
     body = _upload(stores, item)
     body[wrong] = hashlib.sha256(b"other").hexdigest() if wrong == "sha256" else len(RESULT) + 1
     _refused(
-        stores, lambda: work.complete(stores, agent.caller, item.work_id, body, NOW + 1, None), Conflict, "result_checksum_mismatch"
+        stores,
+        lambda: work.complete(stores, agent.caller, item.work_id, body, NOW + 1, None),
+        Conflict,
+        "result_checksum_mismatch",
     )
     assert _stored(stores, item.work_id).status == "leased"
 
@@ -945,7 +1013,12 @@ def test_a_result_over_the_limit_is_too_large(stores: MemoryStores) -> None:
     agent, item = _leased(stores)
     body = _upload(stores, item, b"x" * (protocol.MAX_RESULT_BYTES + 1))
     body["size"] = protocol.MAX_RESULT_BYTES
-    _refused(stores, lambda: work.complete(stores, agent.caller, item.work_id, body, NOW + 1, None), TooLarge, "result_too_large")
+    _refused(
+        stores,
+        lambda: work.complete(stores, agent.caller, item.work_id, body, NOW + 1, None),
+        TooLarge,
+        "result_too_large",
+    )
 
 
 def test_a_result_of_exactly_the_limit_is_accepted(stores: MemoryStores) -> None:
@@ -958,7 +1031,12 @@ def test_completing_twice_is_work_finished(stores: MemoryStores) -> None:
     agent, item = _leased(stores)
     body = _upload(stores, item)
     work.complete(stores, agent.caller, item.work_id, body, NOW + 1, None)
-    _refused(stores, lambda: work.complete(stores, agent.caller, item.work_id, body, NOW + 2, None), Conflict, "work_finished")
+    _refused(
+        stores,
+        lambda: work.complete(stores, agent.caller, item.work_id, body, NOW + 2, None),
+        Conflict,
+        "work_finished",
+    )
     _refused(stores, lambda: work.cancel(stores, item.work_id, NOW + 2), Conflict, "work_finished")
 
 
@@ -976,7 +1054,9 @@ def test_a_completion_that_loses_to_a_cancel_says_work_cancelled(stores: MemoryS
 # --- fail -----------------------------------------------------------------------------------------
 
 
-def _fail(stores: MemoryStores, agent: Agent, item: WorkItem, retryable: bool, now: float = NOW + 1, reason: str = "oom") -> WorkItem:
+def _fail(
+    stores: MemoryStores, agent: Agent, item: WorkItem, retryable: bool, now: float = NOW + 1, reason: str = "oom"
+) -> WorkItem:
     body = {"epoch": item.epoch, "reason": reason, "retryable": retryable}
     return work.fail(stores, agent.caller, item.work_id, body, now, None)
 
@@ -992,7 +1072,9 @@ def test_a_retryable_failure_with_attempts_left_requeues_and_keeps_the_error(sto
     assert failed.errors == [
         {"attempt": 1, "epoch": 1, "node_id": agent.node_id, "reason": "oom", "retryable": True, "at": NOW + 7}
     ]
-    assert _events(stores) == [("work.requeued", {"work_id": item.work_id, "epoch": "1", "to": "queued", "cause": "agent"})]
+    assert _events(stores) == [
+        ("work.requeued", {"work_id": item.work_id, "epoch": "1", "to": "queued", "cause": "agent"})
+    ]
     assert stores.journal.writes == 1
     assert _claim(stores, agent, NOW + 8).item.epoch == 2
 
@@ -1032,12 +1114,18 @@ def test_failing_with_a_stale_epoch_changes_nothing(stores: MemoryStores) -> Non
 
 @pytest.mark.parametrize(
     "body",
-    [{"epoch": 1, "reason": "", "retryable": True}, {"epoch": 1, "reason": "x" * 1025, "retryable": True}, {"epoch": 1, "reason": "x"}],
+    [
+        {"epoch": 1, "reason": "", "retryable": True},
+        {"epoch": 1, "reason": "x" * 1025, "retryable": True},
+        {"epoch": 1, "reason": "x"},
+    ],
     ids=["empty-reason", "long-reason", "no-retryable"],
 )
 def test_an_invalid_failure_body_changes_nothing(stores: MemoryStores, body: dict[str, Any]) -> None:
     agent, item = _leased(stores)
-    _refused(stores, lambda: work.fail(stores, agent.caller, item.work_id, body, NOW + 1, None), Invalid, "invalid_request")
+    _refused(
+        stores, lambda: work.fail(stores, agent.caller, item.work_id, body, NOW + 1, None), Invalid, "invalid_request"
+    )
 
 
 # --- the sweep: expired leases and offline holders ------------------------------------------------
@@ -1049,7 +1137,12 @@ def test_an_expired_lease_goes_back_to_the_queue(stores: MemoryStores) -> None:
     stores.journal.reset_counts()
     assert work.release_expired(stores, NOW + LEASE) == 1  # expiry is inclusive
     released = _stored(stores, item.work_id)
-    assert (released.status, released.queue_key, released.queued_at, released.lease_holder) == ("queued", ECHO, NOW + LEASE, None)
+    assert (released.status, released.queue_key, released.queued_at, released.lease_holder) == (
+        "queued",
+        ECHO,
+        NOW + LEASE,
+        None,
+    )
     assert released.errors is not None and released.errors[0]["node_id"] == agent.node_id
     assert released.errors[0]["reason"].startswith("lease_expired")
     assert _events(stores) == [
@@ -1063,7 +1156,12 @@ def test_an_expired_last_attempt_is_dead(stores: MemoryStores) -> None:
     assert work.release_expired(stores, NOW + LEASE) == 1
     released = _stored(stores, item.work_id)
     assert (released.status, released.finished_at) == ("dead", NOW + LEASE)
-    assert stores.journal.events[-1].subject == {"work_id": item.work_id, "epoch": "1", "to": "dead", "cause": "lease_expired"}
+    assert stores.journal.events[-1].subject == {
+        "work_id": item.work_id,
+        "epoch": "1",
+        "to": "dead",
+        "cause": "lease_expired",
+    }
 
 
 def test_release_expired_takes_only_expired_leases(stores: MemoryStores) -> None:
@@ -1091,7 +1189,9 @@ def test_a_lease_renewed_after_the_sweep_read_it_is_skipped(stores: MemoryStores
 def test_a_lease_completed_after_the_sweep_read_it_is_skipped(stores: MemoryStores) -> None:
     agent, item = _leased(stores)
     body = _upload(stores, item)
-    stores.journal.before_next("work.update", lambda: work.complete(stores, agent.caller, item.work_id, body, NOW + LEASE, None))
+    stores.journal.before_next(
+        "work.update", lambda: work.complete(stores, agent.caller, item.work_id, body, NOW + LEASE, None)
+    )
     assert work.release_expired(stores, NOW + LEASE) == 0
     assert _stored(stores, item.work_id).status == "succeeded"
     assert stores.journal.event_types()[-1] == "work.succeeded"

@@ -26,7 +26,8 @@ from modelforge_runtime_worker.artifacts import (
 CONTENT = {"det": b"detector weights" * 100, "cls": b"classifier" * 10, "rec": b"recogniser weights" * 300}
 NAMES = {"det": "det.onnx", "cls": "cls.onnx", "rec": "rec.onnx"}
 MODELS = tuple(
-    ModelFile(role, NAMES[role], hashlib.sha256(CONTENT[role]).hexdigest(), len(CONTENT[role])) for role in ("det", "cls", "rec")
+    ModelFile(role, NAMES[role], hashlib.sha256(CONTENT[role]).hexdigest(), len(CONTENT[role]))
+    for role in ("det", "cls", "rec")
 )
 CLOCK = "2026-01-02T03:04:05+00:00"
 
@@ -142,7 +143,10 @@ def test_a_second_quarantine_of_the_same_name_keeps_the_first(roots, bundle) -> 
         assert prepare(roots, bundle).reason == QUARANTINED
     assert (roots[1] / "cls.onnx").read_bytes() == b"one"
     assert (roots[1] / "cls.onnx.1").read_bytes() == b"two"
-    assert json.loads((roots[1] / "cls.onnx.1.quarantine.json").read_text())["found_sha256"] == hashlib.sha256(b"two").hexdigest()
+    assert (
+        json.loads((roots[1] / "cls.onnx.1.quarantine.json").read_text())["found_sha256"]
+        == hashlib.sha256(b"two").hexdigest()
+    )
 
 
 def test_no_manifest_and_the_bundled_files_present_is_a_first_start(roots, bundle) -> None:
@@ -171,7 +175,10 @@ def test_no_manifest_and_a_foreign_file_is_quarantined_and_the_manifest_written(
         (b"{not json", "manifest_unreadable"),
         (b'{"format": 2, "files": []}', "manifest_unreadable"),
         (b'{"format": 1, "files": [{"role": "det", "name": "../x", "sha256": "0", "size": 1}]}', "manifest_unreadable"),
-        (json.dumps({"format": 1, "files": [dict(MODELS[0].entry(), sha256="0" * 64)]}).encode(), "manifest_names_other_models"),
+        (
+            json.dumps({"format": 1, "files": [dict(MODELS[0].entry(), sha256="0" * 64)]}).encode(),
+            "manifest_names_other_models",
+        ),
     ],
 )
 def test_a_bad_manifest_is_quarantined_and_the_files_judged_against_the_bundle(roots, bundle, manifest, reason) -> None:

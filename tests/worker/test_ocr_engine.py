@@ -25,7 +25,9 @@ def test_rapidocr_cannot_download_anything(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setattr(download_file.DownloadFile, "run", download_file.DownloadFile.run)  # restored after
     refuse_downloads()
     request = download_file.DownloadFileInput(
-        file_url="https://example.invalid/model.onnx", save_path=Path("/nonexistent/model.onnx"), logger=logging.getLogger("t")
+        file_url="https://example.invalid/model.onnx",
+        save_path=Path("/nonexistent/model.onnx"),
+        logger=logging.getLogger("t"),
     )
     with pytest.raises(DownloadRefused, match="never downloads"):
         download_file.DownloadFile.run(request)

@@ -9,8 +9,9 @@ import os
 import socket
 import stat
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from modelforge_runtime_worker import server as server_module
@@ -52,7 +53,9 @@ class Gate:
 class Fixed:
     model, model_sha256, device = "stand-in", None, "cpu"
 
-    def __init__(self, name: str, available: bool = True, reason: str | None = None, error: Exception | None = None) -> None:
+    def __init__(
+        self, name: str, available: bool = True, reason: str | None = None, error: Exception | None = None
+    ) -> None:
         self.name, self.available, self.reason, self.error = name, available, reason, error
 
     def run(self, payload: dict[str, Any], cancel: Cancel) -> dict[str, Any]:
@@ -143,7 +146,9 @@ def test_a_job_over_its_deadline_is_aborted_and_answered_504(tmp_path_factory: p
         running.listener.close()
 
 
-def test_a_job_that_ignores_its_abort_keeps_the_worker_busy_until_it_ends(tmp_path_factory: pytest.TempPathFactory) -> None:
+def test_a_job_that_ignores_its_abort_keeps_the_worker_busy_until_it_ends(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
     stubborn = Gate(obeys_abort=False)
     running = Served(tmp_path_factory.mktemp("srv"), [stubborn, Fixed("echoish")], timeout=1)
     try:
@@ -184,10 +189,20 @@ def test_a_failing_job_is_500_without_its_detail(served: Served) -> None:
 def test_status_lists_every_capability(served: Served) -> None:
     body = served.client().status().body
     assert body["healthy"] is False  # two capabilities are unavailable
-    assert [entry["name"] for entry in body["capabilities"]] == ["gate", "echoish", "quarantined", "no-cuda", "crashing"]
+    assert [entry["name"] for entry in body["capabilities"]] == [
+        "gate",
+        "echoish",
+        "quarantined",
+        "no-cuda",
+        "crashing",
+    ]
     assert body["capabilities"][2] == {
-        "name": "quarantined", "model": "stand-in", "model_sha256": None, "device": "cpu",
-        "available": False, "reason": "artifact_quarantined",
+        "name": "quarantined",
+        "model": "stand-in",
+        "model_sha256": None,
+        "device": "cpu",
+        "available": False,
+        "reason": "artifact_quarantined",
     }
 
 
@@ -259,11 +274,14 @@ def test_a_client_that_trickles_its_request_is_cut_off(served: Served, monkeypat
         assert closed_within(idle, within=5) is not None
 
 
-def test_connections_past_the_limit_get_503_at_once(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_connections_past_the_limit_get_503_at_once(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(server_module, "MAX_CONNECTIONS", 2)
     running = Served(tmp_path_factory.mktemp("srv"), [Fixed("echoish")])
     held = [running.connect(), running.connect()]
     try:
+
         def refused() -> list | None:  # type: ignore[type-arg]
             # the two held connections count once the server has accepted both
             got = running.exchange(b"GET /v1/status HTTP/1.1\r\n\r\n", within=2)
@@ -271,7 +289,9 @@ def test_connections_past_the_limit_get_503_at_once(tmp_path_factory: pytest.Tem
 
         answers = wait_until(refused, 10, "a third connection refused with 503")
         assert answers[0].status == 503 and answers[0].json()["error"] == {
-            "code": "server_busy", "message": "too many connections; retry shortly", "retryable": True,
+            "code": "server_busy",
+            "message": "too many connections; retry shortly",
+            "retryable": True,
         }
         for sock in held:
             sock.close()

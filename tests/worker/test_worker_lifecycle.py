@@ -8,8 +8,8 @@ import json
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 from modelforge_runtime_worker.client import Answer
@@ -48,7 +48,9 @@ def test_a_job_over_the_deadline_is_504_and_aborted(quick: Worker) -> None:
     answer = quick.client().run("ocr", {"image_base64": b64(LONG_PAGE)})
     assert answer.status == 504, answer.body
     assert answer.body["error"] == {
-        "code": "job_timeout", "message": "the job ran over 1 s and was aborted", "retryable": True,
+        "code": "job_timeout",
+        "message": "the job ran over 1 s and was aborted",
+        "retryable": True,
     }
     assert time.monotonic() - started < 8
     # the abort reaches into onnxruntime: the job ends long before the page would have been read
@@ -80,5 +82,7 @@ def test_sigterm_during_a_job_aborts_it_removes_the_socket_and_exits_0(root: Pat
     assert not (root / "worker.sock").exists()
     answer = answers[0]
     assert isinstance(answer, Answer), answer
-    assert answer.status == 503 and answer.body["error"]["code"] == "shutting_down" and answer.body["error"]["retryable"]
+    assert (
+        answer.status == 503 and answer.body["error"]["code"] == "shutting_down" and answer.body["error"]["retryable"]
+    )
     assert '"event": "worker_stopped"' in worker.output()

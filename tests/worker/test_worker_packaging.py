@@ -18,7 +18,16 @@ from packaging.requirements import Requirement
 from tests.support.processes import run_to_exit
 
 REPO = Path(__file__).resolve().parents[2]
-CONTROL_PLANE_AND_TOOLING = {"chalice", "boto3", "botocore", "pynamodb", "moto", "modelforge-compute", "werkzeug", "flask"}
+CONTROL_PLANE_AND_TOOLING = {
+    "chalice",
+    "boto3",
+    "botocore",
+    "pynamodb",
+    "moto",
+    "modelforge-compute",
+    "werkzeug",
+    "flask",
+}
 MODEL_RUNTIME = {"onnxruntime", "onnxruntime-gpu", "rapidocr", "opencv-python-headless", "opencv-python"}
 
 
@@ -43,9 +52,9 @@ def test_the_worker_distribution_requires_nothing_of_the_control_plane() -> None
 
 def test_the_cuda_extra_brings_the_gpu_runtime() -> None:
     cuda = [Requirement(line) for line in metadata.requires("modelforge-runtime-worker") or [] if "extra" in line]
-    assert [(requirement.name, requirement.marker.evaluate({"extra": "cuda"})) for requirement in cuda if requirement.marker] == [
-        ("onnxruntime-gpu", True)
-    ]
+    assert [
+        (requirement.name, requirement.marker.evaluate({"extra": "cuda"})) for requirement in cuda if requirement.marker
+    ] == [("onnxruntime-gpu", True)]
 
 
 def test_the_agent_distribution_does_not_require_the_model_runtime() -> None:
@@ -81,9 +90,22 @@ def test_the_wheel_holds_the_worker_package_only(tmp_path: Path) -> None:
     for project in ("protocol", "worker"):  # the worker reads its version from ../protocol
         shutil.copytree(REPO / project, tmp_path / project, ignore=junk)
     done = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-         "--wheel-dir", str(tmp_path / "out"), str(tmp_path / "worker")],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--wheel-dir",
+            str(tmp_path / "out"),
+            str(tmp_path / "worker"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     (wheel_path,) = (tmp_path / "out").glob("*.whl")

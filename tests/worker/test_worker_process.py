@@ -10,8 +10,8 @@ import os
 import socket
 import stat
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 from modelforge_protocol.versions import RELEASE, WORKER_PROTOCOL_VERSION
@@ -64,10 +64,22 @@ def test_status(worker: Worker) -> None:
         "worker_version": RELEASE,
         "healthy": True,
         "capabilities": [
-            {"name": "ocr", "model": "rapidocr-3.10.0/PP-OCRv6-small", "model_sha256": models_digest(BUNDLED),
-             "device": "cpu", "available": True, "reason": None},
-            {"name": "diagnostic.echo", "model": "builtin", "model_sha256": None, "device": "cpu",
-             "available": True, "reason": None},
+            {
+                "name": "ocr",
+                "model": "rapidocr-3.10.0/PP-OCRv6-small",
+                "model_sha256": models_digest(BUNDLED),
+                "device": "cpu",
+                "available": True,
+                "reason": None,
+            },
+            {
+                "name": "diagnostic.echo",
+                "model": "builtin",
+                "model_sha256": None,
+                "device": "cpu",
+                "available": True,
+                "reason": None,
+            },
         ],
     }
 
@@ -158,7 +170,8 @@ def test_an_oversized_body_is_413_before_it_is_read(worker: Worker, root: Path) 
         # without the rest (writing more could meet the closed connection)
         sock.sendall(
             b"POST /v1/run HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: 8388609\r\n\r\n"
-            + b'{"capability": "ocr", "input": {"image_base64": "' + b"A" * 1024
+            + b'{"capability": "ocr", "input": {"image_base64": "'
+            + b"A" * 1024
         )
         answers = split_answers(read_until_closed(sock))
     assert answers[0].status == 413

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 from modelforge_runtime_worker.artifacts import BUNDLED, models_digest
@@ -53,8 +53,12 @@ def test_ocr_is_unavailable_and_never_loaded(tampered: tuple[Worker, Path, bytes
     status = worker.client().status().body
     assert status["healthy"] is False
     assert status["capabilities"][0] == {
-        "name": "ocr", "model": "rapidocr-3.10.0/PP-OCRv6-small", "model_sha256": models_digest(BUNDLED),
-        "device": "cpu", "available": False, "reason": "artifact_quarantined",
+        "name": "ocr",
+        "model": "rapidocr-3.10.0/PP-OCRv6-small",
+        "model_sha256": models_digest(BUNDLED),
+        "device": "cpu",
+        "available": False,
+        "reason": "artifact_quarantined",
     }
     assert '"event": "capability_loaded"' not in worker.output()
 
@@ -75,7 +79,9 @@ def test_the_rest_still_works(tampered: tuple[Worker, Path, bytes]) -> None:
 
 def test_the_next_start_stays_quarantined_until_an_operator_acts(tampered: tuple[Worker, Path, bytes]) -> None:
     _, root, _ = tampered
-    env = worker_env(root, MODELFORGE_WORKER_LISTEN=f"unix://{root / 'third.sock'}", MODELFORGE_WORKER_LOG_LEVEL="ERROR")
+    env = worker_env(
+        root, MODELFORGE_WORKER_LISTEN=f"unix://{root / 'third.sock'}", MODELFORGE_WORKER_LOG_LEVEL="ERROR"
+    )
     with start_worker(root / "third.log", env) as third:  # the listening line shows at any level
         assert third.capabilities == "ocr (unavailable: artifact_quarantined), diagnostic.echo"
     assert not (root / "artifacts" / REC.name).exists()  # never refilled behind the operator's back

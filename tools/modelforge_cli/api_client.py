@@ -58,7 +58,7 @@ def gpu_telemetry(gpus: int) -> dict[str, Any]:
     }
 
 
-def enroll_body(token: str, identity: "AgentIdentity", **overrides: Any) -> dict[str, Any]:
+def enroll_body(token: str, identity: AgentIdentity, **overrides: Any) -> dict[str, Any]:
     """A valid enroll request of a CPU node; ``overrides`` replace fields."""
     return {
         "token": token,
@@ -98,7 +98,9 @@ class AgentIdentity:
 
 
 class ControlPlane:
-    def __init__(self, base_url: str, admin_token: str, session: requests.Session | None = None, **request_options: Any) -> None:
+    def __init__(
+        self, base_url: str, admin_token: str, session: requests.Session | None = None, **request_options: Any
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.admin_token = admin_token
         self.session = session or requests.Session()

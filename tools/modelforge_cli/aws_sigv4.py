@@ -73,7 +73,9 @@ def from_chain(api_url: str) -> SigV4:
     try:
         credentials = session.get_credentials()
     except Exception as error:  # a broken profile, SSO session expired, ...
-        raise SigningUnavailable(f"no usable AWS credentials for --aws-sigv4 ({type(error).__name__}: {error})") from None
+        raise SigningUnavailable(
+            f"no usable AWS credentials for --aws-sigv4 ({type(error).__name__}: {error})"
+        ) from None
     if credentials is None:
         raise SigningUnavailable(
             "no AWS credentials for --aws-sigv4: set AWS_PROFILE (or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY), "

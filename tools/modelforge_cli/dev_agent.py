@@ -63,7 +63,9 @@ def start_worker(worker_dir: Path) -> tuple[subprocess.Popen, str]:
         "MODELFORGE_WORKER_ARTIFACT_ROOT": str(worker_dir / "artifacts"),
         "MODELFORGE_WORKER_QUARANTINE_ROOT": str(worker_dir / "quarantine"),
     }
-    process = subprocess.Popen([sys.executable, "-m", "modelforge_runtime_worker.main"], env=env, stdin=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "modelforge_runtime_worker.main"], env=env, stdin=subprocess.DEVNULL
+    )
     deadline = time.monotonic() + WORKER_START_SECONDS
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -92,7 +94,9 @@ def start(api_url: str, admin_token: str | None, state_dir: Path, worker_url: st
         env["MODELFORGE_AGENT_WORKER_URL"] = worker_url
     if not (state_dir / IDENTITY_FILE).exists():
         if not admin_token:
-            raise DevAgentError("set MODELFORGE_ADMIN_TOKEN (not only its SHA-256) so a token can be minted for the agent")
+            raise DevAgentError(
+                "set MODELFORGE_ADMIN_TOKEN (not only its SHA-256) so a token can be minted for the agent"
+            )
         env["MODELFORGE_AGENT_ENROLLMENT_TOKEN"] = _mint(api_url, admin_token)
     return subprocess.Popen([sys.executable, "-m", "modelforge_node_agent.main"], env=env, stdin=subprocess.DEVNULL)
 
@@ -109,7 +113,10 @@ def stop(process: subprocess.Popen, timeout: float = 5) -> None:
 
 #: The agent's exit statuses (agent/README.md), and what to do next beside `local up`.
 AGENT_EXITS: dict[int, tuple[str, str]] = {
-    exit_codes.OK: ("it stopped cleanly", "something outside this process stopped it; restart local up to run it again"),
+    exit_codes.OK: (
+        "it stopped cleanly",
+        "something outside this process stopped it; restart local up to run it again",
+    ),
     exit_codes.UNEXPECTED: (
         "an unexpected error",
         "its traceback is in the log above; restart local up, and report it if it happens again",
@@ -168,9 +175,7 @@ def _node_known(api_url: str, admin_token: str | None, node_id: str) -> bool | N
 def explain_exit(code: int, state_dir: Path, api_url: str, admin_token: str | None) -> AgentExit:
     """What the agent's exit status ``code`` means here, and what to do next."""
     if code < 0:
-        return AgentExit(
-            [f"the CPU node agent was killed by signal {-code}; restart local up to run it again"]
-        )
+        return AgentExit([f"the CPU node agent was killed by signal {-code}; restart local up to run it again"])
     meaning, next_step = AGENT_EXITS.get(code, ("an exit status it does not document", "see its log above"))
     lines = [f"the CPU node agent exited with status {code}: {meaning}."]
     if code != exit_codes.IDENTITY_REFUSED:
@@ -239,7 +244,9 @@ class Supervisor:
             except (DevAgentError, OSError) as error:
                 self._say(f"cannot start the CPU agent again: {error}")
                 return
-            self._say(f"CPU node agent enrolling again with a new token (pid {self.agent.pid}, state in {self.state_dir})")
+            self._say(
+                f"CPU node agent enrolling again with a new token (pid {self.agent.pid}, state in {self.state_dir})"
+            )
         if self.worker is not None and self.worker.poll() is not None:
             code = self.worker.returncode
             self.worker = None

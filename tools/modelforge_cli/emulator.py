@@ -14,7 +14,8 @@ import io
 import json
 import socket
 import threading
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from werkzeug.serving import BaseWSGIServer, make_server
 
@@ -302,7 +303,9 @@ def listen_error(error: OSError, host: str, port: int, option: str) -> OSError:
     if error.errno == errno.EADDRINUSE:
         return PortInUse(host, port, option)
     reason = error.strerror or str(error)
-    return OSError(error.errno, f"cannot listen on {host}:{port} ({reason}); choose another address or port with {option}")
+    return OSError(
+        error.errno, f"cannot listen on {host}:{port} ({reason}); choose another address or port with {option}"
+    )
 
 
 class Emulator:
@@ -391,5 +394,6 @@ class Emulator:
 
 def operations_delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
     """Operations counted between two snapshots (for tests and benchmarks)."""
-    return {name: after.get(name, 0) - before.get(name, 0) for name in after if after.get(name, 0) != before.get(name, 0)}
-
+    return {
+        name: after.get(name, 0) - before.get(name, 0) for name in after if after.get(name, 0) != before.get(name, 0)
+    }

@@ -142,7 +142,9 @@ def node_url(args: argparse.Namespace, api: AdminApi) -> str:
     raw = (getattr(args, "node_url", None) or os.environ.get(NODE_URL_VAR) or api.api_url).strip().rstrip("/")
     parts = urlsplit(raw)
     if parts.scheme not in ("http", "https") or not parts.netloc or parts.path not in ("", "/"):
-        raise CommandFailed(f"the node URL must be https://host[:port] with no path, not {raw!r} (--node-url or {NODE_URL_VAR})")
+        raise CommandFailed(
+            f"the node URL must be https://host[:port] with no path, not {raw!r} (--node-url or {NODE_URL_VAR})"
+        )
     return raw
 
 

@@ -20,7 +20,6 @@ from chalicelib.api import console  # importable once .catalogue put functions/ 
 from chalicelib.stores import aws_permissions
 
 from . import infra_admin_iam, infra_node_api
-
 from .catalogue import FUNCTIONS_DIR, REPO_ROOT, resources
 from .provision import RESOURCE_ENV, load_resources
 
@@ -114,7 +113,9 @@ def _gateway_responses() -> dict[str, Any]:
     def answer(code: str, message: str) -> dict[str, str]:
         return {"application/json": error_body(code, message).decode()}
 
-    unsigned = GATEWAY_ROUTE_NOT_FOUND + "; in this stack the admin routes also need an AWS SigV4 signature (--aws-sigv4)"
+    unsigned = (
+        GATEWAY_ROUTE_NOT_FOUND + "; in this stack the admin routes also need an AWS SigV4 signature (--aws-sigv4)"
+    )
     not_found = {
         "application/json": {
             "Fn::If": [
@@ -162,7 +163,30 @@ PARAMETERS["FunctionLogLevel"] = {
 PARAMETERS["LogRetentionDays"] = {
     "Type": "Number",
     "Default": 30,
-    "AllowedValues": [1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653],
+    "AllowedValues": [
+        1,
+        3,
+        5,
+        7,
+        14,
+        30,
+        60,
+        90,
+        120,
+        150,
+        180,
+        365,
+        400,
+        545,
+        731,
+        1096,
+        1827,
+        2192,
+        2557,
+        2922,
+        3288,
+        3653,
+    ],
     "Description": "days the functions' CloudWatch logs are kept",
 }
 PARAMETERS.update(infra_admin_iam.PARAMETERS)
@@ -172,7 +196,9 @@ _BUCKET = resources.STATE_LOG_BUCKET.logical_id
 #: The state-log objects the state-log function may create, and nothing else in the bucket.
 _STATE_LOG_OBJECTS = f"${{{_BUCKET}.Arn}}/{resources.STATE_LOG_PREFIX}*"
 #: Work inputs and results: the API function writes inputs and signs URLs for inputs and results.
-_WORK_OBJECTS = tuple(f"${{{_BUCKET}.Arn}}/{prefix}*" for prefix in (resources.WORK_INPUT_PREFIX, resources.WORK_RESULT_PREFIX))
+_WORK_OBJECTS = tuple(
+    f"${{{_BUCKET}.Arn}}/{prefix}*" for prefix in (resources.WORK_INPUT_PREFIX, resources.WORK_RESULT_PREFIX)
+)
 
 #: The DynamoDB actions each function's code calls, as chalicelib/stores/aws_permissions.py maps its
 #: calls (tests/integration/test_aws_stack.py derives them from the code and checks both ways).
@@ -294,7 +320,10 @@ def merge_template(stage: str = "dev") -> dict[str, Any]:
     environment.update({env: {"Ref": parameter} for parameter, env in PARAMETER_ENV.items()})
     for function in FUNCTIONS:
         resources[function] = {
-            "Properties": {"Environment": {"Variables": environment}, "LoggingConfig": {"LogGroup": {"Ref": LOG_GROUPS[function]}}}
+            "Properties": {
+                "Environment": {"Variables": environment},
+                "LoggingConfig": {"LogGroup": {"Ref": LOG_GROUPS[function]}},
+            }
         }
     resources.update(_roles())
     resources.update(_log_groups())

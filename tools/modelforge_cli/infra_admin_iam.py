@@ -93,7 +93,11 @@ def managed_policies(routes: list[Route], stage: str) -> dict[str, Any]:
     found: dict[str, Any] = {}
     for role, (logical_id, meaning, _) in ROLES.items():
         document = policy_document(
-            role, routes, "arn:${AWS::Partition}:execute-api:${AWS::Region}:${AWS::AccountId}", f"${{{REST_API}}}", stage
+            role,
+            routes,
+            "arn:${AWS::Partition}:execute-api:${AWS::Region}:${AWS::AccountId}",
+            f"${{{REST_API}}}",
+            stage,
         )
         for statement in document["Statement"]:
             statement["Resource"] = [{"Fn::Sub": arn} for arn in statement["Resource"]]

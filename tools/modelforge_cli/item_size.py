@@ -40,7 +40,7 @@ def attribute_value_size(value: Mapping[str, Any]) -> int:
     """
     if len(value) != 1:
         raise ValueError(f"an attribute value has exactly one type key, got {sorted(value)}")
-    (kind, content), = value.items()
+    ((kind, content),) = value.items()
     if kind == "S":
         return len(content.encode("utf-8"))
     if kind == "N":

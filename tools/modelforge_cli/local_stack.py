@@ -17,7 +17,6 @@ from types import ModuleType
 from typing import Any, Self
 
 from . import provision
-
 from .emulator import Emulator, listen_error
 from .http_server import (
     DEFAULT_CONNECTION_TIMEOUT_SECONDS,
@@ -242,9 +241,7 @@ class LocalStack:
             event_id = item.get("event_id", {}).get("S")
             return state_log_key(event_id) if isinstance(event_id, str) else None
 
-        return Outbox(
-            self.names["MODELFORGE_OUTBOX_TABLE"], self.names["MODELFORGE_STATE_LOG_BUCKET"], object_key
-        )
+        return Outbox(self.names["MODELFORGE_OUTBOX_TABLE"], self.names["MODELFORGE_STATE_LOG_BUCKET"], object_key)
 
     def drain_state_log(self) -> int:
         """Ship every outbox event written so far (tests call this instead of waiting)."""

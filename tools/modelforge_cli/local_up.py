@@ -137,7 +137,10 @@ def run(args: argparse.Namespace) -> int:
         admin_token_file=args.admin_token_file,
     )
     if args.with_worker is not None and len(str(args.with_worker.resolve() / "worker.sock")) > 100:
-        print("modelforge: --with-worker: the socket path would be too long for a unix socket; use a shorter folder", file=sys.stderr)
+        print(
+            "modelforge: --with-worker: the socket path would be too long for a unix socket; use a shorter folder",
+            file=sys.stderr,
+        )
         return EXIT_CONFIG
     return serve(options, cpu_agent_state=args.with_cpu_agent, worker_dir=args.with_worker)
 
@@ -194,7 +197,6 @@ def _start(stack: LocalStack, options: LocalOptions) -> int | None:
 def serve(options: LocalOptions, cpu_agent_state: Path | None = None, worker_dir: Path | None = None) -> int:
     """Start the local stack, print the ready line, and serve until SIGINT or SIGTERM."""
     from . import dev_agent
-
     from .http_server import load_app
     from .local_stack import LocalStack
 

@@ -287,7 +287,15 @@ class Persistence:
                 report = self._migrate_recording()
             else:
                 report = None
-        except (BotoCoreError, ClientError, requests.RequestException, KeyError, TypeError, ValueError, OSError) as error:
+        except (
+            BotoCoreError,
+            ClientError,
+            requests.RequestException,
+            KeyError,
+            TypeError,
+            ValueError,
+            OSError,
+        ) as error:
             raise SnapshotError(
                 f"cannot restore {self.data_dir} ({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}): "
                 "move the data dir aside to start afresh"
@@ -339,7 +347,9 @@ class Persistence:
             if bucket["name"] not in existing_buckets:
                 s3.create_bucket(Bucket=bucket["name"])
             if bucket.get("versioning"):
-                s3.put_bucket_versioning(Bucket=bucket["name"], VersioningConfiguration={"Status": bucket["versioning"]})
+                s3.put_bucket_versioning(
+                    Bucket=bucket["name"], VersioningConfiguration={"Status": bucket["versioning"]}
+                )
         report = Restored(tables=len(tables), taken_at=snapshot.get("taken_at"))
         with self.emulator.exclusive():
             s3_backend = s3_backends[DEFAULT_ACCOUNT_ID]["aws"]
@@ -488,7 +498,9 @@ class Persistence:
                 _write_atomically(self.objects_dir / digest, body)
         _fsync_dir(self.objects_dir)
         snapshot = {"format": SNAPSHOT_FORMAT, "taken_at": round(time.time(), 3), "tables": tables, "buckets": buckets}
-        _write_atomically(self.snapshot_path, json.dumps(snapshot, separators=(",", ":"), default=_bytes_as_base64).encode())
+        _write_atomically(
+            self.snapshot_path, json.dumps(snapshot, separators=(",", ":"), default=_bytes_as_base64).encode()
+        )
         _fsync_dir(self.data_dir)
         named = {entry["sha256"] for bucket in buckets for entry in bucket["objects"]}
         for path in self._object_files():

@@ -25,7 +25,13 @@ RESOURCES_FILE = REPO_ROOT / "infra" / "resources.json"
 
 #: CloudFormation logical id -> the environment variable that names it for the functions.
 RESOURCE_ENV = {resource.logical_id: resource.env_var for resource in resources.ALL}
-_TABLE_PROPERTIES = ("AttributeDefinitions", "KeySchema", "BillingMode", "GlobalSecondaryIndexes", "StreamSpecification")
+_TABLE_PROPERTIES = (
+    "AttributeDefinitions",
+    "KeySchema",
+    "BillingMode",
+    "GlobalSecondaryIndexes",
+    "StreamSpecification",
+)
 
 
 def load_resources(path: Path = RESOURCES_FILE) -> dict[str, Any]:
@@ -101,7 +107,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--endpoint-url", required=True, help="the AWS endpoint, e.g. http://localhost:4566")
     parser.add_argument(
-        "--prefix", default=DEFAULT_PREFIX, help=f"names are PREFIX-nodes, PREFIX-state-log, ... (default {DEFAULT_PREFIX}, as local up)"
+        "--prefix",
+        default=DEFAULT_PREFIX,
+        help=f"names are PREFIX-nodes, PREFIX-state-log, ... (default {DEFAULT_PREFIX}, as local up)",
     )
     parser.add_argument("--region", default="us-east-1", help="the region (default us-east-1)")
     args = parser.parse_args(argv)

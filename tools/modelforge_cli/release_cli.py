@@ -61,7 +61,9 @@ def register(commands: Any) -> None:
         metavar="IMAGE_ARCHIVE",
         help="a docker save tarball (one or more images), or an OCI image layout folder or tarball",
     )
-    manifest.add_argument("--out", required=True, type=Path, metavar="DIR", help="the bundle folder to write (created if absent)")
+    manifest.add_argument(
+        "--out", required=True, type=Path, metavar="DIR", help="the bundle folder to write (created if absent)"
+    )
     manifest.add_argument(
         "--expect",
         action="append",
@@ -79,7 +81,9 @@ def register(commands: Any) -> None:
         "recorded OCI label. The image/config ID is not compared (docker load may rewrite it). On success, "
         "print the docker image load command and the image reference for the node's .env.",
     )
-    verify.add_argument("folder", type=Path, metavar="DIR", help="the bundle folder (SHA256SUMS, manifest, images tarball)")
+    verify.add_argument(
+        "folder", type=Path, metavar="DIR", help="the bundle folder (SHA256SUMS, manifest, images tarball)"
+    )
     verify.set_defaults(release_handler=run_verify)
 
     container = _add(
@@ -152,7 +156,9 @@ def run_verify(args: argparse.Namespace) -> int:
         print(f"note: {note}")
     print("\nload the images:")
     print(f"  docker image load -i {shlex.quote(str(verified.bundle.resolve()))}")
-    settings = [f"{IMAGE_VARIABLES[name]}={entry['tag']}" for name, entry in sorted(images.items()) if name in IMAGE_VARIABLES]
+    settings = [
+        f"{IMAGE_VARIABLES[name]}={entry['tag']}" for name, entry in sorted(images.items()) if name in IMAGE_VARIABLES
+    ]
     if settings:
         print("\nset in the node's .env (or paste images.modelforge-node-agent from the manifest into the console):")
         print("".join(f"  {line}\n" for line in settings), end="")

@@ -24,7 +24,9 @@ def normalise_image_id(value: str) -> str:
     """``sha256:<64 hex>`` from a full image ID with or without the prefix; ValueError otherwise."""
     match = _IMAGE_ID.match(value.strip())
     if match is None:
-        raise ValueError(f"{value[:80]!r} is not a full image ID (sha256:<64 hex>, as docker image inspect --format '{{{{.Id}}}}' prints it)")
+        raise ValueError(
+            f"{value[:80]!r} is not a full image ID (sha256:<64 hex>, as docker image inspect --format '{{{{.Id}}}}' prints it)"
+        )
     return "sha256:" + match.group(1)
 
 

@@ -285,9 +285,13 @@ class _Prefixed:
 
     def read(self, size: int = -1) -> bytes:
         if self._head:
-            head, self._head = (self._head, b"") if size < 0 or size >= len(self._head) else (
-                self._head[:size],
-                self._head[size:],
+            head, self._head = (
+                (self._head, b"")
+                if size < 0 or size >= len(self._head)
+                else (
+                    self._head[:size],
+                    self._head[size:],
+                )
             )
             return head
         return self._rest.read(size)
@@ -365,7 +369,9 @@ def _config_blob(archive: ImageArchive, path: str, digest: str | None, where: st
     found = "sha256:" + hashlib.sha256(data).hexdigest()
     promised = digest or _digest_in_name(name)
     if promised is not None and promised != found:
-        raise archive.fail(f"{where}: config {name} does not match its digest {promised}: its content hashes to {found}")
+        raise archive.fail(
+            f"{where}: config {name} does not match its digest {promised}: its content hashes to {found}"
+        )
     return data
 
 
@@ -435,7 +441,10 @@ def _read_oci(archive: ImageArchive) -> list[Image]:
         digest, manifest = _platform_manifest(archive, descriptor, where)
         tags.setdefault(digest, []).append(tag)
         manifests[digest] = manifest
-    return [_oci_image(archive, manifests[digest], tuple(found), f"index.json manifest {digest}") for digest, found in tags.items()]
+    return [
+        _oci_image(archive, manifests[digest], tuple(found), f"index.json manifest {digest}")
+        for digest, found in tags.items()
+    ]
 
 
 def _annotations(archive: ImageArchive, descriptor: Any, where: str) -> dict[str, Any]:
@@ -552,7 +561,9 @@ def _check_agreement(archive: ImageArchive, saved: list[Image], indexed: list[Im
         one, other = classic.get(config), oci.get(config)
         if one is None or other is None:
             only = "manifest.json" if other is None else "index.json"
-            raise archive.fail(f"the image with config {config} is only in {only}, not in both manifest.json and index.json")
+            raise archive.fail(
+                f"the image with config {config} is only in {only}, not in both manifest.json and index.json"
+            )
         if sorted(one.tags) != sorted(other.tags):
             raise archive.fail(
                 f"manifest.json tags the image with config {config} {', '.join(one.tags) or '(untagged)'}, "

@@ -136,17 +136,27 @@ def _release_name(
     for tag in image.tags:
         parsed = parse_tag(tag)
         if parsed is None:
-            problems.append(f"{where}: {tag} is not <name>:<tag> (no registry or path); tag it e.g. {release_tag(expected[0], tag_version)}")
+            problems.append(
+                f"{where}: {tag} is not <name>:<tag> (no registry or path); tag it e.g. {release_tag(expected[0], tag_version)}"
+            )
         elif parsed[1] == "latest":
-            problems.append(f"{where}: {tag} is the floating latest tag; tag and save the image as {release_tag(parsed[0], tag_version)} only")
+            problems.append(
+                f"{where}: {tag} is the floating latest tag; tag and save the image as {release_tag(parsed[0], tag_version)} only"
+            )
         elif parsed[1] != tag_version:
-            problems.append(f"{where}: {tag} is not tagged for this release: expected {release_tag(parsed[0], tag_version)}")
+            problems.append(
+                f"{where}: {tag} is not tagged for this release: expected {release_tag(parsed[0], tag_version)}"
+            )
         elif parsed[0] not in expected:
-            problems.append(f"{where}: {tag}: unexpected image; the bundle holds exactly {', '.join(expected)} (--expect)")
+            problems.append(
+                f"{where}: {tag}: unexpected image; the bundle holds exactly {', '.join(expected)} (--expect)"
+            )
     if len(problems) > before:
         return None
     if len(image.tags) > 1:
-        problems.append(f"{where}: one image is tagged {', '.join(image.tags)}; save each image under its own release tag")
+        problems.append(
+            f"{where}: one image is tagged {', '.join(image.tags)}; save each image under its own release tag"
+        )
         return None
     parsed = parse_tag(image.tags[0])
     return parsed[0] if parsed else None
@@ -198,7 +208,9 @@ def _check_written(path: Path, manifest: dict[str, Any]) -> None:
     except ImageArchiveError as error:
         problems = [str(error)]
     if problems:
-        raise Refused([f"the tarball written does not match its manifest (an input changed while read?): {problems[0]}"])
+        raise Refused(
+            [f"the tarball written does not match its manifest (an input changed while read?): {problems[0]}"]
+        )
 
 
 def _write(path: Path, data: bytes) -> None:

@@ -88,7 +88,10 @@ def write_bundle_tarball(path: Path, images: Sequence[tuple[str, Image, ImageArc
                 "mediaType": OCI_MANIFEST,
                 "digest": _digest(manifest),
                 "size": len(manifest),
-                "annotations": {"io.containerd.image.name": f"docker.io/library/{tag}", "org.opencontainers.image.ref.name": version},
+                "annotations": {
+                    "io.containerd.image.name": f"docker.io/library/{tag}",
+                    "org.opencontainers.image.ref.name": version,
+                },
             }
         )
     index = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": descriptors}
@@ -107,4 +110,3 @@ def write_bundle_tarball(path: Path, images: Sequence[tuple[str, Image, ImageArc
             ("repositories", _json(repositories)),
         ):
             tar.addfile(_info(name, len(data)), io.BytesIO(data))
-

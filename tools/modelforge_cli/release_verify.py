@@ -58,14 +58,19 @@ def compare_image(name: str, entry: dict[str, Any], image: Image) -> list[str]:
     for field, found in (("architecture", image.architecture), ("os", image.os), ("variant", image.variant)):
         if entry.get(field) != found:
             problems.append(f"{prefix}.{field}: expected {entry.get(field) or '(none)'}, found {found or '(none)'}")
-    problems.extend(f"{prefix}.labels: {problem}" for problem in _label_differences(entry.get("labels") or {}, image.labels))
+    problems.extend(
+        f"{prefix}.labels: {problem}" for problem in _label_differences(entry.get("labels") or {}, image.labels)
+    )
     return problems
 
 
 def _layer_difference(expected: list[str], found: list[str]) -> str:
     if expected == found:
         return ""
-    first = next((i for i, (one, other) in enumerate(zip(expected, found, strict=False)) if one != other), min(len(expected), len(found)))
+    first = next(
+        (i for i, (one, other) in enumerate(zip(expected, found, strict=False)) if one != other),
+        min(len(expected), len(found)),
+    )
     at = (
         f"layer {first + 1}: expected {expected[first] if first < len(expected) else '(no layer)'}, "
         f"found {found[first] if first < len(found) else '(no layer)'}"
@@ -85,7 +90,9 @@ def _label_differences(expected: dict[str, Any], found: dict[str, str]) -> list[
         elif found[label] != value:
             problems.append(f"{label}: expected {shorten(value)}, found {shorten(found[label])}")
     problems.extend(
-        f"{label}: not in the manifest, found {shorten(value)}" for label, value in sorted(found.items()) if label not in expected
+        f"{label}: not in the manifest, found {shorten(value)}"
+        for label, value in sorted(found.items())
+        if label not in expected
     )
     return problems
 
@@ -137,7 +144,9 @@ def verify_bundle(folder: Path, tag_version: str = IMAGE_TAG_VERSION) -> Verifie
     manifest_name = manifest_file_name(tag_version)
     if manifest_name not in sums:
         listed = ", ".join(sorted(sums))
-        raise Refused([f"{SUMS_FILE}: does not list {manifest_name}, the manifest of release {tag_version} (it lists {listed})"])
+        raise Refused(
+            [f"{SUMS_FILE}: does not list {manifest_name}, the manifest of release {tag_version} (it lists {listed})"]
+        )
     manifest = _read_manifest(folder / manifest_name)
     problems = check_manifest(manifest, tag_version)
     if problems:

@@ -61,7 +61,9 @@ def _update_request(table: str, change: dict[str, Any]) -> dict[str, Any]:
         return pairs
 
     sets = [f"{name} = {value}" for name, value in placeholders("s", change.get("set", {}))]
-    sets += [f"{name} = if_not_exists({name}, {value})" for name, value in placeholders("i", change.get("set_if_absent", {}))]
+    sets += [
+        f"{name} = if_not_exists({name}, {value})" for name, value in placeholders("i", change.get("set_if_absent", {}))
+    ]
     adds = [f"{name} {value}" for name, value in placeholders("a", change.get("add", {}))]
     deletes = [f"{name} {value}" for name, value in placeholders("d", change.get("delete", {}))]
     removes = []
@@ -79,7 +81,7 @@ def _update_request(table: str, change: dict[str, Any]) -> dict[str, Any]:
 
 
 def _add_request(table: str, change: dict[str, Any]) -> dict[str, Any]:
-    (name, value), = change["add"].items()
+    ((name, value),) = change["add"].items()
     return {
         "TableName": table,
         "Key": change["key"],
@@ -139,7 +141,9 @@ def _ensure_tables(dynamodb: Any, tables: dict[str, str]) -> list[str]:
         dynamodb.create_table(**create_table_request(properties, physical))
         dynamodb.get_waiter("table_exists").wait(TableName=physical, WaiterConfig={"Delay": 1, "MaxAttempts": 120})
         if properties.get("TimeToLiveSpecification"):
-            dynamodb.update_time_to_live(TableName=physical, TimeToLiveSpecification=properties["TimeToLiveSpecification"])
+            dynamodb.update_time_to_live(
+                TableName=physical, TimeToLiveSpecification=properties["TimeToLiveSpecification"]
+            )
         created.append(physical)
     return created
 
@@ -161,7 +165,9 @@ def replay(
     except s3.exceptions.ClientError as error:
         if error.response.get("Error", {}).get("Code") in ("404", "NoSuchBucket", "NotFound"):
             where = endpoint_url or "AWS"
-            raise ReplayError(f"there is no bucket {bucket} at {where}: name the state-log bucket with --bucket") from None
+            raise ReplayError(
+                f"there is no bucket {bucket} at {where}: name the state-log bucket with --bucket"
+            ) from None
         raise
     created = _ensure_tables(dynamodb, tables)
     for logical, physical in tables.items():
@@ -212,7 +218,9 @@ def replay_data_dir(data_dir: Path, *, bucket: str, tables: dict[str, str]) -> t
     except DataDirInUse as running:
         emulator_url = running.holder.get("emulator_url")
         if not isinstance(emulator_url, str) or not _is_loopback(emulator_url):
-            raise ReplayError(f"the local stack using {data_dir} (pid {running.pid}) is still starting: try again in a moment") from None
+            raise ReplayError(
+                f"the local stack using {data_dir} (pid {running.pid}) is still starting: try again in a moment"
+            ) from None
         report = replay(bucket=bucket, tables=tables, endpoint_url=emulator_url, region=LOCAL_REGION)
         return report, f"the running local stack (pid {running.pid}, emulator {emulator_url})"
     try:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import logging
 import uuid
-from datetime import datetime, timezone
-from typing import Any, Callable
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
 
 from .periodic import Periodic
 
@@ -38,7 +39,7 @@ def scheduled_event(region: str = "us-east-1") -> dict[str, Any]:
         "detail-type": "Scheduled Event",
         "source": "aws.events",
         "account": "000000000000",
-        "time": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "time": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "region": region,
         "resources": [f"arn:aws:events:{region}:000000000000:rule/modelforge-local-liveness-sweep"],
         "detail": {},

@@ -193,11 +193,11 @@ def _document(args: argparse.Namespace) -> dict[str, Any]:
     except UnicodeDecodeError:
         raise CommandFailed(f"{name} is not UTF-8 JSON") from None
     except json.JSONDecodeError as error:
-        raise CommandFailed(
-            f"{name} is not JSON: {error.msg} at line {error.lineno} column {error.colno}"
-        ) from None
+        raise CommandFailed(f"{name} is not JSON: {error.msg} at line {error.lineno} column {error.colno}") from None
     if not isinstance(document, dict):
-        kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(type(document), "a number")
+        kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(
+            type(document), "a number"
+        )
         raise CommandFailed(f"{name} must hold one JSON object ({{...}}), not {kind}")
     return document
 

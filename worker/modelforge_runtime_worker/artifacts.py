@@ -32,11 +32,12 @@ import os
 import shutil
 import stat
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib.util import find_spec
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 log = logging.getLogger("modelforge.worker.artifacts")
 
@@ -67,9 +68,18 @@ class ModelFile:
 #: (the same digests as its default_models.yaml). The rec model carries its character set in its
 #: ONNX metadata, so no dictionary file is needed.
 BUNDLED: tuple[ModelFile, ...] = (
-    ModelFile("det", "PP-OCRv6_det_small.onnx", "090f04abcd9d9a7498bc4ebf677e4cb9bdce1fe4197ddb7e529f1ef44e1ff94f", 9929594),
-    ModelFile("cls", "ch_ppocr_mobile_v2.0_cls_mobile.onnx", "e47acedf663230f8863ff1ab0e64dd2d82b838fceb5957146dab185a89d6215c", 585532),
-    ModelFile("rec", "PP-OCRv6_rec_small.onnx", "6f327246b50388f3c176ae304bd95767ea6dc0c9ae92153ef8cbe210b3c14884", 21234383),
+    ModelFile(
+        "det", "PP-OCRv6_det_small.onnx", "090f04abcd9d9a7498bc4ebf677e4cb9bdce1fe4197ddb7e529f1ef44e1ff94f", 9929594
+    ),
+    ModelFile(
+        "cls",
+        "ch_ppocr_mobile_v2.0_cls_mobile.onnx",
+        "e47acedf663230f8863ff1ab0e64dd2d82b838fceb5957146dab185a89d6215c",
+        585532,
+    ),
+    ModelFile(
+        "rec", "PP-OCRv6_rec_small.onnx", "6f327246b50388f3c176ae304bd95767ea6dc0c9ae92153ef8cbe210b3c14884", 21234383
+    ),
 )
 
 
@@ -132,7 +142,7 @@ def bundled_models_dir() -> Path | None:
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def file_digest(path: Path) -> tuple[str, int] | None:
@@ -309,8 +319,13 @@ class Artifacts:
         if source is None or found is None or found != (model.sha256, model.size):
             log.error(
                 "the installed rapidocr wheel does not hold this release's model; reinstall the worker",
-                extra={"event": "bundled_model_unavailable", "file": model.name, "bundle_dir": str(self.bundle_dir),
-                       "expected_sha256": model.sha256, "found_sha256": found[0] if found else None},
+                extra={
+                    "event": "bundled_model_unavailable",
+                    "file": model.name,
+                    "bundle_dir": str(self.bundle_dir),
+                    "expected_sha256": model.sha256,
+                    "found_sha256": found[0] if found else None,
+                },
             )
             return False
         temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
@@ -366,9 +381,15 @@ class Artifacts:
             _atomic_write(note, (json.dumps(body, indent=2) + "\n").encode(), 0o640)
         log.error(
             f"artifact {name} quarantined ({reason})",
-            extra={"event": "artifact_quarantined", "file": name, "reason": reason, "expected_sha256": expected,
-                   "found_sha256": found, "moved_to": str(moved_to) if moved_to else None,
-                   "note": str(note) if note else None},
+            extra={
+                "event": "artifact_quarantined",
+                "file": name,
+                "reason": reason,
+                "expected_sha256": expected,
+                "found_sha256": found,
+                "moved_to": str(moved_to) if moved_to else None,
+                "note": str(note) if note else None,
+            },
         )
         return Quarantine(name, reason, expected, found, moved_to, note)
 

@@ -14,7 +14,7 @@ import logging
 import time
 from typing import Any, Protocol
 
-from .artifacts import QUARANTINED, RAPIDOCR_VERSION, ArtifactState, Artifacts
+from .artifacts import QUARANTINED, RAPIDOCR_VERSION, Artifacts, ArtifactState
 from .errors import WorkerError, invalid_input
 from .images import decode_image
 from .ocr import Cancel, ModelLoadFailed, OcrEngine
@@ -117,9 +117,14 @@ class Ocr:
         self._engine, self.device, self.available, self.reason = engine, engine.device, True, None
         log.info(
             "ocr models loaded",
-            extra={"event": "capability_loaded", "capability": OCR, "device": engine.device,
-                   "providers": engine.providers, "model_sha256": self.model_sha256,
-                   "duration_ms": round((time.monotonic() - started) * 1000, 2)},
+            extra={
+                "event": "capability_loaded",
+                "capability": OCR,
+                "device": engine.device,
+                "providers": engine.providers,
+                "model_sha256": self.model_sha256,
+                "duration_ms": round((time.monotonic() - started) * 1000, 2),
+            },
         )
 
     def run(self, payload: dict[str, Any], cancel: Cancel) -> dict[str, Any]:

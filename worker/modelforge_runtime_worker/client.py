@@ -59,7 +59,9 @@ class WorkerClient:
             return http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=self.timeout)
         raise ValueError(f"not a worker address: {self.address}")
 
-    def request(self, method: str, path: str, body: bytes | None = None, headers: dict[str, str] | None = None) -> Answer:
+    def request(
+        self, method: str, path: str, body: bytes | None = None, headers: dict[str, str] | None = None
+    ) -> Answer:
         connection = self._connection or self._connect()
         self._connection = None
         try:

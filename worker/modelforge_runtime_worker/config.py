@@ -7,9 +7,9 @@ of them are reported at once (``ConfigurationInvalid``, exit 2).
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
 from urllib.parse import urlsplit
 
 from modelforge_protocol.addresses import is_loopback_host
@@ -79,7 +79,9 @@ def parse_listen(raw: str, problems: list[str]) -> Listen | None:
             problems.append(f"{LISTEN} must name a socket file, not a directory")
             return None
         if len(os.fsencode(parts.path)) > MAX_SOCKET_PATH_BYTES:
-            problems.append(f"{LISTEN}: the socket path is longer than {MAX_SOCKET_PATH_BYTES} bytes (the unix socket limit)")
+            problems.append(
+                f"{LISTEN}: the socket path is longer than {MAX_SOCKET_PATH_BYTES} bytes (the unix socket limit)"
+            )
             return None
         return Listen(url=raw, path=Path(parts.path))
     if parts.scheme == "http":
@@ -106,8 +108,6 @@ def parse_listen(raw: str, problems: list[str]) -> Listen | None:
     return None
 
 
-
-
 def _absolute_dir(env: Mapping[str, str], name: str, problems: list[str]) -> Path | None:
     raw = _value(env, name)
     path = Path(raw)
@@ -130,8 +130,10 @@ def load_config(env: Mapping[str, str]) -> WorkerConfig:
     listen = parse_listen(_value(env, LISTEN), problems)
     artifact_root = _absolute_dir(env, ARTIFACT_ROOT, problems)
     quarantine_root = _absolute_dir(env, QUARANTINE_ROOT, problems)
-    if artifact_root is not None and quarantine_root is not None and (
-        _inside(artifact_root, quarantine_root) or _inside(quarantine_root, artifact_root)
+    if (
+        artifact_root is not None
+        and quarantine_root is not None
+        and (_inside(artifact_root, quarantine_root) or _inside(quarantine_root, artifact_root))
     ):
         problems.append(f"{ARTIFACT_ROOT} and {QUARANTINE_ROOT} must be separate directories, neither inside the other")
     device = _value(env, DEVICE).lower()

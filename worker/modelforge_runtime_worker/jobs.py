@@ -57,8 +57,12 @@ class JobRunner:
                 if cancel.is_set():
                     log.info(
                         "aborted job ended",
-                        extra={"event": "job_aborted", "job": job, "capability": capability.name,
-                               "duration_ms": _ms(started)},
+                        extra={
+                            "event": "job_aborted",
+                            "job": job,
+                            "capability": capability.name,
+                            "duration_ms": _ms(started),
+                        },
                     )
 
         log.debug("job started", extra={"event": "job_started", "job": job, "capability": capability.name})

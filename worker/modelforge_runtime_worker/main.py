@@ -21,7 +21,7 @@ import os
 import signal
 import sys
 import threading
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from modelforge_logging import jsonlog
 
@@ -85,9 +85,14 @@ def serve(config: WorkerConfig, stop: threading.Event) -> int:
         log.log(
             max(logging.INFO, log.getEffectiveLevel()),
             f"worker listening on {listener.address}, capabilities: {summary(capabilities)}",
-            extra={"event": "worker_listening", "listen": listener.address, "worker_version": WORKER_VERSION,
-                   "protocol_version": WORKER_PROTOCOL_VERSION, "pid": os.getpid(),
-                   "capabilities": [capability.name for capability in capabilities if capability.available]},
+            extra={
+                "event": "worker_listening",
+                "listen": listener.address,
+                "worker_version": WORKER_VERSION,
+                "protocol_version": WORKER_PROTOCOL_VERSION,
+                "pid": os.getpid(),
+                "capabilities": [capability.name for capability in capabilities if capability.available],
+            },
         )
         # A timed wait: Python runs signal handlers on the main thread only, between waits.
         while not stop.wait(SIGNAL_CHECK_SECONDS):

@@ -45,7 +45,9 @@ def refuse_downloads() -> None:
     from rapidocr.utils import download_file  # type: ignore[import-untyped]
 
     def refuse(cls: Any, params: Any) -> None:
-        raise DownloadRefused(f"rapidocr tried to download {getattr(params, 'file_url', '?')}; the worker never downloads")
+        raise DownloadRefused(
+            f"rapidocr tried to download {getattr(params, 'file_url', '?')}; the worker never downloads"
+        )
 
     download_file.DownloadFile.run = classmethod(refuse)  # type: ignore[method-assign,assignment]
 
@@ -145,7 +147,9 @@ class OcrEngine:
             stage.session.session = _AbortableSession(session, self)
         self.device = "cuda" if all(provider == CUDA_PROVIDER for provider in providers) else "cpu"
         if device == "cuda" and self.device != "cuda":
-            raise ModelLoadFailed("cuda_unavailable", f"the sessions did not get {CUDA_PROVIDER} (they got {providers})")
+            raise ModelLoadFailed(
+                "cuda_unavailable", f"the sessions did not get {CUDA_PROVIDER} (they got {providers})"
+            )
         self.providers = providers
         self._engine = engine
 
@@ -162,7 +166,11 @@ class OcrEngine:
             self.cancel = None
         if cancel.is_set():
             raise JobCancelled()
-        texts, scores, boxes = getattr(output, "txts", None), getattr(output, "scores", None), getattr(output, "boxes", None)
+        texts, scores, boxes = (
+            getattr(output, "txts", None),
+            getattr(output, "scores", None),
+            getattr(output, "boxes", None),
+        )
         if texts is None or scores is None or boxes is None:
             return []
         return [

@@ -94,7 +94,9 @@ class WorkerApp:
 
     def run(self, request: Any) -> dict[str, Any]:
         if not isinstance(request, dict):
-            raise WorkerError(400, "invalid_request", 'the body must be a JSON object {"capability": ..., "input": {...}}')
+            raise WorkerError(
+                400, "invalid_request", 'the body must be a JSON object {"capability": ..., "input": {...}}'
+            )
         name, payload = request.get("capability"), request.get("input")
         if not isinstance(name, str) or not name:
             raise WorkerError(400, "invalid_request", "capability is required (a string)")
@@ -264,8 +266,13 @@ class Handler(BaseHTTPRequestHandler):
                 self.wfile.write(data)
         except OSError:
             self.close_connection = True
-        fields = {"event": "http_request", "method": self.command, "path": urlsplit(self.path).path[:200],
-                  "status": status, "duration_ms": round((time.monotonic() - self._started) * 1000, 2)}
+        fields = {
+            "event": "http_request",
+            "method": self.command,
+            "path": urlsplit(self.path).path[:200],
+            "status": status,
+            "duration_ms": round((time.monotonic() - self._started) * 1000, 2),
+        }
         if self._capability is not None:
             fields["capability"] = self._capability
         if error is not None:
@@ -419,8 +426,9 @@ class Listener:
     def serve(self, app: WorkerApp, poll_interval: float = 0.2) -> None:
         """Accept on a thread; ``close`` takes up to ``poll_interval`` to stop it."""
         self.server.app = app
-        self._thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": poll_interval},
-                                        name="http", daemon=True)
+        self._thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": poll_interval}, name="http", daemon=True
+        )
         self._thread.start()
 
     def close(self) -> None:
@@ -457,8 +465,10 @@ def _claim_socket_path(path: Path) -> None:
     except (ConnectionRefusedError, FileNotFoundError):
         pass  # nothing answers: a stale socket
     except OSError as error:
-        raise ListenFailed(f"cannot tell whether something listens on {path} ({error.strerror or error}); "
-                           f"refusing to replace it ({LISTEN})") from error
+        raise ListenFailed(
+            f"cannot tell whether something listens on {path} ({error.strerror or error}); "
+            f"refusing to replace it ({LISTEN})"
+        ) from error
     else:
         raise ListenFailed(f"another process is listening on {path}; is a worker already running? ({LISTEN})")
     finally:

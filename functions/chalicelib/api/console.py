@@ -9,7 +9,7 @@ page talks to the admin API of the same origin; its security model is in docs/AR
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 ASSET_DIR = Path(__file__).with_name("console_assets")
@@ -87,7 +87,7 @@ def find(name: str) -> ConsoleFile | None:
     return None if content_type is None else _read(name, content_type)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _read(name: str, content_type: str) -> ConsoleFile:
     """Read once per function instance, on the first request for it (not at cold start)."""
     return ConsoleFile((ASSET_DIR / name).read_text(encoding="utf-8"), content_type)

@@ -107,7 +107,6 @@ _ERROR_FIELDS = {
 }
 
 
-
 def _both(protocol_answer: dict[str, Any], full: dict[str, Any]) -> dict[str, Any]:
     """An answer the agent reads: the protocol's answer schema (what the agent validates; open for
     forward compatibility) and the whole answer as the control plane gives it."""
@@ -445,7 +444,9 @@ def _path_id(name: str, schema: dict[str, Any], description: str) -> Parameter:
 
 
 _PAGE = (
-    Parameter("limit", "query", {"type": "integer", "minimum": 1, "maximum": MAX_PAGE}, f"page size (default {MAX_PAGE})"),
+    Parameter(
+        "limit", "query", {"type": "integer", "minimum": 1, "maximum": MAX_PAGE}, f"page size (default {MAX_PAGE})"
+    ),
     Parameter("next_token", "query", {"type": "string"}, "the next_token of the previous page"),
 )
 _ENROLLMENT_PARAMETER = _path_id("enrollment_id", _ENROLLMENT_ID, "an enrollment id")
@@ -669,7 +670,11 @@ SECURITY_SCHEMES = {
         "description": "the node id the enrollment answered; always with NodeCredential",
     },
 }
-_SECURITY: dict[str, list[dict[str, list[str]]]] = {PUBLIC: [], ADMIN: [{"AdminToken": []}], NODE: [{"NodeCredential": [], "NodeId": []}]}
+_SECURITY: dict[str, list[dict[str, list[str]]]] = {
+    PUBLIC: [],
+    ADMIN: [{"AdminToken": []}],
+    NODE: [{"NodeCredential": [], "NodeId": []}],
+}
 
 DESCRIPTION = f"""The ModelForge control plane's API (see docs/API.md).
 
@@ -765,7 +770,10 @@ def build() -> dict[str, Any]:
             {"name": "nodes", "description": "admin: enrolled nodes"},
             {"name": "work", "description": "admin: the work queue"},
             {"name": "agent", "description": "the node agent"},
-            {"name": "console", "description": "the web console's static files (no authentication; it asks for the admin token)"},
+            {
+                "name": "console",
+                "description": "the web console's static files (no authentication; it asks for the admin token)",
+            },
         ],
         "paths": paths,
         "components": {

@@ -11,8 +11,8 @@ import hashlib
 import math
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 from chalicelib.config import resources
 
@@ -54,7 +54,6 @@ class Settings:
         last heartbeat.
         """
         return max(1, self.stale_after_seconds - self.heartbeat_interval_seconds)
-
 
 
 _INTEGERS = {
@@ -189,7 +188,9 @@ def _resource_names(env: Mapping[str, str], problems: list[str]) -> dict[str, st
     for resource in resources.ALL:
         value = (env.get(resource.env_var) or "").strip()
         if not value:
-            problems.append(f"{resource.env_var} is required (the physical name of the {resource.name} {resource.kind})")
+            problems.append(
+                f"{resource.env_var} is required (the physical name of the {resource.name} {resource.kind})"
+            )
         elif not _NAME_RE.fullmatch(value):
             problems.append(f"{resource.env_var} must be 3-255 characters of letters, digits, '.', '_' or '-'")
         names[resource.name] = value

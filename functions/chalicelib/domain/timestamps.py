@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 
 def iso(timestamp: float | None) -> str | None:
     if timestamp is None:
         return None
-    moment = datetime.fromtimestamp(float(timestamp), tz=timezone.utc)
+    moment = datetime.fromtimestamp(float(timestamp), tz=UTC)
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")

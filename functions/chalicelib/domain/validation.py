@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from functools import lru_cache
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from modelforge_protocol import schemas
@@ -60,7 +60,7 @@ def _require_unicode(parsed: dict[str, Any]) -> None:
         ) from None
 
 
-@lru_cache(maxsize=None)
+@cache
 def _validator(schema_name: str) -> Draft202012Validator:
     # imported on the first request that validates a body, not at cold start
     from jsonschema import Draft202012Validator
@@ -113,7 +113,10 @@ def _raise_problems(validator: Draft202012Validator, document: Any, where: str |
     if errors:
         problems = [_describe(error) for error in errors[:10]]
         if where is not None:
-            problems = [f"{where}/{problem}" if not problem.startswith("body:") else f"{where}:{problem[5:]}" for problem in problems]
+            problems = [
+                f"{where}/{problem}" if not problem.startswith("body:") else f"{where}:{problem[5:]}"
+                for problem in problems
+            ]
         raise invalid_request("; ".join(problems), problems=problems)
 
 

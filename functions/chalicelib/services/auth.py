@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import hmac
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from modelforge_protocol.credentials import (
     ADMIN_TOKEN_HEADER,

@@ -11,7 +11,8 @@ deletion with its state-log event. Readiness re-checks liveness at read time.
 
 from __future__ import annotations
 
-from typing import Any, Iterator, TypeVar
+from collections.abc import Iterator
+from typing import Any, TypeVar
 
 from chalicelib.config.settings import Settings
 from chalicelib.domain import liveness
@@ -73,7 +74,9 @@ def _is_live(node: Node | None, settings: Settings, now: float) -> bool:
     return state != liveness.OFFLINE
 
 
-def live_duplicates(stores: Stores, settings: Settings, node_id: str, uuids: list[str], now: float) -> dict[str, list[str]]:
+def live_duplicates(
+    stores: Stores, settings: Settings, node_id: str, uuids: list[str], now: float
+) -> dict[str, list[str]]:
     """Other nodes, not offline and with an active credential, that report one of ``uuids``
     (node id -> the shared UUIDs)."""
     return _live(stores, sharing_nodes(stores, node_id, uuids), settings, now)
@@ -83,7 +86,9 @@ def _live(stores: Stores, shared: dict[str, list[str]], settings: Settings, now:
     return {other: shared[other] for other in sorted(shared) if _is_live(stores.nodes.get(other), settings, now)}
 
 
-def detect_and_flag(stores: Stores, settings: Settings, node_id: str, uuids: list[str], partners_before: set[str], now: float) -> list[str]:
+def detect_and_flag(
+    stores: Stores, settings: Settings, node_id: str, uuids: list[str], partners_before: set[str], now: float
+) -> list[str]:
     """After ``node_id`` reported ``uuids``: flag new live duplicates, unflag former partners
     that share no UUID any more (both sides each time). Returns the partners flagged now."""
     shared = sharing_nodes(stores, node_id, uuids)
@@ -116,7 +121,9 @@ def _link(stores: Stores, node_id: str, partners: list[str], shared: dict[str, l
 
 
 def _unlink(stores: Stores, node_id: str, partners: list[str], now: float) -> None:
-    event = Event("node.duplicate_cleared", {"node_id": node_id, "others": ",".join(partners), "cause": "no shared GPU UUID"}, now)
+    event = Event(
+        "node.duplicate_cleared", {"node_id": node_id, "others": ",".join(partners), "cause": "no shared GPU UUID"}, now
+    )
     try:
         stores.nodes.unlink_duplicates(node_id, partners, event)
     except GuardFailed:

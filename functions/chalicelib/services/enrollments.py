@@ -71,11 +71,15 @@ def revoke(stores: Stores, enrollment_id: str, now: float) -> Enrollment:
     get(stores, enrollment_id)  # 404 for an unknown id before anything is written
     values = {"state": REVOKED, "revoked_at": round(now, 3)}
     try:
-        stores.enrollments.revoke(enrollment_id, values, Event("enrollment.revoked", {"enrollment_id": enrollment_id}, now))
+        stores.enrollments.revoke(
+            enrollment_id, values, Event("enrollment.revoked", {"enrollment_id": enrollment_id}, now)
+        )
     except GuardFailed:
         current = get(stores, enrollment_id)
         if current.state == CONSUMED:
-            raise conflict("enrollment_consumed", "the token was already used; revoke the node's credential instead") from None
+            raise conflict(
+                "enrollment_consumed", "the token was already used; revoke the node's credential instead"
+            ) from None
         raise conflict("enrollment_revoked", "the token was already revoked") from None
     return get(stores, enrollment_id)
 

@@ -58,7 +58,9 @@ def check(body: dict[str, Any]) -> SettingsCheck:
     url = _control_plane_url(body["control_plane_url"], problems)
     hostname = body["hostname"].strip()
     if not _HOSTNAME.match(hostname):
-        problems.append(Problem("hostname", "1 to 253 letters, digits, '.', '_' or '-', starting with a letter or digit"))
+        problems.append(
+            Problem("hostname", "1 to 253 letters, digits, '.', '_' or '-', starting with a letter or digit")
+        )
     state_volume = body["state_volume"].strip()
     if not _STATE_VOLUME.match(state_volume) or "/../" in f"{state_volume}/":
         problems.append(
@@ -133,7 +135,9 @@ def _parse_entry(text: str, problems: list[Problem]) -> Any:
         problems.append(Problem("manifest_entry", f"not valid JSON: paste the value of {where}, braces included"))
         return None
     if _depth(entry) > _MAX_DEPTH:
-        problems.append(Problem("manifest_entry", f"nested deeper than a manifest entry is: paste the value of {where}"))
+        problems.append(
+            Problem("manifest_entry", f"nested deeper than a manifest entry is: paste the value of {where}")
+        )
         return None
     return entry
 

@@ -46,7 +46,12 @@ class HeartbeatResult:
 
 
 def heartbeat(
-    stores: Stores, settings: Settings, caller: NodeCaller, body: dict[str, Any], now: float, known: KnownCallers | None = None
+    stores: Stores,
+    settings: Settings,
+    caller: NodeCaller,
+    body: dict[str, Any],
+    now: float,
+    known: KnownCallers | None = None,
 ) -> HeartbeatResult:
     """Record a heartbeat: one conditional UpdateItem for a caller ``known`` to this instance.
 
@@ -69,7 +74,9 @@ def heartbeat(
     key = (caller.node_id, caller.credential_sha256)
     if key in known:
         try:
-            return HeartbeatResult(stores.nodes.record_heartbeat(caller.node_id, caller.credential_sha256, values), None)
+            return HeartbeatResult(
+                stores.nodes.record_heartbeat(caller.node_id, caller.credential_sha256, values), None
+            )
         except GuardFailed:
             known.forget(key)  # revoked, or no longer online: read to answer precisely
     node = require_holder(stores.nodes.get(caller.node_id), caller)
@@ -98,7 +105,9 @@ def _record(stores: Stores, caller: NodeCaller, node: Node, values: dict[str, An
     return HeartbeatResult(node, previous)
 
 
-def replace_inventory(stores: Stores, settings: Settings, caller: NodeCaller, body: dict[str, Any], now: float) -> Inventory:
+def replace_inventory(
+    stores: Stores, settings: Settings, caller: NodeCaller, body: dict[str, Any], now: float
+) -> Inventory:
     """Replace a node's inventory, then reconcile its GPU claims and duplicate flags.
 
     The caller is read and checked before anything is written (an unknown caller costs one read,
@@ -132,7 +141,9 @@ def replace_inventory(stores: Stores, settings: Settings, caller: NodeCaller, bo
             node = require_holder(stores.nodes.get(caller.node_id), caller)  # revoked meanwhile: 401
             continue  # another replacement moved first: judge the rate again from a fresh read
         duplicate_identity.reconcile_claims(stores, caller.node_id, values["revision"], uuids, now)
-        duplicate_identity.detect_and_flag(stores, settings, caller.node_id, uuids, set(node.duplicate_partners or ()), now)
+        duplicate_identity.detect_and_flag(
+            stores, settings, caller.node_id, uuids, set(node.duplicate_partners or ()), now
+        )
         return Inventory(caller.node_id, inventory=body["inventory"], updated_at=values["updated_at"])
     raise Conflict("inventory_conflict", "the inventory changed concurrently; retry")
 

@@ -51,8 +51,12 @@ def _check(name: str, ok: bool, detail: str, step: str) -> Check:
 
 def _connection(node: Node, settings: Settings, now: float) -> Check:
     if node.last_heartbeat_at is None:
-        return _check("connection", False, "the agent enrolled but has never sent a heartbeat",
-                      f"start the agent with its persisted identity; {HEARTBEAT_HINT}")
+        return _check(
+            "connection",
+            False,
+            "the agent enrolled but has never sent a heartbeat",
+            f"start the agent with its persisted identity; {HEARTBEAT_HINT}",
+        )
     age = now - node.last_heartbeat_at
     ok = age < settings.stale_after_seconds
     return _check(
@@ -75,7 +79,9 @@ def _inventory_age(node: Node, inventory: Inventory | None, settings: Settings, 
         return _check("inventory_age", False, f"inventory is {age:.0f}s old but lists no GPU in nvidia mode",
                       "run the agent's --preflight on the node; a GPU node must report its GPUs")  # fmt: skip
     if not inventory.inventory.get("capabilities"):
-        return _check("inventory_age", False, "inventory lists no capabilities", "update the agent; it must report capabilities")
+        return _check(
+            "inventory_age", False, "inventory lists no capabilities", "update the agent; it must report capabilities"
+        )
     return _check("inventory_age", True, f"inventory {age:.0f}s old (max {limit}s), {gpus} GPU(s)", "")
 
 
@@ -91,7 +97,9 @@ def _health(node: Node) -> Check:
     health = node.health or {}
     status = health.get("status")
     if status is None:
-        return _check("agent_health", False, "the agent has not reported its health", f"start the agent; {HEARTBEAT_HINT}")
+        return _check(
+            "agent_health", False, "the agent has not reported its health", f"start the agent; {HEARTBEAT_HINT}"
+        )
     return _check("agent_health", status == "ok", f"agent reports {status}",
                   "read the agent's log on the node for the reason it reports itself unhealthy")  # fmt: skip
 
@@ -101,7 +109,9 @@ def _telemetry_age(node: Node, inventory: Inventory | None, settings: Settings, 
         return _check("telemetry_age", False, "no telemetry has been received", f"start the agent; {HEARTBEAT_HINT}")
     age = now - node.last_heartbeat_at
     if age >= settings.stale_after_seconds:
-        return _check("telemetry_age", False, f"telemetry older than {settings.stale_after_seconds}s ({age:.0f}s)", HEARTBEAT_HINT)
+        return _check(
+            "telemetry_age", False, f"telemetry older than {settings.stale_after_seconds}s ({age:.0f}s)", HEARTBEAT_HINT
+        )
     expected = len((inventory.inventory if inventory else {}).get("gpus", []))
     if node.accelerator_mode == "nvidia" and (expected == 0 or len(node.telemetry) != expected):
         return _check("telemetry_age", False,

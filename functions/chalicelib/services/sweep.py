@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any, Callable
+from typing import Any
 
 from chalicelib.config.settings import Settings
 from chalicelib.domain import liveness
@@ -146,9 +147,7 @@ def _transition(stores: Stores, now: float, node_id: str, source: str, target: s
     return True
 
 
-def _record_hold(
-    stores: Stores, now: float, clock: Callable[[], float], held: bool, detail: dict[str, Any]
-) -> bool:
+def _record_hold(stores: Stores, now: float, clock: Callable[[], float], held: bool, detail: dict[str, Any]) -> bool:
     """Write the hold item only when it changes, guarded by the revision read; log the change once.
 
     Whether the hold is in force: ``held``, or another sweep's hold that moved first."""

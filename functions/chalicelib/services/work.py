@@ -149,7 +149,9 @@ def cancel(stores: Stores, work_id: str, now: float) -> WorkItem:
     for _ in range(CLAIM_ROUNDS):
         item = get(stores, work_id)
         if item.status in protocol.FINAL_STATES:
-            raise Conflict("work_finished", f"the work is already {item.status}; only queued or leased work can be cancelled")
+            raise Conflict(
+                "work_finished", f"the work is already {item.status}; only queued or leased work can be cancelled"
+            )
         values = {"status": CANCELLED, "queue_key": None, "queued_at": None, **_NO_LEASE, **_finished(now)}
         event = Event("work.cancelled", {"work_id": work_id, "from": item.status}, now)
         try:
@@ -225,7 +227,13 @@ def claim(stores: Stores, settings: Settings, caller: NodeCaller, now: float) ->
             )
             try:
                 stores.work.claim(
-                    candidate.work_id, candidate.epoch, caller.node_id, caller.credential_sha256, heartbeat_after, values, event
+                    candidate.work_id,
+                    candidate.epoch,
+                    caller.node_id,
+                    caller.credential_sha256,
+                    heartbeat_after,
+                    values,
+                    event,
                 )
             except GuardFailed:
                 # another node took the item, or the node's own check failed (revoked, or not
@@ -300,7 +308,9 @@ def _written(item: WorkItem, values: dict[str, Any]) -> WorkItem:
     return dataclasses.replace(item, **values)
 
 
-def renew(stores: Stores, caller: NodeCaller, work_id: str, body: dict[str, Any], now: float, known: KnownCallers | None) -> WorkItem:
+def renew(
+    stores: Stores, caller: NodeCaller, work_id: str, body: dict[str, Any], now: float, known: KnownCallers | None
+) -> WorkItem:
     validate_with(body, protocol.RENEW_WORK)
     authenticate(stores, caller, known)
     item = _held(stores, caller, work_id, body["epoch"])
@@ -309,7 +319,9 @@ def renew(stores: Stores, caller: NodeCaller, work_id: str, body: dict[str, Any]
     return _write_held(stores, caller, item, body["epoch"], values, event)
 
 
-def complete(stores: Stores, caller: NodeCaller, work_id: str, body: dict[str, Any], now: float, known: KnownCallers | None) -> WorkItem:
+def complete(
+    stores: Stores, caller: NodeCaller, work_id: str, body: dict[str, Any], now: float, known: KnownCallers | None
+) -> WorkItem:
     validate_with(body, protocol.COMPLETE_WORK)
     authenticate(stores, caller, known)
     epoch = body["epoch"]
@@ -333,7 +345,9 @@ def complete(stores: Stores, caller: NodeCaller, work_id: str, body: dict[str, A
     return _write_held(stores, caller, item, epoch, values, event)
 
 
-def fail(stores: Stores, caller: NodeCaller, work_id: str, body: dict[str, Any], now: float, known: KnownCallers | None) -> WorkItem:
+def fail(
+    stores: Stores, caller: NodeCaller, work_id: str, body: dict[str, Any], now: float, known: KnownCallers | None
+) -> WorkItem:
     validate_with(body, protocol.FAIL_WORK)
     authenticate(stores, caller, known)
     epoch = body["epoch"]
@@ -342,7 +356,9 @@ def fail(stores: Stores, caller: NodeCaller, work_id: str, body: dict[str, Any],
     return _write_held(stores, caller, item, epoch, values, event)
 
 
-def _after_failure(item: WorkItem, reason: str, retryable: bool, now: float, cause: str) -> tuple[dict[str, Any], Event]:
+def _after_failure(
+    item: WorkItem, reason: str, retryable: bool, now: float, cause: str
+) -> tuple[dict[str, Any], Event]:
     """Back to the queue while attempts remain and the failure is retryable; else dead. Every
     reason is kept."""
     error = {

@@ -10,7 +10,7 @@ work capability (no runtime worker) cost no read at all.
 from __future__ import annotations
 
 import threading
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from modelforge_protocol.work import CAPABILITIES
 

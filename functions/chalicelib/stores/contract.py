@@ -80,7 +80,9 @@ class NodeStore(Protocol):
         the node holds this active credential and the inventory's revision is still
         ``previous_revision`` (None: it has none)."""
 
-    def change_claims(self, node_id: str, revision: str, uuids: list[str], adding: bool, now: float, event: Event) -> None:
+    def change_claims(
+        self, node_id: str, revision: str, uuids: list[str], adding: bool, now: float, event: Event
+    ) -> None:
         """Create (``adding``) or delete the node's claims on ``uuids`` and record them in the
         inventory's ``claimed_uuids``, while the inventory is still ``revision``. At most
         ``CLAIM_CHANGES_PER_WRITE`` UUIDs."""

@@ -196,7 +196,9 @@ class DynamoNodeStore:
 
         run_transaction(build)
 
-    def change_claims(self, node_id: str, revision: str, uuids: list[str], adding: bool, now: float, event: Event) -> None:
+    def change_claims(
+        self, node_id: str, revision: str, uuids: list[str], adding: bool, now: float, event: Event
+    ) -> None:
         part = {"claimed_uuids": set(uuids)}
         changes = {"add": part} if adding else {"delete": part}
         claims = [
@@ -205,7 +207,10 @@ class DynamoNodeStore:
         ]
         outbox = self._event(
             event,
-            [*map(put_change if adding else delete_change, claims), update_change(InventoryModel, node_id, {}, **changes)],
+            [
+                *map(put_change if adding else delete_change, claims),
+                update_change(InventoryModel, node_id, {}, **changes),
+            ],
         )
 
         def build(transaction: TransactWrite) -> None:
@@ -235,11 +240,15 @@ class DynamoNodeStore:
         self._change_flags(changes, event)
 
     def unlink_duplicates(self, node_id: str, partners: list[str], event: Event) -> None:
-        changes = {target: {"delete": {"duplicate_partners": others}} for target, others in both_sides(node_id, partners)}
+        changes = {
+            target: {"delete": {"duplicate_partners": others}} for target, others in both_sides(node_id, partners)
+        }
         self._change_flags(changes, event)
 
     def _change_flags(self, changes: dict[str, dict[str, Any]], event: Event) -> None:
-        outbox = self._event(event, [update_change(NodeModel, target, {}, **change) for target, change in changes.items()])
+        outbox = self._event(
+            event, [update_change(NodeModel, target, {}, **change) for target, change in changes.items()]
+        )
 
         def build(transaction: TransactWrite) -> None:
             for target, change in changes.items():
@@ -272,4 +281,3 @@ class DynamoNodeStore:
             NodeModel.credential_state == "active",
             self._event(event, [update_change(NodeModel, node_id, values)]),
         )
-

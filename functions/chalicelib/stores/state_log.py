@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import json
 import secrets
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from pynamodb.models import Model
@@ -107,7 +107,7 @@ def outbox_item(
         event_type=event_type,
         occurred_at=round(now, 3),
         payload=json.dumps(payload, sort_keys=True, separators=(",", ":")),
-        expires_at=datetime.fromtimestamp(int(now) + retention_seconds, tz=timezone.utc),
+        expires_at=datetime.fromtimestamp(int(now) + retention_seconds, tz=UTC),
     )
 
 

@@ -30,4 +30,3 @@ def ship(s3: Any, bucket: str, event_id: str, payload: str) -> bool:
             return False
         raise
     return True
-

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from pynamodb.connection import Connection
 from pynamodb.exceptions import TransactWriteError
@@ -46,7 +47,9 @@ def run_transaction(build: Callable[[TransactWrite], None]) -> None:
     except TransactWriteError as error:
         reasons = error.cancellation_reasons or []
         failed = tuple(
-            index for index, reason in enumerate(reasons) if reason is not None and reason.code == "ConditionalCheckFailed"
+            index
+            for index, reason in enumerate(reasons)
+            if reason is not None and reason.code == "ConditionalCheckFailed"
         )
         if failed:
             raise GuardFailed(str(error.cause_response_code), failed=failed) from None

@@ -23,8 +23,7 @@ def update_actions(
     """The PynamoDB update actions that make the same change as ``update_change``."""
     attributes = model.get_attributes()
     actions: list[Any] = [
-        attributes[name].remove() if value is None else attributes[name].set(value)
-        for name, value in values.items()
+        attributes[name].remove() if value is None else attributes[name].set(value) for name, value in values.items()
     ]
     actions += [attributes[name].add(value) for name, value in (add or {}).items()]
     actions += [attributes[name].delete(value) for name, value in (delete or {}).items()]

@@ -123,9 +123,13 @@ class DynamoWorkStore:
         outbox = self._event(event, [update_change(WorkModel, work_id, values)])
 
         def build(transaction: TransactWrite) -> None:
-            transaction.update(WorkModel(work_id), actions=update_actions(WorkModel, values), condition=_guard_condition(guard))
+            transaction.update(
+                WorkModel(work_id), actions=update_actions(WorkModel, values), condition=_guard_condition(guard)
+            )
             if holder_credential_sha256 is not None and guard.node_id is not None:
-                transaction.condition_check(NodeModel, guard.node_id, condition=_holds_credential(holder_credential_sha256))
+                transaction.condition_check(
+                    NodeModel, guard.node_id, condition=_holds_credential(holder_credential_sha256)
+                )
             transaction.save(outbox, condition=OutboxModel.event_id.does_not_exist())
 
         run_transaction(build)
