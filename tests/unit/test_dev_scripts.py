@@ -1,6 +1,6 @@
 """What the developer scripts promise: one pip version (one chalice accepts, so nothing moves it
-back and forth), dev-up's flags for a stable admin token and a readable agent, and a README
-short-threshold example that the control plane accepts."""
+back and forth), dev-up's flags for a stable admin token and a readable agent, and a documented
+short-threshold example (docs/CONFIGURATION.md) that the control plane accepts."""
 
 from __future__ import annotations
 
@@ -54,17 +54,15 @@ def test_dev_up_keeps_its_token_and_data_in_dot_modelforge_and_passes_its_argume
 
 
 def _short_threshold_example() -> dict[str, str]:
-    readme = (ROOT / "README.md").read_text()
-    start = readme.index("**Short thresholds**")
-    block = readme[
-        readme.index("```bash\n", start) + len("```bash\n") : readme.index("```", readme.index("```bash\n", start) + 7)
-    ]
+    doc = (ROOT / "docs" / "CONFIGURATION.md").read_text()
+    start = doc.index("**Short thresholds**")
+    block = doc[doc.index("```bash\n", start) + len("```bash\n") : doc.index("```", doc.index("```bash\n", start) + 7)]
     words = shlex.split(block.replace("\\\n", " "))
     assert words[-1] == "./scripts/dev-up", block
     return dict(word.split("=", 1) for word in words[:-1])
 
 
-def test_the_readme_short_threshold_example_is_accepted_and_needs_its_heartbeat_interval() -> None:
+def test_the_documented_short_threshold_example_is_accepted_and_needs_its_heartbeat_interval() -> None:
     example = _short_threshold_example()
     assert "MODELFORGE_HEARTBEAT_INTERVAL_SECONDS" in example
     base = {**provision.resource_names("modelforge"), "MODELFORGE_ADMIN_TOKEN": secrets.token_urlsafe(32)}
