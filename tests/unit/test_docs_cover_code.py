@@ -231,8 +231,7 @@ def test_every_environment_variable_the_code_reads_is_in_a_configuration_table()
     missing = sorted(name for name in variables_read_by_code() - documented if name not in UNDOCUMENTED)
     assert not missing, (
         "read by the code but in no table of docs/CONFIGURATION.md (document them, or list them in UNDOCUMENTED "
-        "with why):\n"
-        + "\n".join(missing)
+        "with why):\n" + "\n".join(missing)
     )
 
 
