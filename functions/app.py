@@ -14,7 +14,8 @@ from typing import Any
 
 from chalice import Chalice, Rate, Response
 from chalicelib import instance
-from chalicelib.api import console, paging, views
+from chalicelib.api import console, operations, paging, views
+from chalicelib.api.operation import Operation, declare
 from chalicelib.config.settings import SettingsError
 from chalicelib.domain.errors import (
     Conflict,
@@ -53,7 +54,7 @@ log = logging.getLogger("modelforge.api")
 OUTBOX_STREAM_ARN_PLACEHOLDER = (
     "arn:aws:dynamodb:us-east-1:000000000000:table/modelforge-outbox/stream/replaced-at-deploy"
 )
-MAX_PAGE = 100
+MAX_PAGE = paging.MAX_PAGE
 
 
 def _now() -> float:
@@ -107,9 +108,13 @@ def _answer_errors(view: Callable[..., Any]) -> Callable[..., Any]:
     return wrapped
 
 
-def endpoint(path: str, method: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def endpoint(operation: Operation, *, answer_errors: bool = True) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register the view as the route of ``operation`` (its method and path), carrying the operation
+    for the OpenAPI document: the one declaration of a route."""
+
     def register(view: Callable[..., Any]) -> Callable[..., Any]:
-        return app.route(path, methods=[method], content_types=["application/json"])(_answer_errors(view))
+        handler = declare(_answer_errors(view) if answer_errors else view, operation)
+        return app.route(operation.path, methods=[operation.method], content_types=["application/json"])(handler)
 
     return register
 
@@ -176,7 +181,7 @@ def _page_params(key_name: str) -> tuple[int, dict | None]:
 # --- public ------------------------------------------------------------------------------
 
 
-@endpoint("/api/v1/health", "GET")
+@endpoint(operations.GET_HEALTH)
 def health() -> dict[str, Any]:
     validate_query(_request().query_params, set())
     return {
@@ -187,16 +192,7 @@ def health() -> dict[str, Any]:
     }
 
 
-@endpoint("/api/v1/openapi.json", "GET")
-def openapi_document() -> dict[str, Any]:
-    """The OpenAPI 3.1 document of this API (built on the first request for it, not at cold start)."""
-    validate_query(_request().query_params, set())
-    from chalicelib.api import openapi
-
-    return openapi.document()
-
-
-@endpoint("/api/v1/compatibility", "GET")
+@endpoint(operations.GET_COMPATIBILITY)
 def compatibility() -> dict[str, Any]:
     params = validate_query(_request().query_params, {"component", "protocol_version"})
     names = [component.value for component in Component]
@@ -212,10 +208,19 @@ def compatibility() -> dict[str, Any]:
     }
 
 
+@endpoint(operations.GET_OPEN_API)
+def openapi_document() -> dict[str, Any]:
+    """The OpenAPI 3.1 document of this API (built on the first request for it, not at cold start)."""
+    validate_query(_request().query_params, set())
+    from chalicelib.api import openapi
+
+    return openapi.document(app.routes)
+
+
 # --- admin: enrollments ------------------------------------------------------------------
 
 
-@endpoint("/api/v1/admin/node-enrollments", "POST")
+@endpoint(operations.CREATE_ENROLLMENT)
 def create_enrollment() -> Response:
     inst = _admin()
     now = _now()
@@ -224,7 +229,7 @@ def create_enrollment() -> Response:
     return Response(body=body, status_code=201)
 
 
-@endpoint("/api/v1/admin/node-enrollments", "GET")
+@endpoint(operations.LIST_ENROLLMENTS)
 def list_enrollments() -> dict[str, Any]:
     inst = _admin()
     limit, start = _page_params("enrollment_id")
@@ -236,14 +241,14 @@ def list_enrollments() -> dict[str, Any]:
     }
 
 
-@endpoint("/api/v1/admin/node-enrollments/{enrollment_id}", "GET")
+@endpoint(operations.GET_ENROLLMENT)
 def get_enrollment(enrollment_id: str) -> dict[str, Any]:
     inst = _admin()
     validate_query(_request().query_params, set())
     return views.enrollment(enrollments.get(inst.stores, enrollment_id), _now())
 
 
-@endpoint("/api/v1/admin/node-enrollments/{enrollment_id}/revoke", "POST")
+@endpoint(operations.REVOKE_ENROLLMENT)
 def revoke_enrollment(enrollment_id: str) -> dict[str, Any]:
     inst = _admin()
     validate(_body(allow_empty=True), "EMPTY")
@@ -251,7 +256,7 @@ def revoke_enrollment(enrollment_id: str) -> dict[str, Any]:
     return views.enrollment(enrollments.revoke(inst.stores, enrollment_id, now), now)
 
 
-@endpoint("/api/v1/admin/node-agent-settings/check", "POST")
+@endpoint(operations.CHECK_NODE_AGENT_SETTINGS)
 def check_node_agent_settings() -> dict[str, Any]:
     """The Enroll node wizard's check: what is wrong with its choices, or the node's .env settings."""
     _admin()
@@ -261,7 +266,7 @@ def check_node_agent_settings() -> dict[str, Any]:
 # --- admin: nodes ------------------------------------------------------------------------
 
 
-@endpoint("/api/v1/admin/nodes", "GET")
+@endpoint(operations.LIST_NODES)
 def list_nodes() -> dict[str, Any]:
     inst = _admin()
     limit, start = _page_params("node_id")
@@ -275,7 +280,7 @@ def list_nodes() -> dict[str, Any]:
     }
 
 
-@endpoint("/api/v1/admin/nodes/{node_id}", "GET")
+@endpoint(operations.GET_NODE)
 def get_node(node_id: str) -> dict[str, Any]:
     inst = _admin()
     validate_query(_request().query_params, set())
@@ -284,7 +289,7 @@ def get_node(node_id: str) -> dict[str, Any]:
     return views.node(node, inst.stores.nodes.get_inventory(node_id), inst.settings, _now(), hold)
 
 
-@endpoint("/api/v1/admin/nodes/{node_id}/readiness", "GET")
+@endpoint(operations.GET_NODE_READINESS)
 def node_readiness(node_id: str) -> dict[str, Any]:
     """Readiness of the exact node an enrollment produced (its enrollment id is accepted too)."""
     inst = _admin()
@@ -293,7 +298,7 @@ def node_readiness(node_id: str) -> dict[str, Any]:
     return views.readiness(readiness.check(inst.stores, inst.settings, node_id, now), now)
 
 
-@endpoint("/api/v1/admin/nodes/{node_id}/revoke-credential", "POST")
+@endpoint(operations.REVOKE_NODE_CREDENTIAL)
 def revoke_node_credential(node_id: str) -> dict[str, Any]:
     inst = _admin()
     validate(_body(allow_empty=True), "EMPTY")
@@ -302,39 +307,10 @@ def revoke_node_credential(node_id: str) -> dict[str, Any]:
     return views.node(node, inst.stores.nodes.get_inventory(node_id), inst.settings, now)
 
 
-# --- the web console (static files; it calls the admin API above from the same origin) ----
-
-
-def _console_answer(status: int, body: str | dict[str, Any], content_type: str, **extra: str) -> Response:
-    headers: dict[str, str | list[str]] = {**console.SECURITY_HEADERS, "Content-Type": content_type, **extra}
-    return Response(body=body, status_code=status, headers=headers)
-
-
-def _console_file(found: console.ConsoleFile | None) -> Response:
-    if found is None:
-        error = NotFound("console_file_not_found", "the console has no such file; open /console/")
-        return _console_answer(404, error.body(), "application/json")
-    return _console_answer(200, found.body, found.content_type)
-
-
-@app.route("/console", methods=["GET"])
-def console_page() -> Response:
-    """The page at ``/console/``; ``/console`` is sent there, so that its files' relative URLs
-    (and the API's, ``../api/v1/``) resolve under any stage prefix."""
-    if not str(_request().context.get("path", "")).endswith("/"):
-        return _console_answer(308, "", "text/plain; charset=utf-8", Location="console/")
-    return _console_file(console.page())
-
-
-@app.route("/console/{name}", methods=["GET"])
-def console_asset(name: str) -> Response:
-    return _console_file(console.find(name))
-
-
 # --- agents ------------------------------------------------------------------------------
 
 
-@endpoint("/api/v1/agent/enroll", "POST")
+@endpoint(operations.ENROLL)
 def enroll() -> Response:
     inst = instance.get()
     body = _body()
@@ -351,7 +327,7 @@ def enroll() -> Response:
     return Response(body=answer, status_code=200 if enrolled.replayed else 201)
 
 
-@endpoint("/api/v1/agent/heartbeat", "POST")
+@endpoint(operations.HEARTBEAT)
 def heartbeat() -> dict[str, Any]:
     inst = instance.get()
     caller = require_node(_request().headers)
@@ -366,7 +342,7 @@ def heartbeat() -> dict[str, Any]:
     }
 
 
-@endpoint("/api/v1/agent/inventory", "POST")
+@endpoint(operations.REPLACE_INVENTORY)
 def replace_inventory() -> dict[str, Any]:
     inst = instance.get()
     caller = require_node(_request().headers)
@@ -384,14 +360,14 @@ def _work_view(inst: instance.Instance, item: Any) -> dict[str, Any]:
     return views.work_item(item, url)
 
 
-@endpoint("/api/v1/admin/work", "POST")
+@endpoint(operations.SUBMIT_WORK)
 def submit_work() -> Response:
     inst = _admin()
     submitted = work.submit(inst.stores, _body(max_bytes=work_protocol.MAX_SUBMIT_BODY_BYTES), _now())
     return Response(body=_work_view(inst, submitted.item), status_code=201 if submitted.created else 200)
 
 
-@endpoint("/api/v1/admin/work", "GET")
+@endpoint(operations.LIST_WORK)
 def list_work() -> dict[str, Any]:
     inst = _admin()
     params = validate_query(_request().query_params, {"limit", "next_token", "status", "capability"})
@@ -408,21 +384,53 @@ def list_work() -> dict[str, Any]:
     return {"work": [_work_view(inst, item) for item in items], "next_token": paging.encode(last)}
 
 
-@endpoint("/api/v1/admin/work/{work_id}", "GET")
+@endpoint(operations.GET_WORK)
 def get_work(work_id: str) -> dict[str, Any]:
     inst = _admin()
     validate_query(_request().query_params, set())
     return _work_view(inst, work.get(inst.stores, work_id))
 
 
-@endpoint("/api/v1/admin/work/{work_id}/cancel", "POST")
+@endpoint(operations.CANCEL_WORK)
 def cancel_work(work_id: str) -> dict[str, Any]:
     inst = _admin()
     validate(_body(allow_empty=True), "EMPTY")
     return _work_view(inst, work.cancel(inst.stores, work_id, _now()))
 
 
-@endpoint("/api/v1/agent/work/claim", "POST")
+# --- the web console (static files; it calls the admin API above from the same origin) ----
+
+
+def _console_answer(status: int, body: str | dict[str, Any], content_type: str, **extra: str) -> Response:
+    headers: dict[str, str | list[str]] = {**console.SECURITY_HEADERS, "Content-Type": content_type, **extra}
+    return Response(body=body, status_code=status, headers=headers)
+
+
+def _console_file(found: console.ConsoleFile | None) -> Response:
+    if found is None:
+        error = NotFound("console_file_not_found", "the console has no such file; open /console/")
+        return _console_answer(404, error.body(), "application/json")
+    return _console_answer(200, found.body, found.content_type)
+
+
+@endpoint(operations.GET_CONSOLE, answer_errors=False)
+def console_page() -> Response:
+    """The page at ``/console/``; ``/console`` is sent there, so that its files' relative URLs
+    (and the API's, ``../api/v1/``) resolve under any stage prefix."""
+    if not str(_request().context.get("path", "")).endswith("/"):
+        return _console_answer(308, "", "text/plain; charset=utf-8", Location="console/")
+    return _console_file(console.page())
+
+
+@endpoint(operations.GET_CONSOLE_FILE, answer_errors=False)
+def console_asset(name: str) -> Response:
+    return _console_file(console.find(name))
+
+
+# --- agents: work --------------------------------------------------------------------------
+
+
+@endpoint(operations.CLAIM_WORK)
 def claim_work() -> Response:
     inst = instance.get()
     caller = require_node(_request().headers)
@@ -433,21 +441,21 @@ def claim_work() -> Response:
     return Response(body=views.work_claim(claimed.item, claimed.input_url, claimed.result_upload_url), status_code=200)
 
 
-@endpoint("/api/v1/agent/work/{work_id}/renew", "POST")
+@endpoint(operations.RENEW_LEASE)
 def renew_work(work_id: str) -> dict[str, Any]:
     inst = instance.get()
     caller = require_node(_request().headers)
     return views.lease(work.renew(inst.stores, caller, work_id, _body(), _now(), inst.known_callers))
 
 
-@endpoint("/api/v1/agent/work/{work_id}/complete", "POST")
+@endpoint(operations.COMPLETE_WORK)
 def complete_work(work_id: str) -> dict[str, Any]:
     inst = instance.get()
     caller = require_node(_request().headers)
     return views.lease(work.complete(inst.stores, caller, work_id, _body(), _now(), inst.known_callers))
 
 
-@endpoint("/api/v1/agent/work/{work_id}/fail", "POST")
+@endpoint(operations.FAIL_WORK)
 def fail_work(work_id: str) -> dict[str, Any]:
     inst = instance.get()
     caller = require_node(_request().headers)
