@@ -17,6 +17,7 @@ from chalicelib import instance
 from chalicelib.api import console, operations, paging, views
 from chalicelib.api.operation import Operation, declare
 from chalicelib.config.settings import SettingsError
+from chalicelib.domain import requests
 from chalicelib.domain.errors import (
     Conflict,
     DomainError,
@@ -29,9 +30,9 @@ from chalicelib.domain.errors import (
     Unauthenticated,
     invalid_request,
 )
-from chalicelib.domain.records import MASS_STALE_HOLD
+from chalicelib.domain.records import WorkItem
 from chalicelib.domain.validation import ascii_int, parse_json_object, validate, validate_query
-from chalicelib.services import enrollments, node_agent_settings, nodes, readiness, sweep, work
+from chalicelib.services import enrollments, listing, node_agent_settings, nodes, readiness, sweep, work
 from chalicelib.services.auth import require_admin, require_node
 from chalicelib.stores import state_log_store
 from modelforge_logging import jsonlog
@@ -224,7 +225,7 @@ def openapi_document() -> dict[str, Any]:
 def create_enrollment() -> Response:
     inst = _admin()
     now = _now()
-    minted = enrollments.create(inst.stores, _body(), now)
+    minted = enrollments.create(inst.stores, requests.create_enrollment(_body()), now)
     body = {**views.enrollment(minted.enrollment, now), "token": minted.token}
     return Response(body=body, status_code=201)
 
@@ -233,11 +234,11 @@ def create_enrollment() -> Response:
 def list_enrollments() -> dict[str, Any]:
     inst = _admin()
     limit, start = _page_params("enrollment_id")
-    items, last = inst.stores.enrollments.list_page(limit, start)
+    page = listing.enrollments(inst.stores, limit, start)
     now = _now()
     return {
-        "enrollments": [views.enrollment(item, now) for item in items],
-        "next_token": paging.encode(last),
+        "enrollments": [views.enrollment(item, now) for item in page.items],
+        "next_token": paging.encode(page.last_key),
     }
 
 
@@ -260,7 +261,7 @@ def revoke_enrollment(enrollment_id: str) -> dict[str, Any]:
 def check_node_agent_settings() -> dict[str, Any]:
     """The Enroll node wizard's check: what is wrong with its choices, or the node's .env settings."""
     _admin()
-    return views.node_agent_settings(node_agent_settings.check(_body()))
+    return views.node_agent_settings(node_agent_settings.check(requests.node_agent_settings(_body())))
 
 
 # --- admin: nodes ------------------------------------------------------------------------
@@ -270,13 +271,11 @@ def check_node_agent_settings() -> dict[str, Any]:
 def list_nodes() -> dict[str, Any]:
     inst = _admin()
     limit, start = _page_params("node_id")
-    items, last = inst.stores.nodes.list_page(limit, start)
-    inventories = inst.stores.nodes.inventories_for([item.node_id for item in items])
-    hold = inst.stores.fleet.get(MASS_STALE_HOLD)
+    page = listing.nodes(inst.stores, limit, start)
     now = _now()
     return {
-        "nodes": [views.node(item, inventories.get(item.node_id), inst.settings, now, hold) for item in items],
-        "next_token": paging.encode(last),
+        "nodes": [views.node(details, inst.settings, now) for details in page.items],
+        "next_token": paging.encode(page.last_key),
     }
 
 
@@ -284,9 +283,7 @@ def list_nodes() -> dict[str, Any]:
 def get_node(node_id: str) -> dict[str, Any]:
     inst = _admin()
     validate_query(_request().query_params, set())
-    node = nodes.get(inst.stores, node_id)
-    hold = inst.stores.fleet.get(MASS_STALE_HOLD)
-    return views.node(node, inst.stores.nodes.get_inventory(node_id), inst.settings, _now(), hold)
+    return views.node(listing.node(inst.stores, node_id), inst.settings, _now())
 
 
 @endpoint(operations.GET_NODE_READINESS)
@@ -304,7 +301,7 @@ def revoke_node_credential(node_id: str) -> dict[str, Any]:
     validate(_body(allow_empty=True), "EMPTY")
     now = _now()
     node = nodes.revoke_credential(inst.stores, node_id, now)
-    return views.node(node, inst.stores.nodes.get_inventory(node_id), inst.settings, now)
+    return views.node(listing.with_inventory(inst.stores, node), inst.settings, now)
 
 
 # --- agents ------------------------------------------------------------------------------
@@ -313,8 +310,7 @@ def revoke_node_credential(node_id: str) -> dict[str, Any]:
 @endpoint(operations.ENROLL)
 def enroll() -> Response:
     inst = instance.get()
-    body = _body()
-    enrolled = enrollments.enroll(inst.stores, inst.settings, body, _now())
+    enrolled = enrollments.enroll(inst.stores, inst.settings, requests.enroll(_body()), _now())
     answer = {
         "node_id": enrolled.node.node_id,
         "enrollment_id": enrolled.node.enrollment_id,
@@ -332,7 +328,7 @@ def heartbeat() -> dict[str, Any]:
     inst = instance.get()
     caller = require_node(_request().headers)
     now = _now()
-    result = nodes.heartbeat(inst.stores, inst.settings, caller, _body(), now, inst.known_callers)
+    result = nodes.heartbeat(inst.stores, inst.settings, caller, requests.heartbeat(_body()), now, inst.known_callers)
     waiting = inst.work_hint.waiting(result.node.capabilities or (), inst.stores.work.any_queued, now)
     return {
         "node_id": caller.node_id,
@@ -346,24 +342,23 @@ def heartbeat() -> dict[str, Any]:
 def replace_inventory() -> dict[str, Any]:
     inst = instance.get()
     caller = require_node(_request().headers)
-    inventory = nodes.replace_inventory(inst.stores, inst.settings, caller, _body(), _now())
+    request = requests.replace_inventory(_body())
+    inventory = nodes.replace_inventory(inst.stores, inst.settings, caller, request, _now())
     return {"node_id": caller.node_id, "inventory": views.inventory(inventory)}
 
 
 # --- work ----------------------------------------------------------------------------------
 
 
-def _work_view(inst: instance.Instance, item: Any) -> dict[str, Any]:
-    url = None
-    if item.result is not None:
-        url = inst.stores.objects.presigned_get(item.result["key"], work.RESULT_URL_SECONDS)
-    return views.work_item(item, url)
+def _work_view(inst: instance.Instance, item: WorkItem) -> dict[str, Any]:
+    return views.work_item(listing.shown(inst.stores, item))
 
 
 @endpoint(operations.SUBMIT_WORK)
 def submit_work() -> Response:
     inst = _admin()
-    submitted = work.submit(inst.stores, _body(max_bytes=work_protocol.MAX_SUBMIT_BODY_BYTES), _now())
+    request = requests.submit_work(_body(max_bytes=work_protocol.MAX_SUBMIT_BODY_BYTES))
+    submitted = work.submit(inst.stores, request, _now())
     return Response(body=_work_view(inst, submitted.item), status_code=201 if submitted.created else 200)
 
 
@@ -380,8 +375,8 @@ def list_work() -> dict[str, Any]:
     if limit is None:
         raise invalid_request(f"limit must be an integer from 1 to {MAX_PAGE}")
     start = paging.decode(params.get("next_token"), "work_id")
-    items, last = inst.stores.work.list_page(limit, start, status, capability)
-    return {"work": [_work_view(inst, item) for item in items], "next_token": paging.encode(last)}
+    page = listing.work(inst.stores, limit, start, status, capability)
+    return {"work": [views.work_item(shown) for shown in page.items], "next_token": paging.encode(page.last_key)}
 
 
 @endpoint(operations.GET_WORK)
@@ -445,21 +440,24 @@ def claim_work() -> Response:
 def renew_work(work_id: str) -> dict[str, Any]:
     inst = instance.get()
     caller = require_node(_request().headers)
-    return views.lease(work.renew(inst.stores, caller, work_id, _body(), _now(), inst.known_callers))
+    return views.lease(
+        work.renew(inst.stores, caller, work_id, requests.renew_work(_body()), _now(), inst.known_callers)
+    )
 
 
 @endpoint(operations.COMPLETE_WORK)
 def complete_work(work_id: str) -> dict[str, Any]:
     inst = instance.get()
     caller = require_node(_request().headers)
-    return views.lease(work.complete(inst.stores, caller, work_id, _body(), _now(), inst.known_callers))
+    request = requests.complete_work(_body())
+    return views.lease(work.complete(inst.stores, caller, work_id, request, _now(), inst.known_callers))
 
 
 @endpoint(operations.FAIL_WORK)
 def fail_work(work_id: str) -> dict[str, Any]:
     inst = instance.get()
     caller = require_node(_request().headers)
-    return views.lease(work.fail(inst.stores, caller, work_id, _body(), _now(), inst.known_callers))
+    return views.lease(work.fail(inst.stores, caller, work_id, requests.fail_work(_body()), _now(), inst.known_callers))
 
 
 # --- scheduled and stream functions ------------------------------------------------------
