@@ -1,7 +1,11 @@
 """ModelForge control plane: the Chalice app behind API Gateway.
 
-Routes parse the request, call one service function and shape the answer. Domain errors
-become JSON answers in one place (``_answer_errors``); nothing else reaches the caller.
+Each route is declared once: ``@endpoint(operations.NAME)`` registers the view at the operation's
+method and path, and the OpenAPI document is built from the operations the routes carry
+(``chalicelib/api/operations.py``). Routes parse the request into a typed request
+(``chalicelib/domain/requests.py``), call a service and shape the answer (``chalicelib/api/views.py``).
+Domain errors become JSON answers in one place (``_answer_errors``, by ``STATUS_OF``); nothing else
+reaches the caller.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from typing import Any
 from chalice import Chalice, Rate, Response
 from chalicelib import instance
 from chalicelib.api import console, operations, paging, views
-from chalicelib.api.operation import Operation, declare
+from chalicelib.api.operation import Operation, declare, declared
 from chalicelib.config.settings import SettingsError
 from chalicelib.domain import requests
 from chalicelib.domain.errors import (
@@ -111,7 +115,8 @@ def _answer_errors(view: Callable[..., Any]) -> Callable[..., Any]:
 
 def endpoint(operation: Operation, *, answer_errors: bool = True) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register the view as the route of ``operation`` (its method and path), carrying the operation
-    for the OpenAPI document: the one declaration of a route."""
+    for the OpenAPI document: the one declaration of a route. ``answer_errors=False`` (the console's
+    static files) leaves failures to Chalice, as those routes always have."""
 
     def register(view: Callable[..., Any]) -> Callable[..., Any]:
         handler = declare(_answer_errors(view) if answer_errors else view, operation)
@@ -171,8 +176,21 @@ def _admin() -> instance.Instance:
     return inst
 
 
+def _served() -> Operation:
+    """The operation of the route that took this request (``endpoint`` registered it)."""
+    request = _request()
+    operation = declared(app.routes[request.context["resourcePath"]][request.method].view_function)
+    assert operation is not None, "every route is registered by endpoint()"
+    return operation
+
+
+def _query() -> dict[str, str]:
+    """The request's query parameters, refused unless the route's operation declares each."""
+    return validate_query(_request().query_params, _served().query_names())
+
+
 def _page_params(key_name: str) -> tuple[int, dict | None]:
-    params = validate_query(_request().query_params, {"limit", "next_token"})
+    params = _query()
     limit = ascii_int(params.get("limit", str(MAX_PAGE)), 1, MAX_PAGE)
     if limit is None:
         raise invalid_request(f"limit must be an integer from 1 to {MAX_PAGE}")
@@ -184,7 +202,7 @@ def _page_params(key_name: str) -> tuple[int, dict | None]:
 
 @endpoint(operations.GET_HEALTH)
 def health() -> dict[str, Any]:
-    validate_query(_request().query_params, set())
+    _query()
     return {
         "status": "ok",
         "release": CONTROL_PLANE_RELEASE,
@@ -195,7 +213,7 @@ def health() -> dict[str, Any]:
 
 @endpoint(operations.GET_COMPATIBILITY)
 def compatibility() -> dict[str, Any]:
-    params = validate_query(_request().query_params, {"component", "protocol_version"})
+    params = _query()
     names = [component.value for component in Component]
     if params.get("component") not in names:
         raise invalid_request(f"component must be one of {', '.join(names)}")
@@ -212,7 +230,7 @@ def compatibility() -> dict[str, Any]:
 @endpoint(operations.GET_OPEN_API)
 def openapi_document() -> dict[str, Any]:
     """The OpenAPI 3.1 document of this API (built on the first request for it, not at cold start)."""
-    validate_query(_request().query_params, set())
+    _query()
     from chalicelib.api import openapi
 
     return openapi.document(app.routes)
@@ -245,7 +263,7 @@ def list_enrollments() -> dict[str, Any]:
 @endpoint(operations.GET_ENROLLMENT)
 def get_enrollment(enrollment_id: str) -> dict[str, Any]:
     inst = _admin()
-    validate_query(_request().query_params, set())
+    _query()
     return views.enrollment(enrollments.get(inst.stores, enrollment_id), _now())
 
 
@@ -282,7 +300,7 @@ def list_nodes() -> dict[str, Any]:
 @endpoint(operations.GET_NODE)
 def get_node(node_id: str) -> dict[str, Any]:
     inst = _admin()
-    validate_query(_request().query_params, set())
+    _query()
     return views.node(listing.node(inst.stores, node_id), inst.settings, _now())
 
 
@@ -290,7 +308,7 @@ def get_node(node_id: str) -> dict[str, Any]:
 def node_readiness(node_id: str) -> dict[str, Any]:
     """Readiness of the exact node an enrollment produced (its enrollment id is accepted too)."""
     inst = _admin()
-    validate_query(_request().query_params, set())
+    _query()
     now = _now()
     return views.readiness(readiness.check(inst.stores, inst.settings, node_id, now), now)
 
@@ -365,7 +383,7 @@ def submit_work() -> Response:
 @endpoint(operations.LIST_WORK)
 def list_work() -> dict[str, Any]:
     inst = _admin()
-    params = validate_query(_request().query_params, {"limit", "next_token", "status", "capability"})
+    params = _query()
     status, capability = params.get("status"), params.get("capability")
     if status is not None and status not in work_protocol.WORK_STATES:
         raise invalid_request(f"status must be one of {', '.join(work_protocol.WORK_STATES)}")
@@ -382,7 +400,7 @@ def list_work() -> dict[str, Any]:
 @endpoint(operations.GET_WORK)
 def get_work(work_id: str) -> dict[str, Any]:
     inst = _admin()
-    validate_query(_request().query_params, set())
+    _query()
     return _work_view(inst, work.get(inst.stores, work_id))
 
 

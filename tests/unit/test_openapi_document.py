@@ -163,3 +163,18 @@ def test_importing_the_api_function_leaves_the_document_for_its_first_request() 
     done = run_to_exit([sys.executable, "-c", probe], cwd=FUNCTIONS)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "False"
+
+
+def test_operation_query_names_query_parameters_only() -> None:
+    from chalicelib.api import operations
+
+    assert operations.LIST_WORK.query_names() == {"limit", "next_token", "status", "capability"}
+    assert operations.GET_WORK.query_names() == set()  # its work_id is a path parameter
+
+
+def test_endpoint_route_carries_its_operation_and_nothing_else_lists_it() -> None:
+    from chalicelib.api import operations
+    from chalicelib.api.operation import declared
+
+    entry = _routes()["/api/v1/admin/work/{work_id}"]["GET"]
+    assert declared(entry.view_function) is operations.GET_WORK

@@ -104,6 +104,10 @@ class Operation:
     refusals: dict[int, tuple[str, ...]] = field(default_factory=dict)
     description: str = ""
 
+    def query_names(self) -> set[str]:
+        """The query parameters the operation takes (the route refuses any other)."""
+        return {parameter.name for parameter in self.parameters if parameter.where == "query"}
+
     def errors(self) -> dict[int, tuple[str, ...]]:
         """Every error code this operation can answer, by status."""
         found: dict[int, list[str]] = {}
