@@ -162,9 +162,11 @@ def _request() -> Any:
     return app.current_request
 
 
-def _body(allow_empty: bool = False, max_bytes: int | None = None) -> dict[str, Any]:
-    """The JSON body of a POST; POST endpoints take no query parameters."""
-    validate_query(_request().query_params, set())
+def _body(max_bytes: int | None = None) -> dict[str, Any]:
+    """The JSON body of a POST (empty counts as ``{}`` where the operation says the body is optional);
+    POST endpoints take no query parameters."""
+    _query()
+    allow_empty = _served().body_optional
     if max_bytes is None:
         return parse_json_object(_request().raw_body, allow_empty=allow_empty)
     return parse_json_object(_request().raw_body, allow_empty=allow_empty, max_bytes=max_bytes)
@@ -270,7 +272,7 @@ def get_enrollment(enrollment_id: str) -> dict[str, Any]:
 @endpoint(operations.REVOKE_ENROLLMENT)
 def revoke_enrollment(enrollment_id: str) -> dict[str, Any]:
     inst = _admin()
-    validate(_body(allow_empty=True), "EMPTY")
+    validate(_body(), "EMPTY")
     now = _now()
     return views.enrollment(enrollments.revoke(inst.stores, enrollment_id, now), now)
 
@@ -316,7 +318,7 @@ def node_readiness(node_id: str) -> dict[str, Any]:
 @endpoint(operations.REVOKE_NODE_CREDENTIAL)
 def revoke_node_credential(node_id: str) -> dict[str, Any]:
     inst = _admin()
-    validate(_body(allow_empty=True), "EMPTY")
+    validate(_body(), "EMPTY")
     now = _now()
     node = nodes.revoke_credential(inst.stores, node_id, now)
     return views.node(listing.with_inventory(inst.stores, node), inst.settings, now)
@@ -407,7 +409,7 @@ def get_work(work_id: str) -> dict[str, Any]:
 @endpoint(operations.CANCEL_WORK)
 def cancel_work(work_id: str) -> dict[str, Any]:
     inst = _admin()
-    validate(_body(allow_empty=True), "EMPTY")
+    validate(_body(), "EMPTY")
     return _work_view(inst, work.cancel(inst.stores, work_id, _now()))
 
 
@@ -447,7 +449,7 @@ def console_asset(name: str) -> Response:
 def claim_work() -> Response:
     inst = instance.get()
     caller = require_node(_request().headers)
-    validate(_body(allow_empty=True), "EMPTY")
+    validate(_body(), "EMPTY")
     claimed = work.claim(inst.stores, inst.settings, caller, _now())
     if claimed is None:
         return Response(body="", status_code=204)
