@@ -166,6 +166,7 @@ def test_gateway_refusals_answer_what_the_local_server_and_the_openapi_document_
     """An unknown path is 404 not_found deployed as locally (API Gateway answers a method a path
     lacks the same way: docs/ARCHITECTURE.md), and throttling is the 429 every operation lists."""
     from chalicelib.api import openapi
+    from modelforge_cli.http_server import load_app
 
     template = resolve(json.loads((packaged / "sam.json").read_text()), {"AdminRoutesUseIam": False})
     responses = template["Resources"]["RestAPI"]["Properties"]["GatewayResponses"]
@@ -175,7 +176,7 @@ def test_gateway_refusals_answer_what_the_local_server_and_the_openapi_document_
 
     assert code("MISSING_AUTHENTICATION_TOKEN") == "not_found"
     assert responses["THROTTLED"]["StatusCode"] == 429
-    for operation in openapi.OPERATIONS:
+    for operation in openapi.operations(load_app().app.routes):
         assert code("THROTTLED") in operation.errors()[429], operation.path
 
 

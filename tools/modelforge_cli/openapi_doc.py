@@ -21,9 +21,11 @@ REGENERATE = "python -m modelforge_cli.openapi_doc"
 
 def render() -> str:
     """The document as the file holds it: two-space indents, fields in the order they are built."""
-    from chalicelib.api import openapi  # functions/ is on the path catalogue
+    from chalicelib.api import openapi
 
-    return json.dumps(openapi.build(), indent=2, ensure_ascii=False) + "\n"
+    from .http_server import load_app
+
+    return json.dumps(openapi.build(load_app().app.routes), indent=2, ensure_ascii=False) + "\n"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

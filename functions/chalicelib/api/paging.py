@@ -10,6 +10,8 @@ from typing import Any
 
 from chalicelib.domain.errors import invalid_request
 
+#: The largest page a list answers (and its default size).
+MAX_PAGE = 100
 _KEY_VALUE = re.compile(r"^[a-z]+_[0-9a-f]{32}$")
 
 
