@@ -306,7 +306,7 @@ def complete_all(nodes: list[Node], claims: list[Claimed], base_url: str) -> lis
 
 def run_level(stack: Any, nodes: list[Node], items: int) -> LevelResult:
     from chalicelib import instance
-    from modelforge_cli.emulator import operations_delta
+    from modelforge_local_stack.emulator import operations_delta
 
     print(f"\n{len(nodes)} concurrent node(s), {items} items", flush=True)
     admin = nodes[0].client
@@ -610,7 +610,7 @@ def run(args: argparse.Namespace) -> int:
     _support.prepare_stack_environment("WARNING", keep_thresholds=False)
     os.environ["MODELFORGE_NODE_STALE_AFTER_SECONDS"] = str(STALE_AFTER_SECONDS)
     os.environ["MODELFORGE_NODE_OFFLINE_AFTER_SECONDS"] = str(OFFLINE_AFTER_SECONDS)
-    from modelforge_cli.local_stack import LocalOptions, LocalStack
+    from modelforge_local_stack.local_stack import LocalOptions, LocalStack
 
     wall_started = time.perf_counter()
     print(

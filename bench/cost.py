@@ -500,7 +500,7 @@ class SweepRun:
 def sweep_phase(rig: Rig, sizes: list[int], settings: Any, keep_fresh: list[Node]) -> list[SweepRun]:
     """One scheduled sweep over a healthy fleet of each size (nodes seeded into the table)."""
     import sweep as sweep_bench
-    from modelforge_cli.scheduler import scheduled_event
+    from modelforge_local_stack.scheduler import scheduled_event
 
     client = sweep_bench.dynamodb_client(rig.stack.aws_endpoint_url)
     table = rig.stack.names["MODELFORGE_NODES_TABLE"]
@@ -581,7 +581,7 @@ def inventory_refresh_seconds() -> float:
 
 def table_shapes(names: dict[str, str]) -> dict[str, model.TableShape]:
     """The shape of each table of the stack, from infra/resources.json (the one catalogue)."""
-    from modelforge_cli import provision
+    from modelforge_local_stack import provision
 
     shapes = {}
     for logical_id, resource in provision.load_resources().items():
@@ -654,7 +654,7 @@ def run(args: argparse.Namespace) -> int:
     _support.prepare_stack_environment("INFO", keep_thresholds=False)
     os.environ.pop("MODELFORGE_HEARTBEAT_INTERVAL_SECONDS", None)
     from modelforge_cli.api_client import cpu_inventory, gpu_inventory
-    from modelforge_cli.local_stack import LocalOptions, LocalStack
+    from modelforge_local_stack.local_stack import LocalOptions, LocalStack
 
     wall_started = time.perf_counter()
     memory_mb = lambda_memory_mb()

@@ -337,7 +337,7 @@ HINT_TTL_SECONDS = 5.0
 
 def work_hint_reads(stack: Any, args: argparse.Namespace) -> list[str]:
     """AWS calls per heartbeat of nodes that serve work, without queued work and with it."""
-    from modelforge_cli.emulator import operations_delta
+    from modelforge_local_stack.emulator import operations_delta
 
     nodes = enroll_nodes(stack.api_url, HINT_NODES, args.gpus, WORKER_CAPABILITIES)
     admin = nodes[0].client
@@ -395,8 +395,8 @@ def work_hint_reads(stack: Any, args: argparse.Namespace) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     # the access log (INFO) carries the server-side latency
     _support.prepare_stack_environment("INFO", keep_thresholds=True)
-    from modelforge_cli.emulator import operations_delta
-    from modelforge_cli.local_stack import LocalOptions, LocalStack
+    from modelforge_local_stack.emulator import operations_delta
+    from modelforge_local_stack.local_stack import LocalOptions, LocalStack
 
     problems: list[str] = []
     wall_started = time.monotonic()

@@ -238,7 +238,7 @@ def _phase(label: str, began: float) -> None:
 
 
 def run_size(count: int, stale_percent: float) -> SizeResult:
-    from modelforge_cli.local_stack import LocalOptions, LocalStack
+    from modelforge_local_stack.local_stack import LocalOptions, LocalStack
 
     stale_count = round(count * stale_percent / 100)
     print(f"\n{count} nodes, {stale_count} of them stale ({stale_percent:g}%)", flush=True)

@@ -17,7 +17,7 @@ from types import ModuleType
 from chalicelib import instance
 from chalicelib.domain import liveness
 from chalicelib.services import sweep
-from modelforge_cli.emulator import operations_delta
+from modelforge_local_stack.emulator import operations_delta
 
 from tests.support import bench_scripts
 from tests.support.snapshots import scan_table

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from chalicelib.config.settings import SettingsError, load_settings
-from modelforge_cli import provision
+from modelforge_local_stack import provision
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version

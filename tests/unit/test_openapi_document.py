@@ -23,7 +23,7 @@ METHODS = {"get", "put", "post", "delete", "options", "head", "patch", "trace"}
 
 
 def _app_routes() -> dict[str, set[str]]:
-    from modelforge_cli.http_server import load_app
+    from modelforge_local_stack.http_server import load_app
 
     return {path: set(methods) for path, methods in load_app().app.routes.items()}
 
@@ -33,7 +33,7 @@ def _document_routes(document: dict[str, Any]) -> dict[str, set[str]]:
 
 
 def test_the_checked_in_document_is_the_generated_one() -> None:
-    from modelforge_cli import openapi_doc
+    from modelforge_local_stack import openapi_doc
 
     checked_in = openapi_doc.DOCUMENT_PATH.read_text(encoding="utf-8")
     assert checked_in == openapi_doc.render(), (
@@ -43,7 +43,7 @@ def test_the_checked_in_document_is_the_generated_one() -> None:
 
 
 def test_the_regenerate_command_checks_and_writes(tmp_path: Path) -> None:
-    from modelforge_cli import openapi_doc
+    from modelforge_local_stack import openapi_doc
 
     target = tmp_path / "openapi.json"
     assert openapi_doc.main(["--check", "--output", str(target)]) == 1
@@ -111,7 +111,7 @@ def test_portable_patterns_accept_and_refuse_what_the_protocol_patterns_do() -> 
 
 
 def test_the_page_limit_is_the_apps() -> None:
-    from modelforge_cli.http_server import load_app
+    from modelforge_local_stack.http_server import load_app
 
     assert openapi.MAX_PAGE == load_app().MAX_PAGE
 
