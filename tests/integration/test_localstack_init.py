@@ -165,7 +165,9 @@ def test_the_compose_file_resolves_pins_its_image_and_mounts_the_hook_and_the_ca
     assert binds == {
         f"/etc/localstack/init/ready.d/{HOOK.name}": str(HOOK),
         f"{MOUNTED_REPO}/infra/resources.json": str(REPO / "infra" / "resources.json"),
-        f"{MOUNTED_REPO}/tools/local_stack/modelforge_local_stack": str(REPO / "tools" / "local_stack" / "modelforge_local_stack"),
+        f"{MOUNTED_REPO}/tools/local_stack/modelforge_local_stack": str(
+            REPO / "tools" / "local_stack" / "modelforge_local_stack"
+        ),
         f"{MOUNTED_REPO}/functions/chalicelib": str(REPO / "functions" / "chalicelib"),
     }
     for target, source in binds.items():

@@ -51,7 +51,10 @@ def _moto_transact_write_items() -> Any:
 
 def test_installed_moto_is_the_pinned_one() -> None:
     pins = [
-        Requirement(entry) for entry in tomllib.loads((REPO / "tools" / "local_stack" / "pyproject.toml").read_text())["project"]["dependencies"]
+        Requirement(entry)
+        for entry in tomllib.loads((REPO / "tools" / "local_stack" / "pyproject.toml").read_text())["project"][
+            "dependencies"
+        ]
     ]
     (moto,) = [pin for pin in pins if pin.name == "moto"]
     specifiers = list(moto.specifier)

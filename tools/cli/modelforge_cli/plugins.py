@@ -48,7 +48,4 @@ def installed() -> Iterator[tuple[str, Loader]]:
 
 
 def not_installed_message(command: str) -> str:
-    return (
-        f"modelforge: `{command}` comes with the local stack, which is not installed: "
-        f"pip install {LOCAL_STACK}"
-    )
+    return f"modelforge: `{command}` comes with the local stack, which is not installed: pip install {LOCAL_STACK}"

@@ -27,7 +27,9 @@ def render() -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m modelforge_local_stack.openapi_doc", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m modelforge_local_stack.openapi_doc", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--check", action="store_true", help="only compare; exit 1 when the file is out of date")
     parser.add_argument(
         "--output", type=Path, default=DOCUMENT_PATH, help=f"default {DOCUMENT_PATH.relative_to(REPO_ROOT)}"
