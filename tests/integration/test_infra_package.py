@@ -84,7 +84,10 @@ def test_lambda_bundle_carries_the_shared_protocol_package_and_no_agent_code(pac
     assert "modelforge_protocol/versions.py" in names and "modelforge_logging/jsonlog.py" in names
     assert "app.py" in names and "chalicelib/services/enrollments.py" in names
     assert not any(
-        name.startswith(("modelforge_node_agent/", "modelforge_runtime_worker/", "modelforge_cli/")) for name in names
+        name.startswith(
+            ("modelforge_node_agent/", "modelforge_runtime_worker/", "modelforge_cli/", "modelforge_local_stack/")
+        )
+        for name in names
     )
 
 
