@@ -42,14 +42,10 @@ import uuid
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-if str(Path(__file__).resolve().parent) not in sys.path:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/_support, also when loaded by a test
-
-import _support
-from _support import LOOPBACK, BenchFailure
+from modelforge_bench import support as _support
+from modelforge_bench.support import LOOPBACK, BenchFailure
 
 REGION = "us-east-1"
 ECHO = "diagnostic.echo"

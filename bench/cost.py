@@ -9,7 +9,7 @@ Every count it prices is measured in this run: it starts the control plane in th
 (``LocalStack``: the deployed Chalice app, its sweep and its state-log handler, on the embedded
 moto emulator, all on 127.0.0.1), drives it through the HTTP API with a simulated clock, and
 prices each AWS request the emulator handles by DynamoDB's and S3's billing rules
-(``_cost_model``): write request units from the items' sizes before and after each write, the
+(``modelforge_bench.cost_model``): write request units from the items' sizes before and after each write, the
 global secondary index writes included, read request units from the items read. Only the prices
 are written down, in one table (bench/aws_prices.json, with the date and source of each).
 
@@ -37,12 +37,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-if str(Path(__file__).resolve().parent) not in sys.path:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/_support, also when loaded by a test
-
-import _cost_model as model
-import _support
-from _support import LOOPBACK, BenchFailure
+from modelforge_bench import cost_model as model
+from modelforge_bench import support as _support
+from modelforge_bench.support import LOOPBACK, BenchFailure
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CHALICE_CONFIG = REPO_ROOT / "functions" / ".chalice" / "config.json"

@@ -34,14 +34,10 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-if str(Path(__file__).resolve().parent) not in sys.path:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/_support, also when loaded by a test
-
-import _support
-from _support import LOOPBACK, BenchFailure
+from modelforge_bench import support as _support
+from modelforge_bench.support import LOOPBACK, BenchFailure
 from modelforge_cli.item_size import WRITE_UNIT_BYTES, item_size, item_size_breakdown, write_units
 
 HEARTBEAT_PATH = "/api/v1/agent/heartbeat"
