@@ -5,12 +5,15 @@ the local stack its words answer how to install it."""
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
+import modelforge_cli
 import pytest
 from modelforge_cli import cli, plugins
 
@@ -99,3 +102,20 @@ def test_cli_runs_a_plugin_command_of_another_distribution_listed_after_the_buil
     assert list(_subcommands(cli.build_parser()))[-1] == "extra"
     assert cli.main(["extra", "--flag"]) == 7
     assert ran[0].flag is True
+
+
+def test_admin_cli_modules_import_nothing_of_the_local_stack_nor_the_control_plane() -> None:
+    """What modelforge-cli's wheel declares (requests and the protocol; botocore with [aws]) is all
+    its modules import, besides the standard library."""
+    allowed = {"requests", "modelforge_protocol", "modelforge_cli", "botocore"}
+    outside = []
+    for path in sorted(Path(modelforge_cli.__file__).parent.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            for name in names:
+                top = name.split(".")[0]
+                if top not in allowed and top not in sys.stdlib_module_names:
+                    outside.append(f"{path.name}: {name}")
+    assert outside == []
