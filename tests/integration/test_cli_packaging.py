@@ -101,6 +101,9 @@ def test_the_admin_install_runs_help_and_the_admin_commands_help(admin_env: Path
     assert "(needs modelforge-local-stack)" in " ".join(done.stdout.split())
     done = _run([str(admin_env / "modelforge"), "nodes", "list", "--help"], cwd=admin_env)
     assert done.returncode == 0 and "--aws-sigv4" in done.stdout, done.stderr
+    for words in (["enrollments", "--help"], ["work", "--help"], ["release", "--help"], ["admin-token", "new"]):
+        done = _run([str(admin_env / "modelforge"), *words], cwd=admin_env)
+        assert done.returncode == 0 and done.stdout, (words, done.stderr)
 
 
 def test_the_admin_install_says_local_up_needs_the_local_stack_and_how_to_install_it(admin_env: Path) -> None:
