@@ -212,7 +212,7 @@ def _hold_active() -> bool:
 
 
 def test_the_local_scheduler_event_runs_the_deployed_sweep_handler(stack, cp: ControlPlane, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    from modelforge_cli.scheduler import scheduled_event
+    from modelforge_local_stack.scheduler import scheduled_event
 
     settings = instance.get().settings
     clock = _past_clock()

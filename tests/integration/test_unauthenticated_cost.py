@@ -17,7 +17,7 @@ from chalicelib.domain import requests as typed
 from chalicelib.services import nodes
 from chalicelib.services.auth import NodeCaller
 from chalicelib.services.known_callers import KnownCallers
-from modelforge_cli.emulator import operations_delta
+from modelforge_local_stack.emulator import operations_delta
 from modelforge_protocol.credentials import sha256_hex
 
 from tests.support.api import AgentIdentity, ControlPlane, gpu_inventory

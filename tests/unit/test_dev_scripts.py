@@ -5,6 +5,7 @@ short-threshold example (docs/CONFIGURATION.md) that the control plane accepts."
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import re
 import secrets
 import shlex
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from chalicelib.config.settings import SettingsError, load_settings
-from modelforge_cli import provision
+from modelforge_local_stack import provision
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
@@ -40,6 +41,20 @@ def test_the_pip_the_venv_script_installs_is_one_chalice_accepts() -> None:
     assert Version(importlib.metadata.version("pip")) in ours, (
         "the installed pip is outside the range: rerun scripts/_venv.sh"
     )
+
+
+def test_the_venv_script_installs_every_distribution_of_the_checkout_editable() -> None:
+    """A pyproject.toml the script forgets would leave its package importable from nowhere (no
+    sys.path insertion stands in for an install); the CLI comes with [aws], for --aws-sigv4."""
+    script = (ROOT / "scripts" / "_venv.sh").read_text()
+    installed = set(re.findall(r'-e "\$ROOT/?([^"\[]*)(?:\[[^\]]*\])?"', script))
+    projects = set()
+    for folder, subfolders, files in os.walk(ROOT):
+        subfolders[:] = [name for name in subfolders if not name.startswith((".", "_")) and name != "build"]
+        if "pyproject.toml" in files:
+            projects.add("" if Path(folder) == ROOT else str(Path(folder).relative_to(ROOT)))
+    assert installed == projects, (installed, projects)
+    assert '-e "$ROOT/tools/cli[aws]"' in script
 
 
 def test_dev_up_keeps_its_token_and_data_in_dot_modelforge_and_passes_its_arguments_on() -> None:

@@ -25,7 +25,7 @@ METHODS = {"get", "put", "post", "delete", "options", "head", "patch", "trace"}
 
 
 def _routes() -> Any:
-    from modelforge_cli.http_server import load_app
+    from modelforge_local_stack.http_server import load_app
 
     return load_app().app.routes
 
@@ -35,7 +35,7 @@ def _built() -> dict[str, Any]:
 
 
 def test_the_checked_in_document_is_the_generated_one() -> None:
-    from modelforge_cli import openapi_doc
+    from modelforge_local_stack import openapi_doc
 
     checked_in = openapi_doc.DOCUMENT_PATH.read_text(encoding="utf-8")
     assert checked_in == openapi_doc.render(), (
@@ -45,7 +45,7 @@ def test_the_checked_in_document_is_the_generated_one() -> None:
 
 
 def test_the_regenerate_command_checks_and_writes(tmp_path: Path) -> None:
-    from modelforge_cli import openapi_doc
+    from modelforge_local_stack import openapi_doc
 
     target = tmp_path / "openapi.json"
     assert openapi_doc.main(["--check", "--output", str(target)]) == 1
