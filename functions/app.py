@@ -267,7 +267,7 @@ def list_nodes() -> dict[str, Any]:
     limit, start = _page_params("node_id")
     items, last = inst.stores.nodes.list_page(limit, start)
     inventories = inst.stores.nodes.inventories_for([item.node_id for item in items])
-    hold = inst.stores.fleet.get(MASS_STALE_HOLD)
+    hold = inst.stores.control.get(MASS_STALE_HOLD)
     now = _now()
     return {
         "nodes": [views.node(item, inventories.get(item.node_id), inst.settings, now, hold) for item in items],
@@ -280,7 +280,7 @@ def get_node(node_id: str) -> dict[str, Any]:
     inst = _admin()
     validate_query(_request().query_params, set())
     node = nodes.get(inst.stores, node_id)
-    hold = inst.stores.fleet.get(MASS_STALE_HOLD)
+    hold = inst.stores.control.get(MASS_STALE_HOLD)
     return views.node(node, inst.stores.nodes.get_inventory(node_id), inst.settings, _now(), hold)
 
 

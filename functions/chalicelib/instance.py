@@ -58,7 +58,9 @@ def get() -> Instance:
             jsonlog.configure(os.environ.get("MODELFORGE_LOG_LEVEL", "INFO").upper())
             settings = load_settings()
             bind_tables(settings)
-            stores = dynamodb_stores(settings.outbox_retention_seconds, _s3_client, settings.state_log_bucket)
+            stores = dynamodb_stores(
+                settings.outbox_retention_seconds, settings.sweep_bucket_seconds, _s3_client, settings.state_log_bucket
+            )
             _instance = Instance(settings=settings, stores=stores)
         return _instance
 

@@ -159,11 +159,11 @@ _SWEEPS = """
 import dataclasses, json, sys
 from chalicelib.services import sweep
 from chalicelib import instance
-from chalicelib.stores.models import FleetStateModel
+from chalicelib.stores.models import ControlModel
 from chalicelib.domain.records import ONLINE_NODES
 for step in json.loads(sys.argv[1]):
     if step.get("drop_counter"):
-        FleetStateModel(ONLINE_NODES).delete()
+        ControlModel(ONLINE_NODES).delete()
     settings = dataclasses.replace(instance.get().settings, mass_stale_fraction=step["fraction"])
     print(json.dumps(sweep.report_dict(sweep.run(instance.get().stores, settings, step["now"]))))
 """

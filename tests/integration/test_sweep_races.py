@@ -13,10 +13,10 @@ from typing import Any
 
 from chalicelib import instance
 from chalicelib.domain import liveness
-from chalicelib.domain.records import MASS_STALE_HOLD, ONLINE_NODES, FleetState
+from chalicelib.domain.records import MASS_STALE_HOLD, ONLINE_NODES, ControlItem
 from chalicelib.services import sweep
 from chalicelib.stores.item_records import item_of
-from chalicelib.stores.models import FleetStateModel
+from chalicelib.stores.models import ControlModel
 
 from tests.support.api import ControlPlane
 from tests.support.snapshots import scan_table
@@ -70,7 +70,7 @@ def _read_then_wait(monkeypatch, name: str, barrier: threading.Barrier) -> None:
     original = fleet.get
     first = threading.local()
 
-    def get(wanted: str) -> FleetState | None:
+    def get(wanted: str) -> ControlItem | None:
         item = original(wanted)
         if wanted == name and not getattr(first, "done", False):
             first.done = True
@@ -107,7 +107,7 @@ def test_overlapping_sweeps_write_the_mass_stale_hold_once_and_the_losers_change
         (winner,) = new.values()
         (change,) = winner["changes"]
         after = stores().fleet.get(MASS_STALE_HOLD)
-        assert after is not None and item_of(after, FleetStateModel).serialize() == change["item"], round_
+        assert after is not None and item_of(after, ControlModel).serialize() == change["item"], round_
         assert after.revision == revision_of(before) + 1
         assert _hold_active() == hold
     assert not _hold_active()
@@ -115,7 +115,7 @@ def test_overlapping_sweeps_write_the_mass_stale_hold_once_and_the_losers_change
 
 def _drift_counter(value: int) -> None:
     """What the repair exists for: a counter that drifted outside the log (e.g. an older deployment)."""
-    FleetStateModel(ONLINE_NODES).update(actions=[FleetStateModel.count.set(value)])
+    ControlModel(ONLINE_NODES).update(actions=[ControlModel.count.set(value)])
 
 
 def _sweep_that_must_repair(monkeypatch, online: int) -> Any:  # type: ignore[no-untyped-def]
