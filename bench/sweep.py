@@ -9,7 +9,7 @@ For each fleet size it starts a fresh control plane in this process (``LocalStac
 Chalice app on a moto emulator, all on 127.0.0.1), writes that many online node items straight
 into the nodes table (boto3 ``BatchWriteItem`` against the emulator, 25 items a call, no API
 calls), ``--stale-percent`` of them last heard from ``stale_after + 5`` s ago and the rest 5 s
-ago, then runs the deployed sweep (``chalicelib.services.sweep.run``) once and prints:
+ago, then runs the deployed sweep (``chalicelib.instance.run_sweep``) once and prints:
 
 - what the sweep read (``SweepReport.items_read``: the late nodes' index entries, plus the
   online-node counter the mass-outage guard reads when at least 10 nodes are late), what it
@@ -67,46 +67,13 @@ def new_node_id(prefix: str = "") -> str:
     return "node_" + (prefix + secrets.token_hex(16))[:32]
 
 
-def telemetry_rows(gpus: int = GPUS) -> list[list[float]]:
-    """Per-GPU rows in ``TELEMETRY_COLUMNS`` order, with the values the test agent reports."""
-    return [[index, 87.5, 101234567890, 143771336704, 64, 612.4] for index in range(gpus)]
-
-
 def node_item(node_id: str, last_heartbeat_at: float, bucket_seconds: int, created_at: float) -> dict[str, Any]:
-    """The raw DynamoDB item of an enrolled node that is online and last heartbeated then.
+    """The raw DynamoDB item of an enrolled node that is online and last heartbeated then, in the
+    low-level wire format ``BatchWriteItem`` takes, with the sweep's index keys a heartbeat writes
+    (the control plane's public ``instance.online_node_item``)."""
+    from chalicelib import instance
 
-    Built with ``NodeModel`` (so every required attribute is there, typed as the model types
-    it) and serialised to the low-level wire format ``BatchWriteItem`` takes. The sweep's index
-    keys are what a heartbeat writes: ``liveness_shard = index_partition('online', node_id)`` and
-    ``heartbeat_bucket = bucket(last_heartbeat_at, settings.sweep_bucket_seconds)``.
-    """
-    from chalicelib.domain import liveness
-    from chalicelib.stores.models import NodeModel
-
-    beat = round(last_heartbeat_at, 3)
-    created = round(created_at, 3)
-    node = NodeModel(
-        node_id,
-        enrollment_id="enr_" + node_id[5:],
-        display_name=f"sweep bench {node_id[-6:]}",
-        hostname=f"bench-{node_id[-12:]}",
-        accelerator_mode="nvidia",
-        production_eligible=False,
-        created_at=created,
-        agent_version="1.3.0",
-        protocol_version=1,
-        credential_sha256=secrets.token_hex(32),
-        credential_state="active",
-        credential_issued_at=created,
-        liveness=liveness.ONLINE,
-        liveness_changed_at=created,
-        last_heartbeat_at=beat,
-        health={"status": "ok"},
-        telemetry=telemetry_rows(),
-        liveness_shard=liveness.index_partition(liveness.ONLINE, node_id),
-        heartbeat_bucket=liveness.bucket(beat, bucket_seconds),
-    )
-    return node.serialize()
+    return instance.online_node_item(node_id, last_heartbeat_at, created_at, bucket_seconds)
 
 
 def dynamodb_client(endpoint_url: str) -> Any:
@@ -251,11 +218,9 @@ def run_size(count: int, stale_percent: float) -> SizeResult:
         _support.require_loopback(stack.aws_endpoint_url, "the AWS emulator")
         _support.require_loopback(stack.api_url, "the API server")
         from chalicelib import instance
-        from chalicelib.domain import liveness
-        from chalicelib.services import sweep
 
-        settings = instance.get().settings
-        stores = instance.get().stores
+        settings = instance.settings()
+        stores = instance.stores()
         table = stack.names["MODELFORGE_NODES_TABLE"]
         if settings.names["nodes"] != table:
             raise BenchFailure(f"the control plane is bound to {settings.names['nodes']}, not this stack's {table}")
@@ -280,7 +245,7 @@ def run_size(count: int, stale_percent: float) -> SizeResult:
         calls = put_nodes(client, table, items)
         # the nodes were written directly, not brought online by heartbeats: set the online-node
         # counter those heartbeats would have kept, as in a running fleet (a guarded, logged repair)
-        sweep.repair_online_counter(stores, time.time())
+        instance.repair_online_counter(time.time())
         insert_seconds = time.perf_counter() - began
         _phase(f"insert them ({calls} BatchWriteItem calls, {count / insert_seconds:.0f} items/s)", began)
 
@@ -295,7 +260,7 @@ def run_size(count: int, stale_percent: float) -> SizeResult:
         stores.nodes.late_nodes, stores.nodes.count_in_state = late_nodes, count_in_state  # type: ignore[method-assign]
         try:
             began = time.perf_counter()
-            report = sweep.run(stores, settings, now)
+            report = instance.run_sweep(now)
             sweep_seconds = time.perf_counter() - began
         finally:
             del stores.nodes.late_nodes, stores.nodes.count_in_state  # the store's own methods again
@@ -318,7 +283,7 @@ def run_size(count: int, stale_percent: float) -> SizeResult:
             and set(by_state) <= {"online", "stale"}
             # and the moved nodes sit in the index partition of their new state
             and all(
-                item["liveness_shard"]["S"] == liveness.index_partition(liveness.STALE, item["node_id"]["S"])
+                item["liveness_shard"]["S"] == instance.sweep_index_partition("stale", item["node_id"]["S"])
                 for item in after
                 if item["liveness"]["S"] == "stale"
             )

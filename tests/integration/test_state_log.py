@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 import boto3
-from chalicelib.domain.records import HEARTBEAT_FIELDS
+from chalicelib.stores.node_store import HEARTBEAT_ATTRIBUTES
 from chalicelib.stores.state_log import state_log_key
 from modelforge_cli import provision
 from modelforge_cli.replay import TABLE_ENV
@@ -272,7 +272,7 @@ def _replay_and_compare(cp: ControlPlane, endpoint: str) -> None:
 
     for var, drop in (
         ("MODELFORGE_ENROLLMENTS_TABLE", ()),
-        ("MODELFORGE_NODES_TABLE", HEARTBEAT_FIELDS),
+        ("MODELFORGE_NODES_TABLE", HEARTBEAT_ATTRIBUTES),
         ("MODELFORGE_INVENTORIES_TABLE", ()),
         ("MODELFORGE_GPU_CLAIMS_TABLE", ()),
         ("MODELFORGE_CONTROL_TABLE", ()),  # the online-node counter (repaired once) and the hold

@@ -136,8 +136,8 @@ def _repair_with_a_heartbeat_after_the_count(cp: ControlPlane, newcomer: Any, se
     counted, beaten = threading.Event(), threading.Event()
     count_in_state = stores().nodes.count_in_state
 
-    def count_then_let_a_heartbeat_in(state: str, shards: int) -> int:
-        found = count_in_state(state, shards)
+    def count_then_let_a_heartbeat_in(state: str) -> int:
+        found = count_in_state(state)
         counted.set()
         assert beaten.wait(timeout=30)
         return found
@@ -160,7 +160,7 @@ def test_a_counter_repair_racing_a_heartbeat_yields_and_the_heartbeat_is_counted
         assert cp.heartbeat(identity).status_code == 200  # at least two online nodes
     for round_ in range(ROUNDS):
         newcomer = cp.enrolled_node()
-        online = stores().nodes.count_in_state(liveness.ONLINE, liveness.SHARDS)
+        online = stores().nodes.count_in_state(liveness.ONLINE)
         _drift_counter(0)
         known = _control_events(stack, (REPAIR_EVENT,))
         settings = _sweep_that_must_repair(monkeypatch, online)
@@ -182,7 +182,7 @@ def test_overlapping_counter_repairs_write_once(stack, cp: ControlPlane, monkeyp
     identity = cp.enrolled_node()
     assert cp.heartbeat(identity).status_code == 200
     for round_ in range(ROUNDS):
-        online = stores().nodes.count_in_state(liveness.ONLINE, liveness.SHARDS)
+        online = stores().nodes.count_in_state(liveness.ONLINE)
         _drift_counter(0)
         before = stores().fleet.get(ONLINE_NODES)
         known = _control_events(stack, (REPAIR_EVENT,))

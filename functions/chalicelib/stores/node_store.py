@@ -61,6 +61,37 @@ def holds_credential(credential_sha256: str) -> Any:
     return (NodeModel.credential_sha256 == credential_sha256) & (NodeModel.credential_state == "active")
 
 
+def online_node_item(node_id: str, last_heartbeat_at: float, created_at: float, bucket_seconds: int) -> dict[str, Any]:
+    """The wire item of an enrolled node that is online and last heartbeated then (see
+    ``instance.online_node_item``)."""
+    import secrets
+
+    beat, created = round(last_heartbeat_at, 3), round(created_at, 3)
+    node = NodeModel(
+        node_id,
+        enrollment_id="enr_" + node_id[5:],
+        display_name=f"seeded {node_id[-6:]}",
+        hostname=f"seeded-{node_id[-12:]}",
+        accelerator_mode="nvidia",
+        production_eligible=False,
+        created_at=created,
+        agent_version="1.3.0",
+        protocol_version=1,
+        credential_sha256=secrets.token_hex(32),
+        credential_state="active",
+        credential_issued_at=created,
+        liveness=liveness.ONLINE,
+        liveness_changed_at=created,
+        last_heartbeat_at=beat,
+        health={"status": "ok"},
+        telemetry=[[index, 87.5, 101234567890, 143771336704, 64, 612.4] for index in range(8)],
+        liveness_shard=index_partition(liveness.ONLINE, node_id),
+        heartbeat_bucket=bucket(beat, bucket_seconds),
+    )
+    serialized: dict[str, Any] = node.serialize()
+    return serialized
+
+
 def heartbeat_after(cutoff: float) -> Any:
     """The condition any write that assigns work to a node must carry: the node is online by its
     persisted state *and* by the age of its last heartbeat (after ``cutoff``) at the moment of the
