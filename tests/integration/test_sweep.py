@@ -90,7 +90,7 @@ def test_sweep_skips_a_node_whose_heartbeat_arrived_after_it_read(stack, cp: Con
     assert cp.heartbeat(identity).status_code == 200
     later = time.time() + settings.stale_after_seconds + 1
 
-    def late_then_heartbeat(state, cutoff, shards):  # type: ignore[no-untyped-def]
+    def late_then_heartbeat(state, cutoff):  # type: ignore[no-untyped-def]
         if state != liveness.ONLINE:
             return []
         _beat_at(identity, cp, later - 1)  # arrives after the sweep read the index
@@ -206,7 +206,7 @@ def test_sweep_does_not_hold_when_fewer_than_ten_nodes_go_stale(stack, cp: Contr
 
 
 def _hold_active() -> bool:
-    hold = stores().fleet.get(MASS_STALE_HOLD)
+    hold = stores().control.get(MASS_STALE_HOLD)
     return bool(hold and hold.active)
 
 

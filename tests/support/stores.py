@@ -14,7 +14,7 @@ def stores() -> Stores:
 
 def online_nodes() -> int | None:
     """The online-node counter as stored (None: absent)."""
-    item = stores().fleet.get(ONLINE_NODES)
+    item = stores().control.get(ONLINE_NODES)
     return None if item is None or item.count is None else int(item.count)
 
 
