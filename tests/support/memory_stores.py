@@ -1,11 +1,9 @@
 """In-memory stores: plain records behind the DynamoDB stores' guards, for unit tests of the services.
 
-Each write checks exactly the guard its DynamoDB store's condition expresses; when the guard does
-not hold it changes nothing and raises ``GuardFailed``. A write changes its records as
-``chalicelib.stores.changes`` says (what the DynamoDB stores write too). Every write checks all
-its guards before changing anything, under the journal's lock. Records go in and come out as
-copies. The journal (what the services did) and the bucket are in ``journal.py``.
-"""
+Each write checks all of the guard its DynamoDB store's condition expresses, under the journal's
+lock, before it changes records as ``chalicelib.stores.changes`` says (GuardFailed, and nothing
+changed, when it does not hold). Records go in and come out as copies. The journal (what the
+services did) and the bucket are in ``journal.py``."""
 
 from __future__ import annotations
 
@@ -23,8 +21,6 @@ from chalicelib.stores.contract import CLAIM_CHANGES_PER_WRITE, PARTNERS_PER_WRI
 
 from tests.support.journal import Journal, MemoryObjectStore
 
-__all__ = ["Journal", "MemoryObjectStore", "MemoryStores", "memory_stores"]
-
 R = TypeVar("R")
 
 
@@ -39,6 +35,10 @@ def _bounded(items: list[str], most: int) -> None:
         raise ValueError(f"1 to {most} distinct items a write")
 
 
+def _revision(item: ControlItem | None) -> int | None:
+    return None if item is None or item.revision is None else int(item.revision)
+
+
 def _holds(node: Node | None, credential_sha256: str) -> bool:
     return node is not None and node.credential_sha256 == credential_sha256 and node.credential_state == "active"
 
@@ -47,8 +47,8 @@ class _Store(Generic[R]):
     #: the prefix of this store's calls in the journal, and the key of its records
     name, key_name = "", ""
 
-    def __init__(self, journal: Journal) -> None:
-        self.journal = journal
+    def __init__(self, journal: Journal, nodes: MemoryNodeStore | None = None) -> None:
+        self.journal, self._nodes = journal, nodes  # the node store the writes check
         self.records: dict[str, R] = {}
 
     def seed(self, record: R) -> None:
@@ -73,10 +73,21 @@ class _Store(Generic[R]):
         self.records[key] = dataclasses.replace(self.records[key], **copy.deepcopy(values))
         return copy.deepcopy(self.records[key])
 
+    def _create(self, record: R, event: Event) -> None:
+        with self._writing("create", event):
+            _require(getattr(record, self.key_name) not in self.records, "a new id")
+            self.records[getattr(record, self.key_name)] = copy.deepcopy(record)
+
+    def _update(self, method: str, key: str, guard: Callable[[R], bool], values: dict[str, Any], event: Event) -> R:
+        with self._writing(method, event):
+            _require(key in self.records and guard(self.records[key]), method)
+            return self._change(key, values)
+
+    def list_page(self, limit: int, start: PageKey) -> tuple[list[R], PageKey]:
+        return self._page(limit, start)
+
     def _page(self, limit: int, start: PageKey, keep: Callable[[R], bool] = bool, typed: bool = False) -> Any:
-        """Up to ``limit`` kept records by key after ``start``; the key of the last one while any
-        record (kept or not) is left after it (a filtered Scan's pages). A ``typed`` key is
-        DynamoDB's (``{"work_id": {"S": id}}``, what ``paging`` encodes)."""
+        """A filtered Scan's pages: a key while any record (kept or not) is left; ``typed``: DynamoDB's."""
         with self._reading("list_page"):
             after = None if start is None else start[self.key_name]
             after = after["S"] if isinstance(after, dict) else after
@@ -91,26 +102,23 @@ class _Store(Generic[R]):
 class MemoryControlStore(_Store[ControlItem]):
     name, key_name = "control", "name"
 
-    def _revision(self, name: str) -> int | None:
-        return None if name not in self.records else self.records[name].revision
-
     def put(self, item: ControlItem, event: Event) -> None:
         if item.revision is None or int(item.revision) < 1:
             raise ValueError("a control item is written with the next revision (the one read, plus one)")
         with self._writing("put", event):
             # revision 1: the item, or its revision, is absent
-            _require(self._revision(item.name) == ((int(item.revision) - 1) or None), "control item revision")
+            _require(_revision(self.records.get(item.name)) == ((item.revision - 1) or None), "revision")
             self.records[item.name] = copy.deepcopy(item)
 
     def recount_online_nodes(self, read: ControlItem | None, count: int, now: float, event: Event) -> None:
-        read_revision = None if read is None or read.revision is None else int(read.revision)
+        read_revision = _revision(read)
         with self._writing("recount_online_nodes", event):
-            _require(self._revision(ONLINE_NODES) == read_revision, "online counter revision")
+            _require(_revision(self.records.get(ONLINE_NODES)) == read_revision, "revision")
             stored = self.records.setdefault(ONLINE_NODES, ControlItem(ONLINE_NODES))
             stored.count, stored.revision, stored.updated_at = count, (read_revision or 0) + 1, round(now, 3)
 
     def add_online(self, delta: int) -> None:
-        """The online counter's ADD (inside a caller's write); creates the item when absent."""
+        # the online counter's ADD (inside a caller's write): creates the item when absent
         stored = self.records.setdefault(ONLINE_NODES, ControlItem(ONLINE_NODES))
         stored.count, stored.revision = (stored.count or 0) + delta, (stored.revision or 0) + 1
 
@@ -121,26 +129,17 @@ class MemoryNodeStore(_Store[Node]):
     def __init__(self, journal: Journal, control: MemoryControlStore, bucket_seconds: int) -> None:
         super().__init__(journal)
         self._control, self._bucket_seconds = control, bucket_seconds
+        #: by node id; their ``claimed_uuids`` are the node's GPU claims (the gpu_claims table)
         self.inventories: dict[str, Inventory] = {}
-        #: GPU UUID -> {node id: claimed_at}
-        self.claims: dict[str, dict[str, float]] = {}
-
-    def seed(self, record: Node, inventory: Inventory | None = None) -> None:
-        """Store ``node`` (and ``inventory``, with a claim per UUID in its ``claimed_uuids``)."""
-        super().seed(record)
-        if inventory is not None:
-            self.seed_inventory(inventory)
 
     def seed_inventory(self, inventory: Inventory) -> None:
         with self.journal.lock:
             self.inventories[inventory.node_id] = copy.deepcopy(inventory)
-            for uuid in inventory.claimed_uuids or ():
-                self.claims.setdefault(uuid, {})[inventory.node_id] = inventory.updated_at
 
     def claimed_by(self, node_id: str) -> set[str]:
-        """The GPU UUIDs ``node_id`` holds a claim on (what the gpu_claims table says)."""
+        """The GPU UUIDs ``node_id`` holds a claim on."""
         with self.journal.lock:
-            return {uuid for uuid, holders in self.claims.items() if node_id in holders}
+            return set(getattr(self.inventories.get(node_id), "claimed_uuids", None) or ())
 
     def get_inventory(self, node_id: str) -> Inventory | None:
         with self._reading("get_inventory"):
@@ -152,15 +151,13 @@ class MemoryNodeStore(_Store[Node]):
         with self._reading("inventories_for"):
             return {key: copy.deepcopy(self.inventories[key]) for key in node_ids if key in self.inventories}
 
-    def list_page(self, limit: int, start: PageKey) -> tuple[list[Node], PageKey]:
-        return self._page(limit, start)
-
     def claimants(self, gpu_uuid: str) -> list[str]:
         with self._reading("claimants"):
-            return sorted(self.claims.get(gpu_uuid, {}))
+            return sorted(
+                key for key, inventory in self.inventories.items() if gpu_uuid in (inventory.claimed_uuids or ())
+            )
 
-    def _bucket(self, node: Node) -> float:
-        """Start of the node's heartbeat bucket (the sweep index's sort key; inf: not indexed)."""
+    def _bucket(self, node: Node) -> float:  # the start of its heartbeat's bucket (inf: not in the index)
         beat = node.last_heartbeat_at
         return float("inf") if beat is None else beat // self._bucket_seconds * self._bucket_seconds
 
@@ -222,12 +219,6 @@ class MemoryNodeStore(_Store[Node]):
             _require(inventory is not None and inventory.revision == revision, "inventory revision")
             claimed = set(inventory.claimed_uuids or ())
             inventory.claimed_uuids = (claimed | set(uuids) if adding else claimed - set(uuids)) or None
-            for uuid in uuids:
-                holders = self.claims.setdefault(uuid, {})
-                if adding:
-                    holders[node_id] = round(now, 3)
-                elif holders.pop(node_id, None) is not None and not holders:
-                    self.claims.pop(uuid)
 
     def _both_sides(self, node_id: str, partners: list[str]) -> Iterator[tuple[Node, set[str]]]:
         _bounded([node_id, *partners], PARTNERS_PER_WRITE + 1)
@@ -248,47 +239,25 @@ class MemoryNodeStore(_Store[Node]):
                 node.duplicate_partners = (set(node.duplicate_partners or ()) - others) or None
 
     def forget_duplicate_time(self, node_id: str, event: Event) -> None:
-        with self._writing("forget_duplicate_time", event):
-            node = self.records.get(node_id)
-            _require(node is not None and node.duplicate_partners is None, "no partner left")
-            self._change(node_id, {"duplicate_suspected_at": None})
+        no_partner = {"duplicate_suspected_at": None}
+        self._update("forget_duplicate_time", node_id, lambda n: n.duplicate_partners is None, no_partner, event)
 
     def revoke_credential(self, node_id: str, now: float, event: Event) -> None:
-        with self._writing("revoke_credential", event):
-            node = self.records.get(node_id)
-            _require(node is not None and node.credential_state == "active", "credential active")
-            self._change(node_id, changes.credential_revoked(now))
+        revoked = changes.credential_revoked(now)
+        self._update("revoke_credential", node_id, lambda n: n.credential_state == "active", revoked, event)
 
 
 class MemoryEnrollmentStore(_Store[Enrollment]):
     name, key_name = "enrollments", "enrollment_id"
 
-    def __init__(self, journal: Journal, nodes: MemoryNodeStore) -> None:
-        super().__init__(journal)
-        self._nodes = nodes
-
-    def list_page(self, limit: int, start: PageKey) -> tuple[list[Enrollment], PageKey]:
-        return self._page(limit, start)
-
     def create(self, enrollment: Enrollment, event: Event) -> None:
-        with self._writing("create", event):
-            _require(enrollment.enrollment_id not in self.records, "new enrollment id")
-            self.records[enrollment.enrollment_id] = copy.deepcopy(enrollment)
+        self._create(enrollment, event)
 
     def revoke(self, enrollment_id: str, now: float, event: Event) -> None:
-        with self._writing("revoke", event):
-            stored = self.records.get(enrollment_id)
-            _require(stored is not None and stored.state == "pending", "pending")
-            self._change(enrollment_id, changes.enrollment_revoked(now))
+        self._update("revoke", enrollment_id, lambda e: e.state == "pending", changes.enrollment_revoked(now), event)
 
     def consume(
-        self,
-        enrollment_id: str,
-        token_sha256: str,
-        idempotency_key_sha256: str,
-        node: Node,
-        inventory: Inventory,
-        now: float,
+        self, enrollment_id: str, token_sha256: str, key_sha256: str, node: Node, inventory: Inventory, now: float
     ) -> None:
         subject = {"enrollment_id": enrollment_id, "node_id": node.node_id}
         kinds = ("enrollment.consumed", "node.registered", "credential.issued", "inventory.replaced")
@@ -298,16 +267,13 @@ class MemoryEnrollmentStore(_Store[Enrollment]):
             _require(stored.state == "pending" and stored.expires_at > now, "pending, unexpired")
             _require(node.node_id not in self._nodes.records, "new node id")
             _require(inventory.node_id not in self._nodes.inventories, "new inventory")
-            self._change(enrollment_id, changes.enrollment_consumed(node.node_id, idempotency_key_sha256, now))
-            self._nodes.seed(node, inventory)
+            self._change(enrollment_id, changes.enrollment_consumed(node.node_id, key_sha256, now))
+            self._nodes.seed(node)
+            self._nodes.seed_inventory(inventory)
 
 
 class MemoryWorkStore(_Store[WorkItem]):
     name, key_name = "work", "work_id"
-
-    def __init__(self, journal: Journal, nodes: MemoryNodeStore) -> None:
-        super().__init__(journal)
-        self._nodes = nodes
 
     def list_page(
         self, limit: int, start: PageKey, status: str | None, capability: str | None
@@ -318,10 +284,8 @@ class MemoryWorkStore(_Store[WorkItem]):
         return self._page(limit, start, keep, typed=True)
 
     def _queued(self, capability: str) -> list[WorkItem]:
-        def queued(item: WorkItem) -> bool:
-            return item.status == changes.QUEUED and item.capability == capability
-
-        return self._found(queued, lambda item: (item.queued_at or 0.0, item.work_id))
+        queued = self._found(lambda item: item.status == changes.QUEUED, lambda item: (item.queued_at, item.work_id))
+        return [item for item in queued if item.capability == capability]
 
     def oldest_queued(self, capability: str, limit: int) -> list[WorkItem]:
         with self._reading("oldest_queued"):
@@ -343,9 +307,7 @@ class MemoryWorkStore(_Store[WorkItem]):
             return self._found(lambda item: item.status == changes.LEASED and item.node_id == node_id, str)
 
     def create(self, item: WorkItem, event: Event) -> None:
-        with self._writing("create", event):
-            _require(item.work_id not in self.records, "new work id")
-            self.records[item.work_id] = copy.deepcopy(item)
+        self._create(item, event)
 
     def lease(
         self, item: WorkItem, holder: Holder, heartbeat_after: float, until: float, now: float, event: Event
@@ -353,10 +315,11 @@ class MemoryWorkStore(_Store[WorkItem]):
         with self._writing("lease", event):
             stored, node = self.records.get(item.work_id), self._nodes.records.get(holder.node_id)
             failed = [] if stored and (stored.status, stored.epoch) == (changes.QUEUED, item.epoch) else ["work"]
-            if not _holds(node, holder.credential_sha256) or node.liveness != "online":
-                failed.append("node")
-            elif (node.last_heartbeat_at or heartbeat_after) <= heartbeat_after:
-                failed.append("node")
+            # the node holds this active credential, is persisted online and heartbeated after the cutoff
+            beat = (
+                node.last_heartbeat_at if _holds(node, holder.credential_sha256) and node.liveness == "online" else None
+            )
+            failed += [] if (beat or heartbeat_after) > heartbeat_after else ["node"]
             if failed:
                 raise GuardFailed("lease", failed=tuple(failed))
             return self._change(item.work_id, changes.leased(item, holder.node_id, until, now))
@@ -387,16 +350,14 @@ class MemoryWorkStore(_Store[WorkItem]):
         return self._lease_write("bury", item, check, changes.failed(item, error, False, now), event)
 
     def cancel(self, item: WorkItem, now: float, event: Event) -> WorkItem:
-        with self._writing("cancel", event):
-            stored = self.records.get(item.work_id)
-            _require(stored is not None and (stored.status, stored.epoch) == (item.status, item.epoch), "unchanged")
-            return self._change(item.work_id, changes.cancelled(now))
+        def unchanged(stored: WorkItem) -> bool:
+            return (stored.status, stored.epoch) == (item.status, item.epoch)
+
+        return self._update("cancel", item.work_id, unchanged, changes.cancelled(now), event)
 
 
 @dataclass(frozen=True)
 class MemoryStores(Stores):
-    """``Stores`` over the fakes, with their journal at hand."""
-
     enrollments: MemoryEnrollmentStore
     nodes: MemoryNodeStore
     control: MemoryControlStore
@@ -406,8 +367,7 @@ class MemoryStores(Stores):
 
 
 def memory_stores(bucket_seconds: int = 45) -> MemoryStores:
-    """Empty stores sharing one journal (the sweep's heartbeat buckets ``bucket_seconds`` wide, as
-    the settings of tests.unit.service_bodies make them)."""
+    """Empty stores sharing one journal (heartbeat buckets as wide as service_bodies.SETTINGS has them)."""
     journal = Journal()
     control = MemoryControlStore(journal)
     nodes = MemoryNodeStore(journal, control, bucket_seconds)

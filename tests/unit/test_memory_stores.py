@@ -37,7 +37,6 @@ def _state(stores: MemoryStores) -> dict[str, Any]:
         {
             "nodes": stores.nodes.records,
             "inventories": stores.nodes.inventories,
-            "claims": stores.nodes.claims,
             "enrollments": stores.enrollments.records,
             "fleet": stores.control.records,
             "events": stores.journal.events,

@@ -22,7 +22,8 @@ from chalicelib.services.known_callers import KnownCallers
 from chalicelib.stores.contract import Holder, LeaseCheck, ObjectStore, Stores, WorkStore
 from modelforge_protocol import work as protocol
 
-from tests.support.memory_stores import MemoryObjectStore, MemoryStores, memory_stores
+from tests.support.journal import MemoryObjectStore
+from tests.support.memory_stores import MemoryStores, memory_stores
 from tests.unit.service_bodies import NOW, SETTINGS, Agent, node_record
 
 OCR, ECHO = protocol.OCR, protocol.ECHO
