@@ -128,7 +128,7 @@ def _check_secrets_format(body: dict[str, Any]) -> str:
         problems.append("idempotency_key: has an invalid format")
     if problems:
         raise invalid_request("; ".join(problems), problems=problems)
-    return match.group(1)
+    return str(match.group(1))
 
 
 def enroll(stores: Stores, settings: Settings, body: dict[str, Any], now: float) -> Enrolled:

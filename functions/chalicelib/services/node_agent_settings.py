@@ -103,8 +103,9 @@ def _control_plane_url(raw: str, problems: list[Problem]) -> str:
         problems.append(
             Problem(
                 "control_plane_url",
-                "must be an origin, scheme://host[:port], that serves the API at its root (an agent's URL has no path): "
-                "when the console is served under a path such as an API Gateway stage, open it through a domain that "
+                "must be an origin, scheme://host[:port], that serves the API at its root "
+                "(an agent's URL has no path): when the console is served under a path such as an API Gateway "
+                "stage, open it through a domain that "
                 "maps the API at the empty base path (docs/DEPLOY.md)",
             )
         )
@@ -115,13 +116,13 @@ def _control_plane_url(raw: str, problems: list[Problem]) -> str:
 def _image(body: dict[str, Any], problems: list[Problem]) -> str:
     """The value of MODELFORGE_NODE_AGENT_IMAGE: the release's local tag, or a pinned registry image."""
     if body["image_source"] == REGISTRY:
-        reference = body.get("image_reference", "").strip()
+        reference = str(body.get("image_reference", "")).strip()
         problems.extend(Problem("image_reference", message) for message in check_pinned_reference(reference))
         return reference
     entry = _parse_entry(body.get("manifest_entry", ""), problems)
     if entry is not None:
         problems.extend(Problem("manifest_entry", message) for message in check_image_entry(NODE_AGENT_IMAGE, entry))
-    return release_tag(NODE_AGENT_IMAGE)
+    return str(release_tag(NODE_AGENT_IMAGE))
 
 
 def _parse_entry(text: str, problems: list[Problem]) -> Any:

@@ -1,11 +1,10 @@
 """The scheduled liveness sweep: load, decide, then apply each transition with a guarded write.
 
-Access pattern: the keys-only ``by_liveness`` index, partitioned by state and shard and sorted
-by heartbeat bucket. The sweep queries only buckets older than each threshold, so it reads the
-nodes that are late, not the whole fleet; the mass-outage guard reads one counter item. A failed guard means the node moved first (a heartbeat
-arrived): skip it, never overwrite.
+Access pattern: the node store reads only the nodes that are late (``late_nodes``: by its index,
+not the whole fleet); the mass-outage guard reads one counter item. A failed guard means the node
+moved first (a heartbeat arrived): skip it, never overwrite.
 
-Work leases: each sweep takes back leases that expired (the ``by_lease`` index: one query), and a
+Work leases: each sweep takes back leases that expired (``expired_leases``: one query), and a
 node it marks offline loses its leases at once (``work.release_node``); each release is fenced by
 the item's epoch, so a holder that renewed or finished first wins.
 
