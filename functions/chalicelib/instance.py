@@ -138,10 +138,11 @@ def sweep_index_partition(liveness: str, node_id: str) -> str | None:
 
 
 def load_heartbeat_path() -> None:
-    """Load what the first heartbeat of a function instance loads (its request schema and the
-    DynamoDB connection), without a request or any network call: for cold-start measurement."""
+    """Load what the first heartbeat of a function instance loads (its request schema, the table
+    models and a DynamoDB connection), without a request or any network call: for cold-start
+    measurement."""
     from chalicelib.domain import validation
-    from chalicelib.stores.models import NodeModel
+    from chalicelib.stores import transactions  # the table models come with it
 
     validation._validator("HEARTBEAT")
-    NodeModel._get_connection()
+    transactions.connection()

@@ -67,7 +67,7 @@ def online_node_item(node_id: str, last_heartbeat_at: float, created_at: float, 
     import secrets
 
     beat, created = round(last_heartbeat_at, 3), round(created_at, 3)
-    node = NodeModel(
+    item: dict[str, Any] = NodeModel(
         node_id,
         enrollment_id="enr_" + node_id[5:],
         display_name=f"seeded {node_id[-6:]}",
@@ -87,9 +87,8 @@ def online_node_item(node_id: str, last_heartbeat_at: float, created_at: float, 
         telemetry=[[index, 87.5, 101234567890, 143771336704, 64, 612.4] for index in range(8)],
         liveness_shard=index_partition(liveness.ONLINE, node_id),
         heartbeat_bucket=bucket(beat, bucket_seconds),
-    )
-    serialized: dict[str, Any] = node.serialize()
-    return serialized
+    ).serialize()
+    return item
 
 
 def heartbeat_after(cutoff: float) -> Any:
