@@ -52,7 +52,7 @@ class SweepReport:
 
 
 def run(stores: Stores, settings: Settings, now: float, *, clock: Callable[[], float] = time.time) -> SweepReport:
-    """One sweep at ``now``. ``clock`` stamps the events of the fleet-wide items (hold, counter)
+    """One sweep at ``now``. ``clock`` stamps the events of the control items (hold, counter)
     with the time of their write, so that replay orders them after every change they read."""
     stale_cutoff = now - settings.stale_after_seconds
     offline_cutoff = now - settings.offline_after_seconds
@@ -173,7 +173,7 @@ def _record_hold(stores: Stores, now: float, clock: Callable[[], float], held: b
 
 
 def _write_time(now: float, clock: Callable[[], float]) -> float:
-    """When a read-decide-write of a fleet-wide item is written: replay applies events by time, and
+    """When a read-decide-write of a control item is written: replay applies events by time, and
     this event must come after every change the sweep read (which may be later than ``now``)."""
     return max(now, clock())
 
