@@ -157,3 +157,13 @@ def test_inventory_replacement_writes_everything_but_the_claims() -> None:
         "rate_window_start": NOW,
         "rate_window_count": 2,
     }
+
+
+def test_a_seeded_online_node_item_carries_the_index_keys_a_heartbeat_writes() -> None:
+    from chalicelib import instance
+
+    item = instance.online_node_item(NODE, 1000.5, 900.0, bucket_seconds=45)
+    assert item["liveness"] == {"S": "online"} and item["last_heartbeat_at"] == {"N": "1000.5"}
+    assert item["liveness_shard"] == {"S": instance.sweep_index_partition("online", NODE)}
+    assert item["heartbeat_bucket"] == {"N": "990"}
+    assert instance.sweep_index_partition("offline", NODE) is None

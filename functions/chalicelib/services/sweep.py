@@ -1,6 +1,6 @@
 """The scheduled liveness sweep: load, decide, then apply each transition with a guarded write.
 
-Access pattern: the node store reads only the nodes that are late (``late_nodes``: by its index,
+Access pattern: the node store reads only the nodes that are late (``late_nodes``: an index read,
 not the whole fleet); the mass-outage guard reads one counter item. A failed guard means the node
 moved first (a heartbeat arrived): skip it, never overwrite.
 
@@ -100,7 +100,7 @@ def _online_nodes(stores: Stores, now: float, clock: Callable[[], float], at_lea
 
 
 def repair_online_counter(stores: Stores, now: float, *, clock: Callable[[], float] = time.time) -> int:
-    """Count the online index and set the counter to it (e.g. after nodes were written straight
+    """Count the online nodes and set the counter to it (e.g. after nodes were written straight
     into the table); the count, whether or not the repair was written."""
     counter = stores.control.get(ONLINE_NODES)
     recount = stores.nodes.count_in_state(liveness.ONLINE)
