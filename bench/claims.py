@@ -328,8 +328,7 @@ def run_level(stack: Any, nodes: list[Node], items: int) -> LevelResult:
     # complete each item once, by its first holder (a double claim is reported, not completed twice)
     first = {claim.work_id: claim for claim in reversed(claims)}
     problems += complete_all(nodes, list(first.values()), stack.api_url)
-    work = instance.get().stores.work
-    final = {work_id: (item.status if (item := work.get(work_id)) else "missing") for work_id in sorted(submitted)}
+    final = {work_id: instance.work_status(work_id) or "missing" for work_id in sorted(submitted)}
     print(f"  completed them and read every item back in {time.perf_counter() - began:.1f} s", flush=True)
     return LevelResult(
         nodes=len(nodes),

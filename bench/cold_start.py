@@ -28,13 +28,7 @@ FUNCTIONS = REPO / "functions"
 PROBES = {
     "import boto3": "import boto3",
     "import app": "import app",
-    "first heartbeat's imports": (
-        "import app\n"
-        "from chalicelib.domain import validation\n"
-        "from chalicelib.stores.models import NodeModel\n"
-        "validation._validator('HEARTBEAT')\n"
-        "NodeModel._get_connection()\n"
-    ),
+    "first heartbeat's imports": "import app\nfrom chalicelib import instance\ninstance.load_heartbeat_path()\n",
 }
 
 

@@ -296,7 +296,7 @@ class Rig:
         os.environ["MODELFORGE_HEARTBEAT_INTERVAL_SECONDS"] = str(interval)
         os.environ["MODELFORGE_NODE_STALE_AFTER_SECONDS"] = str(stale_after)
         instance.reset()
-        return instance.get().settings
+        return instance.settings()
 
     def measure(self, into: Measured, call: Callable[[], Any], *, api_requests: int, invocation: bool = False) -> Any:
         """Run ``call`` once and add what it used to ``into``: ``api_requests`` API requests (one
@@ -680,7 +680,7 @@ def run(args: argparse.Namespace) -> int:
         clock = SimulatedClock(time.time())
         stack.app_module._now = clock  # type: ignore[union-attr]
         rig = Rig(stack, meter, capture, clock)
-        defaults = instance.get().settings
+        defaults = instance.settings()
         default_interval, default_stale = defaults.heartbeat_interval_seconds, defaults.stale_after_seconds
         stale_ratio = default_stale / default_interval
         intervals = sorted({default_interval, *OTHER_INTERVALS})
@@ -724,7 +724,7 @@ def run(args: argparse.Namespace) -> int:
         work = work_phase(rig, worker, args.claims)
         _progress(f"{args.claims} work items submitted, claimed, uploaded, renewed and completed")
 
-        sweeps = sweep_phase(rig, list(args.nodes), instance.get().settings, [node, worker, *newcomers])
+        sweeps = sweep_phase(rig, list(args.nodes), instance.settings(), [node, worker, *newcomers])
     finally:
         logging.getLogger("modelforge").removeHandler(capture)
         stack.stop()

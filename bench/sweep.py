@@ -9,7 +9,7 @@ For each fleet size it starts a fresh control plane in this process (``LocalStac
 Chalice app on a moto emulator, all on 127.0.0.1), writes that many online node items straight
 into the nodes table (boto3 ``BatchWriteItem`` against the emulator, 25 items a call, no API
 calls), ``--stale-percent`` of them last heard from ``stale_after + 5`` s ago and the rest 5 s
-ago, then runs the deployed sweep (``chalicelib.services.sweep.run``) once and prints:
+ago, then runs the deployed sweep (``chalicelib.instance.run_sweep``) once and prints:
 
 - what the sweep read (``SweepReport.items_read``: the late nodes' index entries, plus the
   online-node counter the mass-outage guard reads when at least 10 nodes are late), what it
@@ -160,11 +160,9 @@ def run_size(count: int, stale_percent: float) -> SizeResult:
         _support.require_loopback(stack.aws_endpoint_url, "the AWS emulator")
         _support.require_loopback(stack.api_url, "the API server")
         from chalicelib import instance
-        from chalicelib.domain import liveness
-        from chalicelib.services import sweep
 
-        settings = instance.get().settings
-        stores = instance.get().stores
+        settings = instance.settings()
+        stores = instance.stores()
         table = stack.names["MODELFORGE_NODES_TABLE"]
         if settings.names["nodes"] != table:
             raise BenchFailure(f"the control plane is bound to {settings.names['nodes']}, not this stack's {table}")
@@ -189,7 +187,7 @@ def run_size(count: int, stale_percent: float) -> SizeResult:
         calls = put_nodes(client, table, items)
         # the nodes were written directly, not brought online by heartbeats: set the online-node
         # counter those heartbeats would have kept, as in a running fleet (a guarded, logged repair)
-        sweep.repair_online_counter(stores, time.time())
+        instance.repair_online_counter(time.time())
         insert_seconds = time.perf_counter() - began
         _phase(f"insert them ({calls} BatchWriteItem calls, {count / insert_seconds:.0f} items/s)", began)
 
@@ -204,7 +202,7 @@ def run_size(count: int, stale_percent: float) -> SizeResult:
         stores.nodes.late_nodes, stores.nodes.count_in_state = late_nodes, count_in_state  # type: ignore[method-assign]
         try:
             began = time.perf_counter()
-            report = sweep.run(stores, settings, now)
+            report = instance.run_sweep(now)
             sweep_seconds = time.perf_counter() - began
         finally:
             del stores.nodes.late_nodes, stores.nodes.count_in_state  # the store's own methods again
@@ -227,7 +225,7 @@ def run_size(count: int, stale_percent: float) -> SizeResult:
             and set(by_state) <= {"online", "stale"}
             # and the moved nodes sit in the index partition of their new state
             and all(
-                item["liveness_shard"]["S"] == liveness.index_partition(liveness.STALE, item["node_id"]["S"])
+                item["liveness_shard"]["S"] == instance.sweep_index_partition("stale", item["node_id"]["S"])
                 for item in after
                 if item["liveness"]["S"] == "stale"
             )

@@ -30,40 +30,12 @@ def telemetry_rows(gpus: int = GPUS) -> list[list[float]]:
 
 
 def node_item(node_id: str, last_heartbeat_at: float, bucket_seconds: int, created_at: float) -> dict[str, Any]:
-    """The raw DynamoDB item of an enrolled node that is online and last heartbeated then.
+    """The raw DynamoDB item of an enrolled node that is online and last heartbeated then, in the
+    low-level wire format ``BatchWriteItem`` takes, with the sweep's index keys a heartbeat writes
+    (the control plane's public ``instance.online_node_item``)."""
+    from chalicelib import instance
 
-    Built with ``NodeModel`` (so every required attribute is there, typed as the model types
-    it) and serialised to the low-level wire format ``BatchWriteItem`` takes. The sweep's index
-    keys are what a heartbeat writes: ``liveness_shard = index_partition('online', node_id)`` and
-    ``heartbeat_bucket = bucket(last_heartbeat_at, settings.sweep_bucket_seconds)``.
-    """
-    from chalicelib.domain import liveness
-    from chalicelib.stores.models import NodeModel
-
-    beat = round(last_heartbeat_at, 3)
-    created = round(created_at, 3)
-    node = NodeModel(
-        node_id,
-        enrollment_id="enr_" + node_id[5:],
-        display_name=f"sweep bench {node_id[-6:]}",
-        hostname=f"bench-{node_id[-12:]}",
-        accelerator_mode="nvidia",
-        production_eligible=False,
-        created_at=created,
-        agent_version="1.3.0",
-        protocol_version=1,
-        credential_sha256=secrets.token_hex(32),
-        credential_state="active",
-        credential_issued_at=created,
-        liveness=liveness.ONLINE,
-        liveness_changed_at=created,
-        last_heartbeat_at=beat,
-        health={"status": "ok"},
-        telemetry=telemetry_rows(),
-        liveness_shard=liveness.index_partition(liveness.ONLINE, node_id),
-        heartbeat_bucket=liveness.bucket(beat, bucket_seconds),
-    )
-    return node.serialize()
+    return instance.online_node_item(node_id, last_heartbeat_at, created_at, bucket_seconds)
 
 
 def dynamodb_client(endpoint_url: str) -> Any:

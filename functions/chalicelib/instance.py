@@ -1,5 +1,10 @@
 """This function instance's settings, table bindings and clients, built on first use (one per process:
-a Lambda instance, or the local stack)."""
+a Lambda instance, or the local stack).
+
+It is also the control plane's one public entry point for tools that run it in their own process
+(the local stack, ``bench/``): the functions at the end of this module. Everything else in
+``chalicelib`` is internal and may change with any release.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,7 @@ import functools
 import os
 import threading
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from modelforge_logging import jsonlog
 
@@ -18,6 +23,9 @@ from chalicelib.stores.contract import Stores
 from chalicelib.stores.dynamodb import dynamodb_stores
 from chalicelib.stores.models import bind_tables
 from chalicelib.stores.transactions import reset_connection
+
+if TYPE_CHECKING:
+    from chalicelib.services.sweep import SweepReport
 
 
 @dataclass(frozen=True)
@@ -58,7 +66,9 @@ def get() -> Instance:
             jsonlog.configure(os.environ.get("MODELFORGE_LOG_LEVEL", "INFO").upper())
             settings = load_settings()
             bind_tables(settings)
-            stores = dynamodb_stores(settings.outbox_retention_seconds, _s3_client, settings.state_log_bucket)
+            stores = dynamodb_stores(
+                settings.outbox_retention_seconds, settings.sweep_bucket_seconds, _s3_client, settings.state_log_bucket
+            )
             _instance = Instance(settings=settings, stores=stores)
         return _instance
 
@@ -70,3 +80,69 @@ def reset() -> None:
         _instance = None
         reset_connection()
         _s3_client.cache_clear()
+
+
+# --- the public entry point for tools running the control plane in their process ----------------
+
+
+def settings() -> Settings:
+    """This process's settings (read from the environment on first use; ``reset`` reads them again)."""
+    return get().settings
+
+
+def stores() -> Stores:
+    """The stores (``stores/contract.py``) over this process's tables and bucket."""
+    return get().stores
+
+
+def work_status(work_id: str) -> str | None:
+    """The work item's status, None when there is no such item."""
+    item = get().stores.work.get(work_id)
+    return None if item is None else item.status
+
+
+def run_sweep(now: float, with_settings: Settings | None = None) -> SweepReport:
+    """One liveness sweep at ``now``, as the scheduled function runs it (with other settings if
+    given, e.g. another mass-outage fraction)."""
+    from chalicelib.services import sweep
+
+    return sweep.run(get().stores, with_settings or get().settings, now)
+
+
+def repair_online_counter(now: float) -> int:
+    """Count the online nodes and set the online-node counter to it (guarded and logged, as the
+    sweep's repair); the count. For nodes written straight into the table."""
+    from chalicelib.services import sweep
+
+    return sweep.repair_online_counter(get().stores, now)
+
+
+def online_node_item(
+    node_id: str, last_heartbeat_at: float, created_at: float, bucket_seconds: int | None = None
+) -> dict[str, Any]:
+    """The wire item (DynamoDB JSON) of an enrolled node that is online and last heartbeated at
+    ``last_heartbeat_at``, with the sweep's index keys a heartbeat writes (its heartbeat bucket
+    ``bucket_seconds`` wide, by default as settings say): for seeding a large fleet straight into
+    the nodes table."""
+    from chalicelib.stores import node_store
+
+    width = bucket_seconds or get().settings.sweep_bucket_seconds
+    return node_store.online_node_item(node_id, last_heartbeat_at, created_at, width)
+
+
+def sweep_index_partition(liveness: str, node_id: str) -> str | None:
+    """The sweep index partition (``liveness_shard``) a node in ``liveness`` is stored under."""
+    from chalicelib.stores import node_store
+
+    return node_store.index_partition(liveness, node_id)
+
+
+def load_heartbeat_path() -> None:
+    """Load what the first heartbeat of a function instance loads (its request schema, the table
+    models and a DynamoDB connection), without a request or any network call: for cold-start
+    measurement."""
+    from chalicelib.domain import validation
+    from chalicelib.stores import transactions  # the table models come with it
+
+    validation._validator("HEARTBEAT")
+    transactions.connection()

@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 import boto3
-from chalicelib.domain.records import HEARTBEAT_FIELDS
+from chalicelib.stores.node_store import HEARTBEAT_ATTRIBUTES
 from chalicelib.stores.state_log import state_log_key
 from modelforge_local_stack import provision
 from modelforge_local_stack.replay import TABLE_ENV
@@ -159,11 +159,11 @@ _SWEEPS = """
 import dataclasses, json, sys
 from chalicelib.services import sweep
 from chalicelib import instance
-from chalicelib.stores.models import FleetStateModel
+from chalicelib.stores.models import ControlModel
 from chalicelib.domain.records import ONLINE_NODES
 for step in json.loads(sys.argv[1]):
     if step.get("drop_counter"):
-        FleetStateModel(ONLINE_NODES).delete()
+        ControlModel(ONLINE_NODES).delete()
     settings = dataclasses.replace(instance.get().settings, mass_stale_fraction=step["fraction"])
     print(json.dumps(sweep.report_dict(sweep.run(instance.get().stores, settings, step["now"]))))
 """
@@ -272,7 +272,7 @@ def _replay_and_compare(cp: ControlPlane, endpoint: str) -> None:
 
     for var, drop in (
         ("MODELFORGE_ENROLLMENTS_TABLE", ()),
-        ("MODELFORGE_NODES_TABLE", HEARTBEAT_FIELDS),
+        ("MODELFORGE_NODES_TABLE", HEARTBEAT_ATTRIBUTES),
         ("MODELFORGE_INVENTORIES_TABLE", ()),
         ("MODELFORGE_GPU_CLAIMS_TABLE", ()),
         ("MODELFORGE_CONTROL_TABLE", ()),  # the online-node counter (repaired once) and the hold

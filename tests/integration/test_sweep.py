@@ -91,7 +91,7 @@ def test_sweep_skips_a_node_whose_heartbeat_arrived_after_it_read(stack, cp: Con
     assert cp.heartbeat(identity).status_code == 200
     later = time.time() + settings.stale_after_seconds + 1
 
-    def late_then_heartbeat(state, cutoff, shards):  # type: ignore[no-untyped-def]
+    def late_then_heartbeat(state, cutoff):  # type: ignore[no-untyped-def]
         if state != liveness.ONLINE:
             return []
         _beat_at(identity, cp, later - 1)  # arrives after the sweep read the index
@@ -119,8 +119,8 @@ def test_sweep_leaves_a_stale_node_online_when_its_heartbeat_lands_between_read_
     assert went_stale.transitioned == 1 and stores().nodes.get(identity.node_id).liveness == "stale"  # type: ignore[union-attr]
     late_nodes = stores().nodes.late_nodes
 
-    def late_then_heartbeat(state, cutoff, shards):  # type: ignore[no-untyped-def]
-        found = late_nodes(state, cutoff, shards)
+    def late_then_heartbeat(state, cutoff):  # type: ignore[no-untyped-def]
+        found = late_nodes(state, cutoff)
         if state == liveness.STALE:
             _beat_at(identity, cp, clock - 1)  # arrives after the sweep read the index
         return found
@@ -207,7 +207,7 @@ def test_sweep_does_not_hold_when_fewer_than_ten_nodes_go_stale(stack, cp: Contr
 
 
 def _hold_active() -> bool:
-    hold = stores().fleet.get(MASS_STALE_HOLD)
+    hold = stores().control.get(MASS_STALE_HOLD)
     return bool(hold and hold.active)
 
 
@@ -233,30 +233,27 @@ def test_the_local_scheduler_event_runs_the_deployed_sweep_handler(stack, cp: Co
     assert stores().nodes.get(identity.node_id).liveness == "stale"  # type: ignore[union-attr]
 
 
-def test_online_now_condition_refuses_work_for_a_node_that_is_not_online(stack, cp: ControlPlane) -> None:
-    """The helper every future work claim must use: checked inside the write's own condition."""
+def test_heartbeat_after_condition_refuses_work_for_a_node_that_is_not_online(stack, cp: ControlPlane) -> None:
+    """The condition every work claim carries: checked inside the write's own condition."""
     from chalicelib.stores.models import NodeModel
     from pynamodb.exceptions import UpdateError
 
     settings = instance.get().settings
     identity = cp.enrolled_node()
+    unchanged = [NodeModel.hostname.set(stores().nodes.get(identity.node_id).hostname)]  # type: ignore[union-attr]
     pending = NodeModel(identity.node_id)
     with pytest.raises(UpdateError):  # never heartbeated: pending, not online
         pending.update(
-            actions=[NodeModel.pending_work.set(1)],
-            condition=node_store.online_now(time.time(), settings.stale_after_seconds),
+            actions=unchanged,
+            condition=node_store.heartbeat_after(time.time() - settings.stale_after_seconds),
         )
     assert cp.heartbeat(identity).status_code == 200
     online = NodeModel(identity.node_id)
-    online.update(
-        actions=[NodeModel.pending_work.set(0)],
-        condition=node_store.online_now(time.time(), settings.stale_after_seconds),
-    )
+    online.update(actions=unchanged, condition=node_store.heartbeat_after(time.time() - settings.stale_after_seconds))
     silent_for = time.time() + settings.stale_after_seconds  # exactly at the threshold: stale
     with pytest.raises(UpdateError):
         online.update(
-            actions=[NodeModel.pending_work.set(1)],
-            condition=node_store.online_now(silent_for, settings.stale_after_seconds),
+            actions=unchanged, condition=node_store.heartbeat_after(silent_for - settings.stale_after_seconds)
         )
 
 

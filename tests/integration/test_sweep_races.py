@@ -13,10 +13,10 @@ from typing import Any
 
 from chalicelib import instance
 from chalicelib.domain import liveness
-from chalicelib.domain.records import MASS_STALE_HOLD, ONLINE_NODES, FleetState
+from chalicelib.domain.records import MASS_STALE_HOLD, ONLINE_NODES, ControlItem
 from chalicelib.services import sweep
 from chalicelib.stores.item_records import item_of
-from chalicelib.stores.models import FleetStateModel
+from chalicelib.stores.models import ControlModel
 
 from tests.support.api import ControlPlane
 from tests.support.snapshots import scan_table
@@ -36,7 +36,7 @@ def _control_events(stack, types: tuple[str, ...]) -> dict[str, dict[str, Any]]:
 
 
 def _hold_active() -> bool:
-    item = stores().fleet.get(MASS_STALE_HOLD)
+    item = stores().control.get(MASS_STALE_HOLD)
     return bool(item and item.active)
 
 
@@ -66,11 +66,11 @@ def _sweeps_at_once(settings: Any, now: float) -> list[sweep.SweepReport]:
 
 def _read_then_wait(monkeypatch, name: str, barrier: threading.Barrier) -> None:  # type: ignore[no-untyped-def]
     """Each thread's first read of ``name`` waits until every thread has read it."""
-    fleet = stores().fleet
+    fleet = stores().control
     original = fleet.get
     first = threading.local()
 
-    def get(wanted: str) -> FleetState | None:
+    def get(wanted: str) -> ControlItem | None:
         item = original(wanted)
         if wanted == name and not getattr(first, "done", False):
             first.done = True
@@ -85,7 +85,7 @@ def test_overlapping_sweeps_write_the_mass_stale_hold_once_and_the_losers_change
     fake_late = [f"node_race{index:027x}" for index in range(sweep.MASS_STALE_MIN_NODES)]
     holding = threading.Event()
 
-    def late_nodes(state: str, cutoff: float, shards: int) -> list[str]:
+    def late_nodes(state: str, cutoff: float) -> list[str]:
         # a mass outage (ten nodes late, any fraction is too many) while holding; nobody late after
         return list(fake_late) if state == liveness.ONLINE and holding.is_set() else []
 
@@ -93,7 +93,7 @@ def test_overlapping_sweeps_write_the_mass_stale_hold_once_and_the_losers_change
     for round_ in range(ROUNDS):
         hold = round_ % 2 == 0  # hold, release, hold, release: the session ends released
         holding.set() if hold else holding.clear()
-        before = stores().fleet.get(MASS_STALE_HOLD)
+        before = stores().control.get(MASS_STALE_HOLD)
         known = _control_events(stack, HOLD_EVENTS)
         monkeypatch.setattr(stores().nodes, "late_nodes", late_nodes)
         _read_then_wait(monkeypatch, MASS_STALE_HOLD, threading.Barrier(WRITERS))
@@ -106,8 +106,8 @@ def test_overlapping_sweeps_write_the_mass_stale_hold_once_and_the_losers_change
         # the stored hold is exactly the winner's write, one revision after the one everyone read
         (winner,) = new.values()
         (change,) = winner["changes"]
-        after = stores().fleet.get(MASS_STALE_HOLD)
-        assert after is not None and item_of(after, FleetStateModel).serialize() == change["item"], round_
+        after = stores().control.get(MASS_STALE_HOLD)
+        assert after is not None and item_of(after, ControlModel).serialize() == change["item"], round_
         assert after.revision == revision_of(before) + 1
         assert _hold_active() == hold
     assert not _hold_active()
@@ -115,7 +115,7 @@ def test_overlapping_sweeps_write_the_mass_stale_hold_once_and_the_losers_change
 
 def _drift_counter(value: int) -> None:
     """What the repair exists for: a counter that drifted outside the log (e.g. an older deployment)."""
-    FleetStateModel(ONLINE_NODES).update(actions=[FleetStateModel.count.set(value)])
+    ControlModel(ONLINE_NODES).update(actions=[ControlModel.count.set(value)])
 
 
 def _sweep_that_must_repair(monkeypatch, online: int) -> Any:  # type: ignore[no-untyped-def]
@@ -125,7 +125,7 @@ def _sweep_that_must_repair(monkeypatch, online: int) -> Any:  # type: ignore[no
     monkeypatch.setattr(
         stores().nodes,
         "late_nodes",
-        lambda state, cutoff, shards: list(fake_late) if state == liveness.ONLINE else [],
+        lambda state, cutoff: list(fake_late) if state == liveness.ONLINE else [],
     )
     return dataclasses.replace(instance.get().settings, mass_stale_fraction=1000.0)
 
@@ -136,8 +136,8 @@ def _repair_with_a_heartbeat_after_the_count(cp: ControlPlane, newcomer: Any, se
     counted, beaten = threading.Event(), threading.Event()
     count_in_state = stores().nodes.count_in_state
 
-    def count_then_let_a_heartbeat_in(state: str, shards: int) -> int:
-        found = count_in_state(state, shards)
+    def count_then_let_a_heartbeat_in(state: str) -> int:
+        found = count_in_state(state)
         counted.set()
         assert beaten.wait(timeout=30)
         return found
@@ -160,7 +160,7 @@ def test_a_counter_repair_racing_a_heartbeat_yields_and_the_heartbeat_is_counted
         assert cp.heartbeat(identity).status_code == 200  # at least two online nodes
     for round_ in range(ROUNDS):
         newcomer = cp.enrolled_node()
-        online = stores().nodes.count_in_state(liveness.ONLINE, liveness.SHARDS)
+        online = stores().nodes.count_in_state(liveness.ONLINE)
         _drift_counter(0)
         known = _control_events(stack, (REPAIR_EVENT,))
         settings = _sweep_that_must_repair(monkeypatch, online)
@@ -182,9 +182,9 @@ def test_overlapping_counter_repairs_write_once(stack, cp: ControlPlane, monkeyp
     identity = cp.enrolled_node()
     assert cp.heartbeat(identity).status_code == 200
     for round_ in range(ROUNDS):
-        online = stores().nodes.count_in_state(liveness.ONLINE, liveness.SHARDS)
+        online = stores().nodes.count_in_state(liveness.ONLINE)
         _drift_counter(0)
-        before = stores().fleet.get(ONLINE_NODES)
+        before = stores().control.get(ONLINE_NODES)
         known = _control_events(stack, (REPAIR_EVENT,))
         settings = _sweep_that_must_repair(monkeypatch, online)
         _read_then_wait(monkeypatch, ONLINE_NODES, threading.Barrier(WRITERS))
@@ -193,6 +193,6 @@ def test_overlapping_counter_repairs_write_once(stack, cp: ControlPlane, monkeyp
 
         new = [event for key, event in _control_events(stack, (REPAIR_EVENT,)).items() if key not in known]
         assert len(new) == 1, round_
-        after = stores().fleet.get(ONLINE_NODES)
+        after = stores().control.get(ONLINE_NODES)
         assert after is not None and after.count == online
         assert after.revision == revision_of(before) + 1

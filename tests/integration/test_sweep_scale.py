@@ -17,6 +17,7 @@ import time
 from chalicelib import instance
 from chalicelib.domain import liveness
 from chalicelib.services import sweep
+from chalicelib.stores import node_store
 from modelforge_bench import node_items
 from modelforge_local_stack.emulator import operations_delta
 
@@ -64,7 +65,11 @@ def test_sweep_reads_late_nodes_only_at_scale(counted_stack) -> None:  # type: i
         # fresh nodes cost nothing
         # (work leases that other tests left to expire are taken back in the same sweep: one
         # transaction each)
-        expected = {"Query": 2 * liveness.SHARDS + 1, "GetItem": 1, "TransactWriteItems": STALE + report.leases_expired}
+        expected = {
+            "Query": 2 * node_store.SHARDS + 1,
+            "GetItem": 1,
+            "TransactWriteItems": STALE + report.leases_expired,
+        }
         assert delta == expected
         assert shipped == STALE  # one state-log object per transition (the state-log function's writes)
         assert dataclasses.astuple(report)[:6] == (STALE, STALE, 0, STALE, 0, False) and report.leases_released == 0
@@ -75,14 +80,14 @@ def test_sweep_reads_late_nodes_only_at_scale(counted_stack) -> None:  # type: i
         assert len(ours) == FLEET
         for node_id in stale_ids:
             assert ours[node_id]["liveness"]["S"] == liveness.STALE
-            assert ours[node_id]["liveness_shard"]["S"] == liveness.index_partition(liveness.STALE, node_id)
+            assert ours[node_id]["liveness_shard"]["S"] == node_store.index_partition(liveness.STALE, node_id)
         for node_id in fresh_ids:
             assert ours[node_id]["liveness"]["S"] == liveness.ONLINE
-            assert ours[node_id]["liveness_shard"]["S"] == liveness.index_partition(liveness.ONLINE, node_id)
+            assert ours[node_id]["liveness_shard"]["S"] == node_store.index_partition(liveness.ONLINE, node_id)
     finally:
         # our nodes would be late for every later sweep
         node_items.delete_nodes(client, table, node_ids)
         client.close()
         # the transitions took our never-counted nodes off the counter: count the index again
         sweep.repair_online_counter(stores(), time.time())
-    assert stores().nodes.count_in_state(liveness.ONLINE, liveness.SHARDS) == online_nodes()
+    assert stores().nodes.count_in_state(liveness.ONLINE) == online_nodes()

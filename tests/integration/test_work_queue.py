@@ -17,6 +17,7 @@ from chalicelib.domain import requests as typed
 from chalicelib.domain.errors import GuardFailed
 from chalicelib.services import nodes, sweep
 from chalicelib.services.auth import NodeCaller
+from chalicelib.stores.contract import Holder
 from modelforge_protocol.credentials import sha256_hex
 
 from tests.support.api import AgentIdentity, ControlPlane
@@ -200,13 +201,12 @@ def test_a_stale_node_gets_no_work_even_while_its_persisted_status_says_online(s
     # a later instant, is refused by DynamoDB itself and changes nothing
     item = _item(submitted["work_id"])
     with pytest.raises(GuardFailed) as refused_by_the_table:
-        stores().work.claim(
-            item.work_id,
-            item.epoch,
-            node.node_id,
-            caller.credential_sha256,
-            time.time() + 1,  # type: ignore[arg-type]
-            {"status": "leased", "epoch": item.epoch + 1},
+        stores().work.lease(
+            item,  # type: ignore[arg-type]
+            Holder(node.node_id, caller.credential_sha256),
+            time.time() + 1,
+            time.time() + 60,
+            time.time(),
             _event(item.work_id),
         )
     assert refused_by_the_table.value is not None

@@ -3,7 +3,7 @@
 A name-level call graph over ``app.py`` and ``chalicelib/``: each top-level function and method
 (nested functions, such as a transaction's ``build``, count as their enclosing one) links to the
 functions it names: module functions, imported ones, ``module.function``, ``self.method``, and
-``stores.<store>.<method>`` (the ``Stores`` of ``dynamodb_stores.py``, by field). Following the
+``stores.<store>.<method>`` (the ``Stores`` of ``stores/dynamodb.py``, by field). Following the
 links from a function's entry point gives every function it can reach (a superset: a name is
 followed whether or not that branch runs). In those, an AWS call is a call on a PynamoDB model class
 (``NodeModel.get``), its index (``NodeModel.by_liveness.query``), a model instance made in the same
@@ -82,7 +82,7 @@ def _modules() -> dict[str, _Module]:
 
 @cache
 def _store_classes() -> dict[str, Key]:
-    """``Stores`` field -> (module, class) of its DynamoDB store (dynamodb_stores.py)."""
+    """``Stores`` field -> (module, class) of its DynamoDB store (stores/dynamodb.py)."""
     module = _modules()["chalicelib.stores.dynamodb"]
     found: dict[str, Key] = {}
     for node in ast.walk(module.tree):

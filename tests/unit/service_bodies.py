@@ -11,7 +11,6 @@ from typing import Any
 
 from chalicelib.config import resources
 from chalicelib.config.settings import Settings, load_settings
-from chalicelib.domain import liveness
 from chalicelib.domain import requests as typed
 from chalicelib.domain.records import Enrollment, Inventory, Node
 from chalicelib.services import enrollments
@@ -114,7 +113,7 @@ def node_record(
     accelerator_mode: str = "cpu",
     **overrides: Any,
 ) -> Node:
-    """A node as enroll and heartbeats store it: persisted ``state`` with its index keys."""
+    """A node as enroll and heartbeats store it, persisted ``state``."""
     agent = agent or Agent()
     values: dict[str, Any] = {
         "node_id": agent.node_id,
@@ -134,12 +133,6 @@ def node_record(
         "last_heartbeat_at": last_heartbeat_at,
         "health": {"status": "ok"} if last_heartbeat_at is not None else None,
         "telemetry": [] if last_heartbeat_at is not None else None,
-        "liveness_shard": liveness.index_partition(state, agent.node_id),
-        "heartbeat_bucket": (
-            liveness.bucket(last_heartbeat_at, SETTINGS.sweep_bucket_seconds)
-            if last_heartbeat_at is not None and state in (liveness.ONLINE, liveness.STALE)
-            else None
-        ),
     }
     values.update(overrides)
     return Node(**values)

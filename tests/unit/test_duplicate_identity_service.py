@@ -144,7 +144,7 @@ def test_detect_unflags_a_partner_that_shares_nothing_any_more_on_both_sides(sto
     duplicate_identity.detect_and_flag(stores, SETTINGS, me, [shared], set(), NOW)
     assert _partners(stores, me) == {other, third}
     # ``other`` replaced its inventory: it no longer claims the GPU
-    stores.nodes.claims[shared].pop(other)
+    stores.nodes.inventories[other].claimed_uuids = None
     stores.journal.reset_counts()
     assert duplicate_identity.detect_and_flag(stores, SETTINGS, me, [shared], {other, third}, NOW + 1) == []
     assert _partners(stores, me) == {third} and _partners(stores, other) is None

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 from chalicelib.domain.errors import NotFound
-from chalicelib.domain.records import MASS_STALE_HOLD, FleetState, WorkItem
+from chalicelib.domain.records import MASS_STALE_HOLD, ControlItem, WorkItem
 from chalicelib.services import listing, work
 
 from tests.support.memory_stores import MemoryStores, memory_stores
 from tests.unit.service_bodies import NOW, Agent, inventory_record, new_node_id, node_record
 
-HOLD = FleetState(MASS_STALE_HOLD, active=True, since=NOW - 60, detail={"stale": 9}, revision=1)
+HOLD = ControlItem(MASS_STALE_HOLD, active=True, since=NOW - 60, detail={"stale": 9}, revision=1)
 
 
 @pytest.fixture()
@@ -21,7 +21,9 @@ def stores() -> MemoryStores:
 
 def _seeded_node(stores: MemoryStores, with_inventory: bool = True) -> str:
     agent = Agent()
-    stores.nodes.seed(node_record(agent), inventory_record(agent.node_id) if with_inventory else None)
+    stores.nodes.seed(node_record(agent))
+    if with_inventory:
+        stores.nodes.seed_inventory(inventory_record(agent.node_id))
     return agent.node_id
 
 
@@ -45,7 +47,7 @@ def _work(work_id: str, result: dict[str, object] | None) -> WorkItem:
 
 def test_nodes_page_each_node_with_its_inventory_and_the_hold(stores: MemoryStores) -> None:
     with_inventory, without = _seeded_node(stores), _seeded_node(stores, with_inventory=False)
-    stores.fleet.seed(HOLD)
+    stores.control.seed(HOLD)
     page = listing.nodes(stores, 10, None)
     found = {details.node.node_id: details for details in page.items}
     assert set(found) == {with_inventory, without}
@@ -71,7 +73,7 @@ def test_node_unknown_id_not_found(stores: MemoryStores) -> None:
 
 def test_node_known_id_with_inventory_and_hold(stores: MemoryStores) -> None:
     node_id = _seeded_node(stores)
-    stores.fleet.seed(HOLD)
+    stores.control.seed(HOLD)
     details = listing.node(stores, node_id)
     assert (details.node.node_id, details.hold) == (node_id, HOLD)
     assert details.inventory is not None and details.inventory.node_id == node_id
@@ -79,7 +81,7 @@ def test_node_known_id_with_inventory_and_hold(stores: MemoryStores) -> None:
 
 def test_with_inventory_written_node_hold_not_read(stores: MemoryStores) -> None:
     node_id = _seeded_node(stores)
-    stores.fleet.seed(HOLD)
+    stores.control.seed(HOLD)
     details = listing.with_inventory(stores, stores.nodes.get(node_id))  # type: ignore[arg-type]
     assert details.inventory is not None and details.hold is None
 

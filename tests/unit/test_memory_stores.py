@@ -9,13 +9,22 @@ from typing import Any
 
 import pytest
 from chalicelib.domain.errors import GuardFailed
-from chalicelib.domain.records import MASS_STALE_HOLD, ONLINE_NODES, Event, FleetState
-from chalicelib.stores.contract import CLAIM_CHANGES_PER_WRITE, EnrollmentStore, FleetStateStore, NodeStore, Stores
+from chalicelib.domain.records import MASS_STALE_HOLD, ONLINE_NODES, ControlItem, Event, Heartbeat
+from chalicelib.stores.contract import (
+    CLAIM_CHANGES_PER_WRITE,
+    ControlStore,
+    EnrollmentStore,
+    Holder,
+    NodeStore,
+    Stores,
+    WorkStore,
+)
 
 from tests.support.memory_stores import MemoryStores, memory_stores
-from tests.unit.service_bodies import NOW, Agent, enrollment_record, inventory_record, node_record
+from tests.unit.service_bodies import NOW, SETTINGS, Agent, enrollment_record, inventory_record, node_record
 
 EVENT = Event("test.event", {"node_id": "x"}, NOW)
+BEAT = Heartbeat(health={"status": "ok"}, telemetry=[], agent_version="1.3.0", protocol_version=1)
 
 
 @pytest.fixture()
@@ -28,9 +37,8 @@ def _state(stores: MemoryStores) -> dict[str, Any]:
         {
             "nodes": stores.nodes.records,
             "inventories": stores.nodes.inventories,
-            "claims": stores.nodes.claims,
             "enrollments": stores.enrollments.records,
-            "fleet": stores.fleet.records,
+            "fleet": stores.control.records,
             "events": stores.journal.events,
             "writes": stores.journal.writes,
         }
@@ -50,8 +58,10 @@ def test_the_fakes_are_the_protocols() -> None:
     assert isinstance(stores, Stores)
     enrollments: EnrollmentStore = stores.enrollments
     nodes: NodeStore = stores.nodes
-    fleet: FleetStateStore = stores.fleet
-    assert enrollments.get("enr_x") is None and nodes.get("node_x") is None and fleet.get(ONLINE_NODES) is None
+    control: ControlStore = stores.control
+    work: WorkStore = stores.work
+    assert enrollments.get("enr_x") is None and nodes.get("node_x") is None and control.get(ONLINE_NODES) is None
+    assert work.get("work_x") is None
 
 
 # --- heartbeats ---------------------------------------------------------------------------------
@@ -79,23 +89,20 @@ def test_steady_heartbeat_needs_the_active_credential_and_an_online_node(
 ) -> None:
     for name, value in change.items():
         setattr(stores.nodes.records[agent.node_id], name, value)
-    _refused(
-        stores,
-        lambda: stores.nodes.record_heartbeat(agent.node_id, agent.credential_sha256, {"last_heartbeat_at": NOW}),
-    )
+    _refused(stores, lambda: stores.nodes.record_heartbeat(_holder(agent), BEAT, NOW))
 
 
 def test_steady_heartbeat_of_an_unknown_node_fails_its_guard(stores: MemoryStores) -> None:
-    _refused(stores, lambda: stores.nodes.record_heartbeat("node_" + "f" * 32, "0" * 64, {"last_heartbeat_at": NOW}))
+    _refused(stores, lambda: stores.nodes.record_heartbeat(Holder("node_" + "f" * 32, "0" * 64), BEAT, NOW))
 
 
 def test_steady_heartbeat_writes_once_logs_nothing_and_returns_the_node_as_written(
     stores: MemoryStores, agent: Agent
 ) -> None:
-    written = stores.nodes.record_heartbeat(
-        agent.node_id, agent.credential_sha256, {"last_heartbeat_at": NOW, "health": None}
-    )
-    assert written.last_heartbeat_at == NOW and written.health is None and written.hostname == "gpu-node-1"
+    beat = Heartbeat(health={"status": "degraded"}, telemetry=[[1.0]], agent_version="1.4.0", protocol_version=1)
+    written = stores.nodes.record_heartbeat(_holder(agent), beat, NOW)
+    assert (written.last_heartbeat_at, written.health, written.telemetry) == (NOW, {"status": "degraded"}, [[1.0]])
+    assert (written.agent_version, written.hostname) == ("1.4.0", "gpu-node-1")
     assert stores.nodes.records[agent.node_id].last_heartbeat_at == NOW
     assert stores.journal.writes == 1 and stores.journal.events == []
 
@@ -104,9 +111,7 @@ def test_transition_heartbeat_needs_the_liveness_it_read(stores: MemoryStores, a
     stores.nodes.records[agent.node_id].liveness = "stale"
     _refused(
         stores,
-        lambda: stores.nodes.record_transition_heartbeat(
-            agent.node_id, agent.credential_sha256, "offline", {"liveness": "online"}, EVENT
-        ),
+        lambda: stores.nodes.bring_online(_holder(agent), "offline", BEAT, NOW, EVENT),
     )
 
 
@@ -114,9 +119,7 @@ def test_transition_heartbeat_needs_the_active_credential(stores: MemoryStores, 
     stores.nodes.records[agent.node_id].liveness = "stale"
     _refused(
         stores,
-        lambda: stores.nodes.record_transition_heartbeat(
-            agent.node_id, "0" * 64, "stale", {"liveness": "online"}, EVENT
-        ),
+        lambda: stores.nodes.bring_online(Holder(agent.node_id, "0" * 64), "stale", BEAT, NOW, EVENT),
     )
 
 
@@ -124,39 +127,41 @@ def test_transition_heartbeat_adds_one_to_the_counter_creating_it_when_absent(
     stores: MemoryStores, agent: Agent
 ) -> None:
     stores.nodes.records[agent.node_id].liveness = "stale"
-    stores.nodes.record_transition_heartbeat(
-        agent.node_id, agent.credential_sha256, "stale", {"liveness": "online"}, EVENT
-    )
-    assert stores.nodes.records[agent.node_id].liveness == "online"
-    assert stores.fleet.records[ONLINE_NODES] == FleetState(ONLINE_NODES, count=1, revision=1)
+    stores.nodes.bring_online(_holder(agent), "stale", BEAT, NOW + 1, EVENT)
+    node = stores.nodes.records[agent.node_id]
+    assert (node.liveness, node.liveness_changed_at, node.last_heartbeat_at) == ("online", NOW + 1, NOW + 1)
+    assert stores.control.records[ONLINE_NODES] == ControlItem(ONLINE_NODES, count=1, revision=1)
     assert stores.journal.events == [EVENT]
 
-    stores.fleet.records[ONLINE_NODES].count, stores.fleet.records[ONLINE_NODES].revision = 7, 4
+    stores.control.records[ONLINE_NODES].count, stores.control.records[ONLINE_NODES].revision = 7, 4
     stores.nodes.records[agent.node_id].liveness = "pending"
-    stores.nodes.record_transition_heartbeat(
-        agent.node_id, agent.credential_sha256, "pending", {"liveness": "online"}, EVENT
-    )
-    assert (stores.fleet.records[ONLINE_NODES].count, stores.fleet.records[ONLINE_NODES].revision) == (8, 5)
-
-
-def test_an_unknown_attribute_is_refused_before_anything_changes(stores: MemoryStores, agent: Agent) -> None:
-    before = _state(stores)
-    with pytest.raises(KeyError):
-        stores.nodes.record_heartbeat(agent.node_id, agent.credential_sha256, {"last_heartbeat_at": NOW, "nonsense": 1})
-    assert _state(stores) == before
+    stores.nodes.bring_online(_holder(agent), "pending", BEAT, NOW, EVENT)
+    assert (stores.control.records[ONLINE_NODES].count, stores.control.records[ONLINE_NODES].revision) == (8, 5)
 
 
 # --- inventory and claims -----------------------------------------------------------------------
 
 
-def _values(revision: str) -> dict[str, Any]:
-    return {"inventory": {"gpus": []}, "updated_at": NOW, "revision": revision}
+def _holder(agent: Agent, credential_sha256: str | None = None) -> Holder:
+    return Holder(agent.node_id, credential_sha256 or agent.credential_sha256)
+
+
+def _replace(stores: MemoryStores, holder: Holder, revision: str, previous: str | None) -> None:
+    inventory = inventory_record(holder.node_id, revision=revision, rate_window_start=NOW, rate_window_count=1)
+    stores.nodes.replace_inventory(holder, inventory, previous, {"echo"}, EVENT)
 
 
 def test_replace_inventory_creates_the_first_one(stores: MemoryStores, agent: Agent) -> None:
-    stores.nodes.replace_inventory(agent.node_id, agent.credential_sha256, _values("r1"), None, EVENT)
+    _replace(stores, _holder(agent), "r1", None)
     assert stores.nodes.inventories[agent.node_id].revision == "r1"
+    assert stores.nodes.records[agent.node_id].capabilities == {"echo"}
     assert stores.journal.events == [EVENT]
+
+
+def test_replace_inventory_keeps_the_claims_recorded(stores: MemoryStores, agent: Agent) -> None:
+    stores.nodes.seed_inventory(inventory_record(agent.node_id, revision="r1", claimed_uuids={"GPU-a"}))
+    _replace(stores, _holder(agent), "r2", "r1")
+    assert stores.nodes.inventories[agent.node_id].claimed_uuids == {"GPU-a"}
 
 
 @pytest.mark.parametrize("previous", [None, "r0"], ids=["none-but-one-exists", "an-older-revision"])
@@ -164,14 +169,14 @@ def test_replace_inventory_needs_the_revision_it_read(stores: MemoryStores, agen
     stores.nodes.seed_inventory(inventory_record(agent.node_id, revision="r1"))
     _refused(
         stores,
-        lambda: stores.nodes.replace_inventory(agent.node_id, agent.credential_sha256, _values("r2"), previous, EVENT),
+        lambda: _replace(stores, _holder(agent), "r2", previous),
     )
 
 
 def test_replace_inventory_with_a_revision_when_none_exists_fails(stores: MemoryStores, agent: Agent) -> None:
     _refused(
         stores,
-        lambda: stores.nodes.replace_inventory(agent.node_id, agent.credential_sha256, _values("r2"), "r1", EVENT),
+        lambda: _replace(stores, _holder(agent), "r2", "r1"),
     )
 
 
@@ -180,7 +185,7 @@ def test_replace_inventory_needs_the_active_credential(stores: MemoryStores, cre
     agent = Agent()
     stores.nodes.seed(node_record(agent, credential_state=credential_state))
     credential = "0" * 64 if credential_state == "active" else agent.credential_sha256
-    _refused(stores, lambda: stores.nodes.replace_inventory(agent.node_id, credential, _values("r1"), None, EVENT))
+    _refused(stores, lambda: _replace(stores, _holder(agent, credential), "r1", None))
 
 
 def test_claims_follow_the_inventory_revision_and_an_emptied_set_is_removed(stores: MemoryStores, agent: Agent) -> None:
@@ -254,11 +259,11 @@ def test_forget_duplicate_time_of_a_missing_node_fails(stores: MemoryStores) -> 
 
 
 def test_revoke_credential_needs_an_active_one(stores: MemoryStores, agent: Agent) -> None:
-    values = {"credential_state": "revoked", "credential_revoked_at": NOW}
-    _refused(stores, lambda: stores.nodes.revoke_credential("node_" + "f" * 32, values, EVENT))
-    stores.nodes.revoke_credential(agent.node_id, values, EVENT)
-    assert stores.nodes.records[agent.node_id].credential_state == "revoked"
-    _refused(stores, lambda: stores.nodes.revoke_credential(agent.node_id, values, EVENT))
+    _refused(stores, lambda: stores.nodes.revoke_credential("node_" + "f" * 32, NOW, EVENT))
+    stores.nodes.revoke_credential(agent.node_id, NOW, EVENT)
+    node = stores.nodes.records[agent.node_id]
+    assert (node.credential_state, node.credential_revoked_at) == ("revoked", NOW)
+    _refused(stores, lambda: stores.nodes.revoke_credential(agent.node_id, NOW, EVENT))
 
 
 @pytest.mark.parametrize(
@@ -270,27 +275,30 @@ def test_revoke_credential_needs_an_active_one(stores: MemoryStores, agent: Agen
     ],
     ids=["liveness-moved", "heartbeat-since", "never-heartbeated"],
 )
-def test_set_liveness_guard(
+def test_change_liveness_guard(
     stores: MemoryStores, agent: Agent, stored: dict[str, Any], expected: str, not_after: float
 ) -> None:
     for name, value in stored.items():
         setattr(stores.nodes.records[agent.node_id], name, value)
-    _refused(
-        stores, lambda: stores.nodes.set_liveness(agent.node_id, expected, not_after, {"liveness": "stale"}, EVENT, -1)
-    )
+    _refused(stores, lambda: stores.nodes.change_liveness(agent.node_id, expected, "stale", not_after, NOW, EVENT))
 
 
-def test_set_liveness_moves_the_counter(stores: MemoryStores, agent: Agent) -> None:
-    stores.fleet.seed(FleetState(ONLINE_NODES, count=3, revision=9))
-    stores.nodes.set_liveness(agent.node_id, "online", NOW - 5, {"liveness": "stale"}, EVENT, -1)
-    assert stores.nodes.records[agent.node_id].liveness == "stale"
-    assert (stores.fleet.records[ONLINE_NODES].count, stores.fleet.records[ONLINE_NODES].revision) == (2, 10)
+def test_change_liveness_moves_the_counter(stores: MemoryStores, agent: Agent) -> None:
+    stores.control.seed(ControlItem(ONLINE_NODES, count=3, revision=9))
+    stores.nodes.change_liveness(agent.node_id, "online", "stale", NOW - 5, NOW, EVENT)
+    node = stores.nodes.records[agent.node_id]
+    assert (node.liveness, node.liveness_changed_at) == ("stale", NOW)
+    assert (stores.control.records[ONLINE_NODES].count, stores.control.records[ONLINE_NODES].revision) == (2, 10)
     stores.nodes.records[agent.node_id].last_heartbeat_at = NOW - 400
-    stores.nodes.set_liveness(agent.node_id, "stale", NOW - 300, {"liveness": "offline"}, EVENT)
-    assert (stores.fleet.records[ONLINE_NODES].count, stores.fleet.records[ONLINE_NODES].revision) == (2, 10)
+    stores.nodes.change_liveness(agent.node_id, "stale", "offline", NOW - 300, NOW, EVENT)
+    assert (stores.control.records[ONLINE_NODES].count, stores.control.records[ONLINE_NODES].revision) == (2, 10)
 
 
-def test_late_nodes_and_counts_read_the_index_partitions(stores: MemoryStores) -> None:
+def test_the_fake_buckets_heartbeats_as_the_test_settings_do() -> None:
+    assert memory_stores().nodes._bucket_seconds == SETTINGS.sweep_bucket_seconds
+
+
+def test_late_nodes_and_counts_read_by_state_and_heartbeat_bucket(stores: MemoryStores) -> None:
     late = [node_record(state="online", last_heartbeat_at=NOW - 200) for _ in range(6)]
     fresh = node_record(state="online", last_heartbeat_at=NOW)
     stale = node_record(state="stale", last_heartbeat_at=NOW - 200)
@@ -298,13 +306,14 @@ def test_late_nodes_and_counts_read_the_index_partitions(stores: MemoryStores) -
     for node in [*late, fresh, stale, pending]:
         stores.nodes.seed(node)
     cutoff = NOW - 100
-    assert sorted(stores.nodes.late_nodes("online", cutoff, 4)) == sorted(node.node_id for node in late)
-    assert stores.nodes.late_nodes("stale", cutoff, 4) == [stale.node_id]
-    assert stores.nodes.count_in_state("online", 4) == 7
-    # only the shards asked for are read
-    assert stores.nodes.count_in_state("online", 1) == sum(
-        1 for node in [*late, fresh] if node.liveness_shard == "online#0"
-    )
+    assert sorted(stores.nodes.late_nodes("online", cutoff)) == sorted(node.node_id for node in late)
+    assert stores.nodes.late_nodes("stale", cutoff) == [stale.node_id]
+    assert stores.nodes.count_in_state("online") == 7
+    # a heartbeat just after the cutoff, in a bucket that starts by it: read (the sweep skips it)
+    bucket_start = (NOW - 100) // 45 * 45
+    just_after = node_record(state="online", last_heartbeat_at=bucket_start + 1)
+    stores.nodes.seed(just_after)
+    assert just_after.node_id in stores.nodes.late_nodes("online", bucket_start)
 
 
 # --- enrollments --------------------------------------------------------------------------------
@@ -315,17 +324,16 @@ def _consume(
 ) -> None:
     node = node_record(Agent(node_id) if node_id else None, state="pending", last_heartbeat_at=None)
     inventory = inventory_record(node.node_id, claimed_uuids={"GPU-a"})
-    stores.enrollments.consume(
-        enrollment_id, token_sha256, {"state": "consumed", "node_id": node.node_id}, node, inventory, ["GPU-a"],
-        {"enrollment_id": enrollment_id, "node_id": node.node_id}, now,
-    )  # fmt: skip
+    stores.enrollments.consume(enrollment_id, token_sha256, "f" * 64, node, inventory, now)
 
 
 def test_consume_creates_the_node_inventory_claims_and_four_events(stores: MemoryStores) -> None:
     enrollment, _ = enrollment_record()
     stores.enrollments.seed(enrollment)
     _consume(stores, enrollment.enrollment_id, enrollment.token_sha256)
-    node_id = stores.enrollments.records[enrollment.enrollment_id].node_id
+    consumed = stores.enrollments.records[enrollment.enrollment_id]
+    node_id = consumed.node_id
+    assert (consumed.state, consumed.consumed_at, consumed.idempotency_key_sha256) == ("consumed", NOW, "f" * 64)
     assert node_id in stores.nodes.records and node_id in stores.nodes.inventories
     assert stores.nodes.claimants("GPU-a") == [node_id]
     assert stores.journal.event_types() == [
@@ -363,40 +371,41 @@ def test_create_never_overwrites_and_revoke_needs_a_pending_enrollment(stores: M
     enrollment, _ = enrollment_record()
     stores.enrollments.create(enrollment, EVENT)
     _refused(stores, lambda: stores.enrollments.create(enrollment, EVENT))
-    _refused(stores, lambda: stores.enrollments.revoke("enr_" + "f" * 32, {"state": "revoked"}, EVENT))
-    stores.enrollments.revoke(enrollment.enrollment_id, {"state": "revoked", "revoked_at": NOW}, EVENT)
-    assert stores.enrollments.records[enrollment.enrollment_id].state == "revoked"
-    _refused(stores, lambda: stores.enrollments.revoke(enrollment.enrollment_id, {"state": "revoked"}, EVENT))
+    _refused(stores, lambda: stores.enrollments.revoke("enr_" + "f" * 32, NOW, EVENT))
+    stores.enrollments.revoke(enrollment.enrollment_id, NOW, EVENT)
+    revoked = stores.enrollments.records[enrollment.enrollment_id]
+    assert (revoked.state, revoked.revoked_at) == ("revoked", NOW)
+    _refused(stores, lambda: stores.enrollments.revoke(enrollment.enrollment_id, NOW, EVENT))
 
 
-# --- fleet state --------------------------------------------------------------------------------
+# --- the control table --------------------------------------------------------------------------------
 
 
-def test_fleet_put_needs_the_next_revision(stores: MemoryStores) -> None:
+def test_control_put_needs_the_next_revision(stores: MemoryStores) -> None:
     with pytest.raises(ValueError):
-        stores.fleet.put(FleetState(MASS_STALE_HOLD, active=True), EVENT)
-    _refused(stores, lambda: stores.fleet.put(FleetState(MASS_STALE_HOLD, active=True, revision=2), EVENT))
-    stores.fleet.put(FleetState(MASS_STALE_HOLD, active=True, revision=1), EVENT)
-    _refused(stores, lambda: stores.fleet.put(FleetState(MASS_STALE_HOLD, active=False, revision=1), EVENT))
-    stores.fleet.put(FleetState(MASS_STALE_HOLD, active=False, revision=2), EVENT)
-    assert stores.fleet.records[MASS_STALE_HOLD] == FleetState(MASS_STALE_HOLD, active=False, revision=2)
+        stores.control.put(ControlItem(MASS_STALE_HOLD, active=True), EVENT)
+    _refused(stores, lambda: stores.control.put(ControlItem(MASS_STALE_HOLD, active=True, revision=2), EVENT))
+    stores.control.put(ControlItem(MASS_STALE_HOLD, active=True, revision=1), EVENT)
+    _refused(stores, lambda: stores.control.put(ControlItem(MASS_STALE_HOLD, active=False, revision=1), EVENT))
+    stores.control.put(ControlItem(MASS_STALE_HOLD, active=False, revision=2), EVENT)
+    assert stores.control.records[MASS_STALE_HOLD] == ControlItem(MASS_STALE_HOLD, active=False, revision=2)
 
 
-def test_fleet_put_of_revision_one_over_an_item_without_revision(stores: MemoryStores) -> None:
-    stores.fleet.seed(FleetState(MASS_STALE_HOLD, active=True))
-    stores.fleet.put(FleetState(MASS_STALE_HOLD, active=False, revision=1), EVENT)
-    assert stores.fleet.records[MASS_STALE_HOLD].active is False
+def test_control_put_of_revision_one_over_an_item_without_revision(stores: MemoryStores) -> None:
+    stores.control.seed(ControlItem(MASS_STALE_HOLD, active=True))
+    stores.control.put(ControlItem(MASS_STALE_HOLD, active=False, revision=1), EVENT)
+    assert stores.control.records[MASS_STALE_HOLD].active is False
 
 
 def test_recount_needs_the_revision_read(stores: MemoryStores) -> None:
-    stores.fleet.recount_online_nodes(None, 5, NOW + 0.0004, EVENT)
-    assert stores.fleet.records[ONLINE_NODES] == FleetState(ONLINE_NODES, count=5, revision=1, updated_at=NOW)
-    _refused(stores, lambda: stores.fleet.recount_online_nodes(None, 6, NOW, EVENT))
-    read = stores.fleet.get(ONLINE_NODES)
-    stores.fleet.add_online(+1)  # a transition moved the counter since the read
-    _refused(stores, lambda: stores.fleet.recount_online_nodes(read, 6, NOW, EVENT))
-    stores.fleet.recount_online_nodes(stores.fleet.get(ONLINE_NODES), 6, NOW, EVENT)
-    assert (stores.fleet.records[ONLINE_NODES].count, stores.fleet.records[ONLINE_NODES].revision) == (6, 3)
+    stores.control.recount_online_nodes(None, 5, NOW + 0.0004, EVENT)
+    assert stores.control.records[ONLINE_NODES] == ControlItem(ONLINE_NODES, count=5, revision=1, updated_at=NOW)
+    _refused(stores, lambda: stores.control.recount_online_nodes(None, 6, NOW, EVENT))
+    read = stores.control.get(ONLINE_NODES)
+    stores.control.add_online(+1)  # a transition moved the counter since the read
+    _refused(stores, lambda: stores.control.recount_online_nodes(read, 6, NOW, EVENT))
+    stores.control.recount_online_nodes(stores.control.get(ONLINE_NODES), 6, NOW, EVENT)
+    assert (stores.control.records[ONLINE_NODES].count, stores.control.records[ONLINE_NODES].revision) == (6, 3)
 
 
 # --- copies, paging, the journal ------------------------------------------------------------------
@@ -406,13 +415,13 @@ def test_records_go_in_and_come_out_as_copies(stores: MemoryStores, agent: Agent
     read = stores.nodes.get(agent.node_id)
     assert read is not None
     read.liveness, read.health = "offline", {"status": "bad"}
-    written = stores.nodes.record_heartbeat(agent.node_id, agent.credential_sha256, {"last_heartbeat_at": NOW})
+    written = stores.nodes.record_heartbeat(_holder(agent), BEAT, NOW)
     written.liveness = "offline"
     enrollment, _ = enrollment_record()
     stores.enrollments.create(enrollment, EVENT)
     enrollment.state = "consumed"
     stored = stores.nodes.records[agent.node_id]
-    assert stored.liveness == "online" and stored.health == {"status": "ok"}
+    assert stored.liveness == "online" and stored.health == {"status": "ok"} and stored.last_heartbeat_at == NOW
     assert stores.enrollments.records[enrollment.enrollment_id].state == "pending"
 
 
@@ -432,13 +441,13 @@ def test_before_next_runs_inside_the_next_write_of_that_method_only(stores: Memo
         stores.nodes.records[agent.node_id].liveness = "stale"
 
     stores.journal.before_next("nodes.record_heartbeat", sweep_moves_first)
-    stores.fleet.put(FleetState(MASS_STALE_HOLD, active=True, revision=1), EVENT)  # another method: not run
+    stores.control.put(ControlItem(MASS_STALE_HOLD, active=True, revision=1), EVENT)  # another method: not run
     assert stores.nodes.records[agent.node_id].liveness == "online"
     with pytest.raises(GuardFailed):
-        stores.nodes.record_heartbeat(agent.node_id, agent.credential_sha256, {"last_heartbeat_at": NOW})
+        stores.nodes.record_heartbeat(_holder(agent), BEAT, NOW)
     assert stores.nodes.records[agent.node_id].last_heartbeat_at == NOW - 5
     stores.nodes.records[agent.node_id].liveness = "online"
-    stores.nodes.record_heartbeat(agent.node_id, agent.credential_sha256, {"last_heartbeat_at": NOW})  # once only
+    stores.nodes.record_heartbeat(_holder(agent), BEAT, NOW)  # once only
     assert stores.journal.before_write == []
-    assert stores.journal.calls == ["fleet.put", "nodes.record_heartbeat", "nodes.record_heartbeat"]
+    assert stores.journal.calls == ["control.put", "nodes.record_heartbeat", "nodes.record_heartbeat"]
     assert stores.journal.writes == 2

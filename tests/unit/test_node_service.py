@@ -7,10 +7,9 @@ from typing import Any
 
 import pytest
 from chalicelib.config.settings import INVENTORY_RATE_WINDOW_SECONDS
-from chalicelib.domain import liveness
 from chalicelib.domain import requests as typed
 from chalicelib.domain.errors import Conflict, Invalid, NotFound, RateLimited, Unauthenticated
-from chalicelib.domain.records import ONLINE_NODES, TELEMETRY_COLUMNS, Event, FleetState
+from chalicelib.domain.records import ONLINE_NODES, TELEMETRY_COLUMNS, ControlItem, Event
 from chalicelib.services import nodes
 from chalicelib.services.known_callers import KnownCallers
 
@@ -61,7 +60,6 @@ def test_a_known_online_caller_costs_exactly_one_write_and_logs_nothing(stores: 
     assert (stores.journal.reads, stores.journal.writes, stores.journal.events) == (0, 1, [])
     stored = stores.nodes.records[agent.node_id]
     assert stored.last_heartbeat_at == NOW
-    assert stored.heartbeat_bucket == liveness.bucket(NOW, SETTINGS.sweep_bucket_seconds)
     assert stored.telemetry == [[gpu[c] for c in TELEMETRY_COLUMNS] for gpu in gpu_telemetry(2)["gpus"]]
     assert stored.health == {"status": "ok"} and stored.agent_version == "1.3.0"
 
@@ -154,7 +152,7 @@ def test_an_invalid_heartbeat_reads_and_writes_nothing(
 def test_a_transition_to_online_is_logged_and_counted(stores: MemoryStores, state: str) -> None:
     last = None if state == "pending" else NOW - 400
     agent = _seed(stores, state=state, last_heartbeat_at=last)
-    stores.fleet.seed(FleetState(ONLINE_NODES, count=4, revision=7))
+    stores.control.seed(ControlItem(ONLINE_NODES, count=4, revision=7))
     result = nodes.heartbeat(stores, SETTINGS, agent.caller, typed.heartbeat(heartbeat_body()), NOW, _known(agent))
     assert result.transitioned_from == state and result.node.liveness == "online"
     [event] = stores.journal.events
@@ -162,30 +160,29 @@ def test_a_transition_to_online_is_logged_and_counted(stores: MemoryStores, stat
     assert event.subject == {"node_id": agent.node_id, "from": state, "to": "online", "cause": "heartbeat"}
     stored = stores.nodes.records[agent.node_id]
     assert (stored.liveness, stored.liveness_changed_at, stored.last_heartbeat_at) == ("online", NOW, NOW)
-    assert stored.liveness_shard == liveness.index_partition("online", agent.node_id)
-    counter = stores.fleet.records[ONLINE_NODES]
+    counter = stores.control.records[ONLINE_NODES]
     assert (counter.count, counter.revision) == (5, 8)
 
 
 def test_the_first_transition_creates_the_online_counter(stores: MemoryStores) -> None:
     agent = _seed(stores, state="pending", last_heartbeat_at=None)
     nodes.heartbeat(stores, SETTINGS, agent.caller, typed.heartbeat(heartbeat_body()), NOW)
-    assert stores.fleet.records[ONLINE_NODES] == FleetState(ONLINE_NODES, count=1, revision=1)
+    assert stores.control.records[ONLINE_NODES] == ControlItem(ONLINE_NODES, count=1, revision=1)
 
 
 def test_a_heartbeat_that_loses_to_the_sweep_takes_the_transition_path(stores: MemoryStores) -> None:
     agent = _seed(stores, last_heartbeat_at=NOW - 70)
 
     def sweep_marks_it_stale() -> None:
-        stores.nodes.set_liveness(agent.node_id, "online", NOW - 60, {"liveness": "stale"}, Event("sweep", {}, NOW), -1)
+        stores.nodes.change_liveness(agent.node_id, "online", "stale", NOW - 60, NOW, Event("sweep", {}, NOW))
 
-    stores.fleet.seed(FleetState(ONLINE_NODES, count=1, revision=1))
+    stores.control.seed(ControlItem(ONLINE_NODES, count=1, revision=1))
     stores.journal.before_next("nodes.record_heartbeat", sweep_marks_it_stale)
     result = nodes.heartbeat(stores, SETTINGS, agent.caller, typed.heartbeat(heartbeat_body()), NOW, _known(agent))
     assert result.transitioned_from == "stale"
     assert stores.journal.event_types() == ["sweep", "node.liveness_changed"]
     assert stores.nodes.records[agent.node_id].liveness == "online"
-    assert stores.fleet.records[ONLINE_NODES].count == 1  # -1 by the sweep, +1 by the heartbeat
+    assert stores.control.records[ONLINE_NODES].count == 1  # -1 by the sweep, +1 by the heartbeat
 
 
 def test_a_transition_retries_from_a_fresh_read_when_the_liveness_moved(stores: MemoryStores) -> None:
@@ -194,11 +191,11 @@ def test_a_transition_retries_from_a_fresh_read_when_the_liveness_moved(stores: 
     def sweep_moves_it_offline() -> None:
         stores.nodes.records[agent.node_id].liveness = "offline"
 
-    stores.journal.before_next("nodes.record_transition_heartbeat", sweep_moves_it_offline)
+    stores.journal.before_next("nodes.bring_online", sweep_moves_it_offline)
     result = nodes.heartbeat(stores, SETTINGS, agent.caller, typed.heartbeat(heartbeat_body()), NOW)
     assert result.transitioned_from == "offline"
     assert [event.subject["from"] for event in stores.journal.events] == ["offline"]
-    assert stores.fleet.records[ONLINE_NODES].count == 1
+    assert stores.control.records[ONLINE_NODES].count == 1
 
 
 def test_three_lost_transitions_end_in_a_conflict_with_nothing_written(stores: MemoryStores) -> None:
@@ -208,12 +205,12 @@ def test_three_lost_transitions_end_in_a_conflict_with_nothing_written(stores: M
         node = stores.nodes.records[agent.node_id]
         node.liveness = "offline" if node.liveness == "stale" else "stale"
 
-    stores.journal.before_next("nodes.record_transition_heartbeat", another_writer_moves_it, times=3)
+    stores.journal.before_next("nodes.bring_online", another_writer_moves_it, times=3)
     with pytest.raises(Conflict) as refused:
         nodes.heartbeat(stores, SETTINGS, agent.caller, typed.heartbeat(heartbeat_body()), NOW)
     assert refused.value.code == "heartbeat_conflict"
-    assert stores.journal.calls.count("nodes.record_transition_heartbeat") == 3
-    assert stores.journal.writes == 0 and stores.journal.events == [] and ONLINE_NODES not in stores.fleet.records
+    assert stores.journal.calls.count("nodes.bring_online") == 3
+    assert stores.journal.writes == 0 and stores.journal.events == [] and ONLINE_NODES not in stores.control.records
     assert stores.nodes.records[agent.node_id].last_heartbeat_at == NOW - 100
 
 
@@ -223,7 +220,7 @@ def test_a_credential_revoked_during_a_transition_is_refused(stores: MemoryStore
     def admin_revokes() -> None:
         stores.nodes.records[agent.node_id].credential_state = "revoked"
 
-    stores.journal.before_next("nodes.record_transition_heartbeat", admin_revokes)
+    stores.journal.before_next("nodes.bring_online", admin_revokes)
     with pytest.raises(Unauthenticated) as refused:
         nodes.heartbeat(stores, SETTINGS, agent.caller, typed.heartbeat(heartbeat_body()), NOW)
     assert refused.value.code == "credential_revoked" and stores.journal.events == []

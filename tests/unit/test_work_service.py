@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import dataclasses
 import hashlib
 import json
 from collections.abc import Callable
@@ -19,10 +20,11 @@ from chalicelib.domain.errors import Conflict, DomainError, GuardFailed, Invalid
 from chalicelib.domain.records import Event, WorkItem
 from chalicelib.services import work
 from chalicelib.services.known_callers import KnownCallers
-from chalicelib.stores.contract import ObjectStore, Stores, WorkGuard, WorkStore
+from chalicelib.stores.contract import Holder, LeaseCheck, ObjectStore, Stores, WorkStore
 from modelforge_protocol import work as protocol
 
-from tests.support.memory_stores import MemoryObjectStore, MemoryStores, memory_stores
+from tests.support.journal import MemoryObjectStore
+from tests.support.memory_stores import MemoryStores, memory_stores
 from tests.unit.service_bodies import NOW, SETTINGS, Agent, node_record
 
 OCR, ECHO = protocol.OCR, protocol.ECHO
@@ -142,66 +144,61 @@ def test_the_work_fakes_are_the_protocols(stores: MemoryStores) -> None:
     assert store.get("work_" + "0" * 32) is None and objects.digest("nothing", 10) is None
 
 
-def test_the_fake_claim_names_every_part_that_failed(stores: MemoryStores) -> None:
+def test_the_fake_lease_names_every_part_that_failed(stores: MemoryStores) -> None:
     agent = _node(stores)
     item = _submit(stores)
     event = Event("test.event", {"work_id": item.work_id}, NOW)
-    values = {"status": "leased", "epoch": 1}
 
-    def claim(epoch: int, credential: str = agent.credential_sha256, heartbeat_after: float = NOW - 60) -> None:
-        stores.work.claim(item.work_id, epoch, agent.node_id, credential, heartbeat_after, values, event)
+    def lease(epoch: int, credential: str = agent.credential_sha256, heartbeat_after: float = NOW - 60) -> WorkItem:
+        read = dataclasses.replace(item, epoch=epoch)
+        return stores.work.lease(read, Holder(agent.node_id, credential), heartbeat_after, NOW + LEASE, NOW, event)
 
     before = _state(stores)
     for attempt, failed in [
-        (lambda: claim(1), ("work",)),
-        (lambda: claim(0, credential="f" * 64), ("node",)),
-        (lambda: claim(0, heartbeat_after=NOW - 5), ("node",)),  # not after: equal
-        (lambda: claim(1, heartbeat_after=NOW), ("work", "node")),
+        (lambda: lease(1), ("work",)),
+        (lambda: lease(0, credential="f" * 64), ("node",)),
+        (lambda: lease(0, heartbeat_after=NOW - 5), ("node",)),  # not after: equal
+        (lambda: lease(1, heartbeat_after=NOW), ("work", "node")),
     ]:
         with pytest.raises(GuardFailed) as raised:
             attempt()
         assert raised.value.failed == failed
         assert _state(stores) == before
-    claim(0)
-    assert _stored(stores, item.work_id).status == "leased" and stores.journal.events[-1] == event
+    leased = lease(0)
+    assert leased == _stored(stores, item.work_id) and stores.journal.events[-1] == event
+    assert (leased.status, leased.epoch, leased.attempts, leased.node_id) == ("leased", 1, 1, agent.node_id)
+    assert (leased.lease_expires_at, leased.queued_at, leased.updated_at) == (NOW + LEASE, None, NOW)
 
 
-def test_the_fake_update_checks_every_part_of_the_guard(stores: MemoryStores) -> None:
+def test_the_fake_lease_writes_check_every_part_of_the_guard(stores: MemoryStores) -> None:
     agent, item = _leased(stores)
     before = _state(stores)
     expires = item.lease_expires_at
     assert expires is not None
     event = Event("test.event", {"work_id": item.work_id}, NOW)
-    for guard, credential in [
-        (WorkGuard(("queued",)), None),
-        (WorkGuard(("leased",), epoch=2), None),
-        (WorkGuard(("leased",), node_id="node_other"), None),
-        (WorkGuard(("leased",), lease_expired_by=expires - 1), None),
-        (WorkGuard(("leased",), node_id=agent.node_id), "f" * 64),
+    error = {"reason": "x"}
+    for read, check in [
+        (dataclasses.replace(item, epoch=2), LeaseCheck()),
+        (item, LeaseCheck(node_id="node_other")),
+        (item, LeaseCheck(expired_by=expires - 1)),
+        (item, LeaseCheck(node_id=agent.node_id, credential_sha256="f" * 64)),
+        (dataclasses.replace(item, work_id="work_" + "0" * 32), LeaseCheck()),  # no such item
     ]:
         with pytest.raises(GuardFailed):
-            stores.work.update(item.work_id, guard, {"updated_at": NOW + 1}, event, holder_credential_sha256=credential)
+            stores.work.requeue(read, check, error, NOW + 1, event)
         assert _state(stores) == before
-    with pytest.raises(GuardFailed):
-        stores.work.update("work_" + "0" * 32, WorkGuard(("leased",)), {"updated_at": NOW}, event)  # no such item
-    written = stores.work.update(
-        item.work_id,
-        WorkGuard(("leased",), epoch=1, node_id=agent.node_id, lease_expired_by=expires),
-        {"updated_at": NOW + 1, "lease_holder": None},
-        event,
-        holder_credential_sha256=agent.credential_sha256,
-    )
-    assert written == _stored(stores, item.work_id) and written.lease_holder is None and written.updated_at == NOW + 1
+    check = LeaseCheck(node_id=agent.node_id, credential_sha256=agent.credential_sha256, expired_by=expires)
+    written = stores.work.requeue(item, check, error, NOW + 1, event)
+    assert written == _stored(stores, item.work_id) and written.errors == [error]
+    assert (written.status, written.queued_at, written.lease_expires_at) == ("queued", NOW + 1, None)
     assert stores.journal.writes == before["writes"] + 1 and stores.journal.events == [*before["events"], event]
 
 
-def test_the_fake_lease_expiry_guard_fails_without_a_lease_expiry(stores: MemoryStores) -> None:
+def test_the_fake_lease_expiry_guard_fails_on_an_item_not_leased(stores: MemoryStores) -> None:
     item = _submit(stores)
     with pytest.raises(GuardFailed):
         event = Event("test.event", {"work_id": item.work_id}, NOW)
-        stores.work.update(
-            item.work_id, WorkGuard(("queued",), lease_expired_by=NOW + 10**6), {"updated_at": NOW}, event
-        )
+        stores.work.bury(item, LeaseCheck(expired_by=NOW + 10**6), {"reason": "x"}, NOW, event)
 
 
 def test_the_fake_lists_work_by_id_with_filters_and_paging_keys(stores: MemoryStores) -> None:
@@ -237,8 +234,8 @@ def test_submit_queues_an_item_with_the_defaults_and_stores_its_input_canonicall
     assert work._WORK_ID.fullmatch(item.work_id)
     assert (item.capability, item.status, item.attempts, item.epoch) == (ECHO, "queued", 0, 0)
     assert (item.max_attempts, item.lease_seconds) == (3, 60)
-    assert (item.created_at, item.updated_at, item.queued_at, item.queue_key) == (NOW, NOW, NOW, ECHO)
-    assert (item.lease_holder, item.lease_partition, item.lease_expires_at, item.node_id) == (None, None, None, None)
+    assert (item.created_at, item.updated_at, item.queued_at, item.capability) == (NOW, NOW, NOW, ECHO)
+    assert (item.lease_expires_at, item.node_id) == (None, None)
     assert item.idempotency_key_sha256 is None and item.errors is None and item.result is None
     document = json.dumps({"a": "é", "b": [1, 2]}, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
     assert item.input_key == work.input_key(item.work_id, hashlib.sha256(document).hexdigest())
@@ -309,7 +306,7 @@ def test_an_invalid_submission_writes_nothing(stores: MemoryStores, body: dict[s
 @pytest.mark.parametrize("image", [PNG, JPEG], ids=["png", "jpeg"])
 def test_an_ocr_image_is_accepted_as_png_or_jpeg(stores: MemoryStores, image: bytes) -> None:
     item = work.submit(stores, typed.submit_work(_body(OCR, {"image_base64": _b64(image)})), NOW).item
-    assert item.capability == OCR and item.queue_key == OCR
+    assert item.capability == OCR and item.queued_at is not None
     assert json.loads(stores.objects.body(item.input_key)) == {"image_base64": _b64(image)}
 
 
@@ -345,7 +342,7 @@ def test_an_idempotent_retry_of_claimed_work_returns_it_as_it_is_now(stores: Mem
     work.submit(stores, typed.submit_work(_body(idempotency_key="job-0001")), NOW - 10)
     _claim(stores, agent)
     again = work.submit(stores, typed.submit_work(_body(idempotency_key="job-0001")), NOW)
-    assert not again.created and again.item.status == "leased" and again.item.lease_holder == agent.node_id
+    assert not again.created and again.item.status == "leased" and again.item.node_id == agent.node_id
 
 
 @pytest.mark.parametrize(
@@ -437,7 +434,7 @@ def test_cancelling_queued_work_takes_it_off_the_queue(stores: MemoryStores) -> 
     cancelled = work.cancel(stores, item.work_id, NOW)
     assert cancelled == _stored(stores, item.work_id)
     assert (cancelled.status, cancelled.finished_at, cancelled.updated_at) == ("cancelled", NOW, NOW)
-    assert (cancelled.queue_key, cancelled.queued_at) == (None, None)
+    assert cancelled.queued_at is None
     assert _events(stores) == [("work.cancelled", {"work_id": item.work_id, "from": "queued"})]
     assert stores.journal.writes == 1
     assert work.claim(stores, SETTINGS, agent.caller, NOW) is None
@@ -448,7 +445,7 @@ def test_cancelling_leased_work_ends_the_lease_and_fences_the_holder(stores: Mem
     stores.journal.reset_counts()
     cancelled = work.cancel(stores, item.work_id, NOW + 1)
     assert cancelled.status == "cancelled" and cancelled.epoch == 1 and cancelled.node_id == agent.node_id
-    assert (cancelled.lease_holder, cancelled.lease_partition, cancelled.lease_expires_at) == (None, None, None)
+    assert cancelled.lease_expires_at is None
     assert _events(stores) == [("work.cancelled", {"work_id": item.work_id, "from": "leased"})]
     body = _upload(stores, item)
     for call in (
@@ -482,9 +479,9 @@ def test_cancel_of_unknown_work_is_not_found(stores: MemoryStores) -> None:
 def test_a_cancel_that_loses_to_a_claim_judges_again_and_cancels_the_lease(stores: MemoryStores) -> None:
     agent = _node(stores)
     item = _submit(stores)
-    stores.journal.before_next("work.update", lambda: work.claim(stores, SETTINGS, agent.caller, NOW))
+    stores.journal.before_next("work.cancel", lambda: work.claim(stores, SETTINGS, agent.caller, NOW))
     cancelled = work.cancel(stores, item.work_id, NOW + 1)
-    assert cancelled.status == "cancelled" and cancelled.lease_holder is None and cancelled.epoch == 1
+    assert cancelled.status == "cancelled" and cancelled.lease_expires_at is None and cancelled.epoch == 1
     assert stores.journal.event_types() == ["work.submitted", "work.leased", "work.cancelled"]
     assert stores.journal.events[-1].subject["from"] == "leased"
 
@@ -493,7 +490,7 @@ def test_a_cancel_that_loses_to_completion_is_work_finished(stores: MemoryStores
     agent, item = _leased(stores)
     body = _upload(stores, item)
     stores.journal.before_next(
-        "work.update",
+        "work.cancel",
         lambda: work.complete(stores, agent.caller, item.work_id, typed.complete_work(body), NOW + 1, None),
     )
     with pytest.raises(Conflict) as raised:
@@ -508,12 +505,12 @@ def test_a_cancel_that_keeps_losing_gives_up_with_work_conflict(stores: MemorySt
     def someone_moves_first() -> None:
         stores.work.records[item.work_id].epoch += 1
 
-    stores.journal.before_next("work.update", someone_moves_first, times=work.CLAIM_ROUNDS)
+    stores.journal.before_next("work.cancel", someone_moves_first, times=work.CLAIM_ROUNDS)
     writes = stores.journal.writes
     with pytest.raises(Conflict) as raised:
         work.cancel(stores, item.work_id, NOW)
     assert raised.value.code == "work_conflict"
-    assert stores.journal.calls.count("work.update") == work.CLAIM_ROUNDS
+    assert stores.journal.calls.count("work.cancel") == work.CLAIM_ROUNDS
     assert stores.journal.writes == writes and _stored(stores, item.work_id).status == "queued"
 
 
@@ -528,9 +525,9 @@ def test_a_claim_leases_the_item_to_the_node_with_presigned_urls(stores: MemoryS
     leased = claimed.item
     assert leased == _stored(stores, item.work_id)
     assert (leased.status, leased.epoch, leased.attempts) == ("leased", 1, 1)
-    assert (leased.node_id, leased.lease_holder, leased.lease_partition) == (agent.node_id, agent.node_id, "leased")
+    assert leased.node_id == agent.node_id
     assert (leased.lease_expires_at, leased.updated_at) == (NOW + 120, NOW)
-    assert (leased.queue_key, leased.queued_at) == (None, None)
+    assert leased.queued_at is None
     base = MemoryObjectStore.URL_BASE
     assert claimed.input_url == f"{base}/get/{item.input_key}?expires={120 + SLACK}"
     assert claimed.result_upload_url == f"{base}/put/{work.result_key(item.work_id, 1)}?expires={120 + SLACK}"
@@ -643,13 +640,13 @@ def test_a_node_whose_heartbeat_ages_out_during_the_claim_is_refused_by_the_writ
     def heartbeat_ages() -> None:
         stores.nodes.records[agent.node_id].last_heartbeat_at = NOW - 1000
 
-    stores.journal.before_next("work.claim", heartbeat_ages)
+    stores.journal.before_next("work.lease", heartbeat_ages)
     with pytest.raises(Conflict) as raised:
         work.claim(stores, SETTINGS, agent.caller, NOW)
     assert raised.value.code == "node_not_online"
     assert _stored(stores, item.work_id).status == "queued" and stores.journal.event_types() == ["work.submitted"]
     # a lost write is taken for a lost race until the node is read again, after a few losses
-    assert stores.journal.calls.count("work.claim") == work.NODE_CHECK_EVERY_LOSSES
+    assert stores.journal.calls.count("work.lease") == work.NODE_CHECK_EVERY_LOSSES
 
 
 def test_a_node_marked_offline_during_the_claim_is_refused_by_the_write(stores: MemoryStores) -> None:
@@ -659,7 +656,7 @@ def test_a_node_marked_offline_during_the_claim_is_refused_by_the_write(stores: 
     def sweep_marks_offline() -> None:
         stores.nodes.records[agent.node_id].liveness = "offline"
 
-    stores.journal.before_next("work.claim", sweep_marks_offline)
+    stores.journal.before_next("work.lease", sweep_marks_offline)
     with pytest.raises(Conflict) as raised:
         work.claim(stores, SETTINGS, agent.caller, NOW)
     assert raised.value.code == "node_not_online" and _stored(stores, item.work_id).status == "queued"
@@ -672,7 +669,7 @@ def test_a_credential_revoked_during_the_claim_is_unauthenticated(stores: Memory
     def admin_revokes() -> None:
         stores.nodes.records[agent.node_id].credential_state = "revoked"
 
-    stores.journal.before_next("work.claim", admin_revokes)
+    stores.journal.before_next("work.lease", admin_revokes)
     with pytest.raises(Unauthenticated) as raised:
         work.claim(stores, SETTINGS, agent.caller, NOW)
     assert raised.value.code == "credential_revoked" and _stored(stores, item.work_id).status == "queued"
@@ -702,10 +699,10 @@ def test_a_claim_that_loses_a_race_takes_the_next_candidate(stores: MemoryStores
     agent, rival = _node(stores), _node(stores)
     first = _submit(stores, now=NOW - 20)
     second = _submit(stores, now=NOW - 10)
-    stores.journal.before_next("work.claim", lambda: work.claim(stores, SETTINGS, rival.caller, NOW))
+    stores.journal.before_next("work.lease", lambda: work.claim(stores, SETTINGS, rival.caller, NOW))
     claimed = _claim(stores, agent)
-    assert claimed.item.work_id == second.work_id and claimed.item.lease_holder == agent.node_id
-    assert _stored(stores, first.work_id).lease_holder == rival.node_id
+    assert claimed.item.work_id == second.work_id and claimed.item.node_id == agent.node_id
+    assert _stored(stores, first.work_id).node_id == rival.node_id
     leased = stores.journal.events_of("work.leased")
     assert [(e.subject["work_id"], e.subject["node_id"]) for e in leased] == [
         (first.work_id, rival.node_id),
@@ -717,11 +714,11 @@ def test_a_claim_that_loses_every_race_reads_the_queue_again_then_finds_nothing(
     agent, rival = _node(stores), _node(stores)
     _submit(stores, now=NOW - 20)
     _submit(stores, now=NOW - 10)
-    stores.journal.before_next("work.claim", lambda: work.claim(stores, SETTINGS, rival.caller, NOW), times=2)
+    stores.journal.before_next("work.lease", lambda: work.claim(stores, SETTINGS, rival.caller, NOW), times=2)
     # each write loses to the rival; the next round reads the queue again and finds it empty
     assert work.claim(stores, SETTINGS, agent.caller, NOW) is None
-    assert stores.journal.calls.count("work.claim") == 4  # two each
-    assert {item.lease_holder for item in stores.work.records.values()} == {rival.node_id}
+    assert stores.journal.calls.count("work.lease") == 4  # two each
+    assert {item.node_id for item in stores.work.records.values()} == {rival.node_id}
 
 
 def test_a_claim_that_keeps_losing_gives_up_after_its_rounds(stores: MemoryStores) -> None:
@@ -731,10 +728,10 @@ def test_a_claim_that_keeps_losing_gives_up_after_its_rounds(stores: MemoryStore
     def someone_moves_first() -> None:
         stores.work.records[item.work_id].epoch += 1
 
-    stores.journal.before_next("work.claim", someone_moves_first, times=work.CLAIM_ROUNDS)
+    stores.journal.before_next("work.lease", someone_moves_first, times=work.CLAIM_ROUNDS)
     writes = stores.journal.writes
     assert work.claim(stores, SETTINGS, agent.caller, NOW) is None
-    assert stores.journal.calls.count("work.claim") == work.CLAIM_ROUNDS and stores.journal.writes == writes
+    assert stores.journal.calls.count("work.lease") == work.CLAIM_ROUNDS and stores.journal.writes == writes
 
 
 def test_each_claim_raises_the_epoch_and_counts_an_attempt(stores: MemoryStores) -> None:
@@ -765,9 +762,7 @@ def test_a_claim_from_a_stale_read_fails_the_work_guard(stores: MemoryStores) ->
     _claim(stores, rival)
     event = Event("work.leased", {"work_id": item.work_id}, NOW)
     with pytest.raises(GuardFailed) as raised:
-        stores.work.claim(
-            item.work_id, read.epoch, agent.node_id, agent.credential_sha256, NOW - 60, {"epoch": 1}, event
-        )
+        stores.work.lease(read, Holder(agent.node_id, agent.credential_sha256), NOW - 60, NOW + LEASE, NOW, event)
     assert raised.value.failed == ("work",)
 
 
@@ -856,7 +851,9 @@ def test_a_stale_epoch_or_another_node_loses_the_lease_and_changes_nothing(store
         ):
             stores.journal.reset_counts()
             _refused(stores, call, Conflict, "lease_lost")
-            assert "work.update" not in stores.journal.calls  # refused on the read, before any write
+            assert not {"work.renew", "work.complete", "work.requeue", "work.bury"} & set(
+                stores.journal.calls
+            )  # refused on the read, before any write
 
 
 @pytest.mark.parametrize("call", ["renew", "complete"])
@@ -870,7 +867,7 @@ def test_a_holder_fenced_off_by_its_own_reclaim_has_lost_the_old_epoch(stores: M
         work.release_expired(stores, NOW + LEASE)
         _claim(stores, agent, NOW + LEASE)
 
-    stores.journal.before_next("work.update", expired_and_reclaimed)
+    stores.journal.before_next(f"work.{call}", expired_and_reclaimed)
     with pytest.raises(Conflict) as raised:
         if call == "renew":
             work.renew(stores, agent.caller, item.work_id, typed.renew_work({"epoch": 1}), NOW + LEASE, _known(agent))
@@ -878,7 +875,7 @@ def test_a_holder_fenced_off_by_its_own_reclaim_has_lost_the_old_epoch(stores: M
             work.complete(stores, agent.caller, item.work_id, typed.complete_work(body), NOW + LEASE, _known(agent))
     assert raised.value.code == "lease_lost"
     stored = _stored(stores, item.work_id)
-    assert (stored.status, stored.epoch, stored.lease_holder, stored.result) == ("leased", 2, agent.node_id, None)
+    assert (stored.status, stored.epoch, stored.node_id, stored.result) == ("leased", 2, agent.node_id, None)
     assert stored.lease_expires_at == NOW + 2 * LEASE
 
 
@@ -927,7 +924,7 @@ def test_renewing_finished_work_is_work_finished(stores: MemoryStores) -> None:
 
 def test_a_renewal_that_loses_to_a_cancel_says_work_cancelled(stores: MemoryStores) -> None:
     agent, item = _leased(stores)
-    stores.journal.before_next("work.update", lambda: work.cancel(stores, item.work_id, NOW + 1))
+    stores.journal.before_next("work.renew", lambda: work.cancel(stores, item.work_id, NOW + 1))
     with pytest.raises(Conflict) as raised:
         work.renew(stores, agent.caller, item.work_id, typed.renew_work({"epoch": 1}), NOW + 1, _known(agent))
     assert raised.value.code == "work_cancelled"
@@ -937,7 +934,7 @@ def test_a_renewal_that_loses_to_a_cancel_says_work_cancelled(stores: MemoryStor
 
 def test_a_renewal_that_loses_to_the_sweep_says_lease_lost(stores: MemoryStores) -> None:
     agent, item = _leased(stores)
-    stores.journal.before_next("work.update", lambda: work.release_expired(stores, NOW + LEASE))
+    stores.journal.before_next("work.renew", lambda: work.release_expired(stores, NOW + LEASE))
     with pytest.raises(Conflict) as raised:
         work.renew(stores, agent.caller, item.work_id, typed.renew_work({"epoch": 1}), NOW + LEASE - 1, _known(agent))
     assert raised.value.code == "lease_lost" and _stored(stores, item.work_id).status == "queued"
@@ -949,7 +946,7 @@ def test_a_renewal_that_loses_to_a_revocation_is_unauthenticated(stores: MemoryS
     def admin_revokes() -> None:
         stores.nodes.records[agent.node_id].credential_state = "revoked"
 
-    stores.journal.before_next("work.update", admin_revokes)
+    stores.journal.before_next("work.renew", admin_revokes)
     expires = _stored(stores, item.work_id).lease_expires_at
     with pytest.raises(Unauthenticated) as raised:
         work.renew(stores, agent.caller, item.work_id, typed.renew_work({"epoch": 1}), NOW + 1, _known(agent))
@@ -988,7 +985,7 @@ def test_completing_stores_the_result_and_ends_the_lease(stores: MemoryStores) -
     assert done == _stored(stores, item.work_id)
     key = work.result_key(item.work_id, 1)
     assert done.status == "succeeded" and done.result == {"sha256": body["sha256"], "size": len(RESULT), "key": key}
-    assert (done.lease_holder, done.lease_partition, done.lease_expires_at) == (None, None, None)
+    assert done.lease_expires_at is None
     assert (done.finished_at, done.updated_at, done.node_id, done.epoch, done.attempts) == (
         NOW + 5,
         NOW + 5,
@@ -1083,7 +1080,7 @@ def test_completing_twice_is_work_finished(stores: MemoryStores) -> None:
 def test_a_completion_that_loses_to_a_cancel_says_work_cancelled(stores: MemoryStores) -> None:
     agent, item = _leased(stores)
     body = _upload(stores, item)
-    stores.journal.before_next("work.update", lambda: work.cancel(stores, item.work_id, NOW + 1))
+    stores.journal.before_next("work.complete", lambda: work.cancel(stores, item.work_id, NOW + 1))
     with pytest.raises(Conflict) as raised:
         work.complete(stores, agent.caller, item.work_id, typed.complete_work(body), NOW + 1, None)
     assert raised.value.code == "work_cancelled"
@@ -1106,8 +1103,8 @@ def test_a_retryable_failure_with_attempts_left_requeues_and_keeps_the_error(sto
     stores.journal.reset_counts()
     failed = _fail(stores, agent, item, True, NOW + 7)
     assert failed == _stored(stores, item.work_id)
-    assert (failed.status, failed.queue_key, failed.queued_at, failed.updated_at) == ("queued", ECHO, NOW + 7, NOW + 7)
-    assert (failed.lease_holder, failed.lease_partition, failed.lease_expires_at) == (None, None, None)
+    assert (failed.status, failed.queued_at, failed.updated_at) == ("queued", NOW + 7, NOW + 7)
+    assert failed.lease_expires_at is None
     assert (failed.epoch, failed.attempts, failed.finished_at) == (1, 1, None)
     assert failed.errors == [
         {"attempt": 1, "epoch": 1, "node_id": agent.node_id, "reason": "oom", "retryable": True, "at": NOW + 7}
@@ -1123,7 +1120,12 @@ def test_a_failure_that_is_not_retryable_is_dead_at_once(stores: MemoryStores) -
     agent, item = _leased(stores)
     stores.journal.reset_counts()
     failed = _fail(stores, agent, item, False, NOW + 7, reason="bad input")
-    assert (failed.status, failed.finished_at, failed.queue_key, failed.lease_holder) == ("dead", NOW + 7, None, None)
+    assert (failed.status, failed.finished_at, failed.queued_at, failed.lease_expires_at) == (
+        "dead",
+        NOW + 7,
+        None,
+        None,
+    )
     assert failed.errors is not None and [e["reason"] for e in failed.errors] == ["bad input"]
     assert failed.errors[0]["retryable"] is False
     assert _events(stores) == [("work.dead", {"work_id": item.work_id, "epoch": "1", "to": "dead", "cause": "agent"})]
@@ -1185,12 +1187,7 @@ def test_an_expired_lease_goes_back_to_the_queue(stores: MemoryStores) -> None:
     stores.journal.reset_counts()
     assert work.release_expired(stores, NOW + LEASE) == 1  # expiry is inclusive
     released = _stored(stores, item.work_id)
-    assert (released.status, released.queue_key, released.queued_at, released.lease_holder) == (
-        "queued",
-        ECHO,
-        NOW + LEASE,
-        None,
-    )
+    assert (released.status, released.queued_at, released.lease_expires_at) == ("queued", NOW + LEASE, None)
     assert released.errors is not None and released.errors[0]["node_id"] == agent.node_id
     assert released.errors[0]["reason"].startswith("lease_expired")
     assert _events(stores) == [
@@ -1225,13 +1222,13 @@ def test_release_expired_takes_only_expired_leases(stores: MemoryStores) -> None
 def test_a_lease_renewed_after_the_sweep_read_it_is_skipped(stores: MemoryStores) -> None:
     agent, item = _leased(stores)
     stores.journal.before_next(
-        "work.update",
+        "work.requeue",
         lambda: work.renew(stores, agent.caller, item.work_id, typed.renew_work({"epoch": 1}), NOW + LEASE, None),
     )
     stores.journal.reset_counts()
     assert work.release_expired(stores, NOW + LEASE) == 0
     kept = _stored(stores, item.work_id)
-    assert (kept.status, kept.lease_holder, kept.lease_expires_at) == ("leased", agent.node_id, NOW + 2 * LEASE)
+    assert (kept.status, kept.node_id, kept.lease_expires_at) == ("leased", agent.node_id, NOW + 2 * LEASE)
     assert stores.journal.event_types() == ["work.lease_renewed"] and stores.journal.writes == 1  # the renewal only
 
 
@@ -1239,7 +1236,7 @@ def test_a_lease_completed_after_the_sweep_read_it_is_skipped(stores: MemoryStor
     agent, item = _leased(stores)
     body = _upload(stores, item)
     stores.journal.before_next(
-        "work.update",
+        "work.requeue",
         lambda: work.complete(stores, agent.caller, item.work_id, typed.complete_work(body), NOW + LEASE, None),
     )
     assert work.release_expired(stores, NOW + LEASE) == 0
@@ -1258,7 +1255,7 @@ def test_an_offline_nodes_leases_are_released_at_once(stores: MemoryStores) -> N
     stores.journal.reset_counts()
     assert work.release_node(stores, agent.node_id, NOW + 1) == 2
     assert _stored(stores, first.work_id).status == "queued" and _stored(stores, second.work_id).status == "dead"
-    assert _stored(stores, others.work_id).lease_holder == other.node_id
+    assert _stored(stores, others.work_id).node_id == other.node_id
     assert sorted((e.type, e.subject["work_id"], e.subject["cause"]) for e in stores.journal.events) == sorted(
         [("work.requeued", first.work_id, "node_offline"), ("work.dead", second.work_id, "node_offline")]
     )
@@ -1275,15 +1272,15 @@ def test_a_lease_the_node_claimed_again_after_release_node_read_it_is_skipped(st
         work.release_expired(stores, NOW + LEASE)
         _claim(stores, agent, NOW + LEASE)
 
-    stores.journal.before_next("work.update", expired_and_reclaimed)
+    stores.journal.before_next("work.requeue", expired_and_reclaimed)
     assert work.release_node(stores, agent.node_id, NOW + LEASE) == 0
     stored = _stored(stores, item.work_id)
-    assert (stored.status, stored.epoch, stored.lease_holder) == ("leased", 2, agent.node_id)
+    assert (stored.status, stored.epoch, stored.node_id) == ("leased", 2, agent.node_id)
 
 
 def test_a_lease_that_moved_after_release_node_read_it_is_skipped(stores: MemoryStores) -> None:
     agent, item = _leased(stores)
-    stores.journal.before_next("work.update", lambda: _fail(stores, agent, item, False, NOW + 1))
+    stores.journal.before_next("work.requeue", lambda: _fail(stores, agent, item, False, NOW + 1))
     assert work.release_node(stores, agent.node_id, NOW + 1) == 0
     assert _stored(stores, item.work_id).status == "dead"
     assert stores.journal.event_types()[-1] == "work.dead" and len(stores.journal.events_of("work.dead")) == 1

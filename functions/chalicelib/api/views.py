@@ -9,7 +9,7 @@ from modelforge_protocol.versions import ACCEPTED, IMAGE_TAG_VERSION, Component,
 
 from chalicelib.config.settings import Settings
 from chalicelib.domain import liveness
-from chalicelib.domain.records import TELEMETRY_COLUMNS, Enrollment, FleetState, Inventory, Node, WorkItem
+from chalicelib.domain.records import TELEMETRY_COLUMNS, ControlItem, Enrollment, Inventory, Node, WorkItem
 from chalicelib.domain.timestamps import iso
 from chalicelib.services.enrollments import public_state
 from chalicelib.services.listing import NodeDetails, ShownWork
@@ -46,7 +46,7 @@ def telemetry(node: Node) -> dict[str, Any] | None:
     }
 
 
-def liveness_hold(hold: FleetState | None) -> dict[str, Any] | None:
+def liveness_hold(hold: ControlItem | None) -> dict[str, Any] | None:
     """The sweep's mass-outage hold, when active: persisted transitions are paused."""
     if hold is None or not hold.active:
         return None

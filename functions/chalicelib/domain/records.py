@@ -1,8 +1,8 @@
 """What services read and decide on: plain records of the control plane's state.
 
-Stores (``stores.py`` names what each must do) load these from their tables and write the values
-services hand back; nothing here knows DynamoDB. Field names are the stored attribute names, so a
-record reads the same as the item it came from and as the state log's changes.
+Stores (``stores/contract.py`` names what each must do) load these from their tables and write
+them; nothing here knows DynamoDB. A record holds what the domain decides on and nothing a table
+needs only to be found (index keys, shards, partitions): each store derives those itself.
 """
 
 from __future__ import annotations
@@ -54,11 +54,6 @@ class Node:
     health: dict[str, Any] | None = None
     #: per-GPU rows in TELEMETRY_COLUMNS order
     telemetry: list[list[float]] | None = None
-    #: work items queued for this node and not yet claimed
-    pending_work: int | None = None
-    #: "<liveness>#<shard>" while online or stale (the sweep's index partition), else None
-    liveness_shard: str | None = None
-    heartbeat_bucket: int | None = None
     #: other nodes that reported one of this node's GPU UUIDs while live (duplicate identity)
     duplicate_partners: set[str] | None = None
     duplicate_suspected_at: float | None = None
@@ -81,8 +76,8 @@ class Inventory:
 
 
 @dataclass
-class FleetState:
-    """One fleet-wide item: the sweep's mass-outage hold, or the online-node counter."""
+class ControlItem:
+    """One item of the control table: the sweep's mass-outage hold, or the online-node counter."""
 
     name: str
     active: bool | None = None
@@ -123,12 +118,19 @@ class WorkItem:
     result: dict[str, Any] | None = None
     finished_at: float | None = None
     idempotency_key_sha256: str | None = field(default=None, repr=False)
-    #: index keys, present only in the state that an index serves: "<capability>" while queued
-    #: (by_queue), "leased" while leased (by_lease), the holder's node id while leased (by_holder)
-    queue_key: str | None = None
+    #: when it entered the queue, while it is queued (claims take the oldest first)
     queued_at: float | None = None
-    lease_partition: str | None = None
-    lease_holder: str | None = None
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """What a heartbeat reports: the node's health, per-GPU telemetry and agent version."""
+
+    health: dict[str, Any]
+    #: per-GPU rows in TELEMETRY_COLUMNS order
+    telemetry: list[list[float]]
+    agent_version: str
+    protocol_version: int
 
 
 @dataclass(frozen=True)
@@ -145,18 +147,7 @@ class Event:
 #: Column order of Node.telemetry rows: every field of the protocol's GPU telemetry.
 TELEMETRY_COLUMNS = GPU_TELEMETRY_FIELDS
 
-#: Node attributes that only heartbeats change: not in the state log (only transitions are), so a
-#: table rebuilt by replay has them as of the last logged transition.
-HEARTBEAT_FIELDS = (
-    "last_heartbeat_at",
-    "heartbeat_bucket",
-    "health",
-    "telemetry",
-    "agent_version",
-    "protocol_version",
-)
-
-#: The names of the fleet-wide items.
+#: The names of the control table's items.
 MASS_STALE_HOLD = "mass_stale_hold"
 #: How many nodes are persisted online: kept by every transition into or out of online, so the
 #: sweep's mass-outage guard reads one item instead of every online node.

@@ -11,6 +11,7 @@ deletion with its state-log event. Readiness re-checks liveness at read time.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from typing import Any, TypeVar
 
@@ -114,10 +115,8 @@ def _link(stores: Stores, node_id: str, partners: list[str], shared: dict[str, l
         },
         now,
     )
-    try:
+    with contextlib.suppress(GuardFailed):  # a node was deleted meanwhile: nothing to flag
         stores.nodes.link_duplicates(node_id, partners, now, event)
-    except GuardFailed:
-        pass  # a node was deleted meanwhile: nothing to flag
 
 
 def _unlink(stores: Stores, node_id: str, partners: list[str], now: float) -> None:

@@ -65,10 +65,9 @@ def get(stores: Stores, enrollment_id: str) -> Enrollment:
 
 def revoke(stores: Stores, enrollment_id: str, now: float) -> Enrollment:
     get(stores, enrollment_id)  # 404 for an unknown id before anything is written
-    values = {"state": REVOKED, "revoked_at": round(now, 3)}
     try:
         stores.enrollments.revoke(
-            enrollment_id, values, Event("enrollment.revoked", {"enrollment_id": enrollment_id}, now)
+            enrollment_id, now, Event("enrollment.revoked", {"enrollment_id": enrollment_id}, now)
         )
     except GuardFailed:
         current = get(stores, enrollment_id)
@@ -125,7 +124,7 @@ def _check_secrets_format(request: requests.Enroll) -> str:
         problems.append("idempotency_key: has an invalid format")
     if problems:
         raise invalid_request("; ".join(problems), problems=problems)
-    return match.group(1)
+    return str(match.group(1))
 
 
 def enroll(stores: Stores, settings: Settings, request: requests.Enroll, now: float) -> Enrolled:
@@ -169,23 +168,8 @@ def enroll(stores: Stores, settings: Settings, request: requests.Enroll, now: fl
         revision=uuid.uuid4().hex,
         claimed_uuids=set(uuids) or None,
     )
-    enrollment_values = {
-        "state": CONSUMED,
-        "consumed_at": round(now, 3),
-        "node_id": node_id,
-        "idempotency_key_sha256": idempotency_sha256,
-    }
     try:
-        stores.enrollments.consume(
-            enrollment_id,
-            token_sha256,
-            enrollment_values,
-            node,
-            inventory,
-            uuids,
-            {"enrollment_id": enrollment_id, "node_id": node_id},
-            now,
-        )
+        stores.enrollments.consume(enrollment_id, token_sha256, idempotency_sha256, node, inventory, now)
     except GuardFailed:
         # another caller moved first (or the token expired or was revoked meanwhile)
         current = stores.enrollments.get(enrollment_id)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from chalicelib.domain.records import MASS_STALE_HOLD, Enrollment, FleetState, Inventory, Node, WorkItem
+from chalicelib.domain.records import MASS_STALE_HOLD, ControlItem, Enrollment, Inventory, Node, WorkItem
 from chalicelib.services import nodes as node_service
 from chalicelib.services import work as work_service
 from chalicelib.stores.contract import PageKey, Stores
@@ -30,7 +30,7 @@ class NodeDetails:
     node: Node
     inventory: Inventory | None
     #: the sweep's mass-outage hold (None when not read, or not held)
-    hold: FleetState | None = None
+    hold: ControlItem | None = None
 
 
 @dataclass(frozen=True)
@@ -49,14 +49,14 @@ def nodes(stores: Stores, limit: int, start: PageKey) -> Page[NodeDetails]:
     """A page of nodes, each with its inventory and the sweep's hold."""
     items, last = stores.nodes.list_page(limit, start)
     inventories = stores.nodes.inventories_for([item.node_id for item in items])
-    hold = stores.fleet.get(MASS_STALE_HOLD)
+    hold = stores.control.get(MASS_STALE_HOLD)
     return Page([NodeDetails(item, inventories.get(item.node_id), hold) for item in items], last)
 
 
 def node(stores: Stores, node_id: str) -> NodeDetails:
     """One node, with its inventory and the sweep's hold (404 ``node_not_found``)."""
     found = node_service.get(stores, node_id)
-    hold = stores.fleet.get(MASS_STALE_HOLD)
+    hold = stores.control.get(MASS_STALE_HOLD)
     return NodeDetails(found, stores.nodes.get_inventory(node_id), hold)
 
 

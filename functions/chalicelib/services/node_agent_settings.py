@@ -103,8 +103,8 @@ def _control_plane_url(raw: str, problems: list[Problem]) -> str:
             Problem(
                 "control_plane_url",
                 "must be an origin, scheme://host[:port], that serves the API at its root "
-                "(an agent's URL has no path): "
-                "when the console is served under a path such as an API Gateway stage, open it through a domain that "
+                "(an agent's URL has no path): when the console is served under a path such as an API Gateway "
+                "stage, open it through a domain that "
                 "maps the API at the empty base path (docs/DEPLOY.md)",
             )
         )
@@ -121,7 +121,7 @@ def _image(request: requests.NodeAgentSettings, problems: list[Problem]) -> str:
     entry = _parse_entry(request.manifest_entry, problems)
     if entry is not None:
         problems.extend(Problem("manifest_entry", message) for message in check_image_entry(NODE_AGENT_IMAGE, entry))
-    return release_tag(NODE_AGENT_IMAGE)
+    return str(release_tag(NODE_AGENT_IMAGE))
 
 
 def _parse_entry(text: str, problems: list[Problem]) -> Any:

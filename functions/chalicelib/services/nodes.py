@@ -12,12 +12,12 @@ from modelforge_protocol import credentials
 from chalicelib.config.settings import INVENTORY_RATE_WINDOW_SECONDS, Settings
 from chalicelib.domain import liveness, requests
 from chalicelib.domain.errors import Conflict, GuardFailed, RateLimited, conflict, not_found
-from chalicelib.domain.records import TELEMETRY_COLUMNS, Event, Inventory, Node
+from chalicelib.domain.records import TELEMETRY_COLUMNS, Event, Heartbeat, Inventory, Node
 from chalicelib.domain.validation import require_unique
 from chalicelib.services import duplicate_identity
 from chalicelib.services.auth import NodeCaller, require_holder
 from chalicelib.services.known_callers import KnownCallers
-from chalicelib.stores.contract import Stores
+from chalicelib.stores.contract import Holder, Stores
 
 #: A transition heartbeat can lose a race with the sweep, an inventory replacement with another
 #: replacement; each then retries from a fresh read.
@@ -56,47 +56,41 @@ def heartbeat(
     A caller not yet known is read first (one GetItem) and refused before anything is written:
     an unauthenticated heartbeat costs a read, never a write.
     """
-    values = {
-        "last_heartbeat_at": round(now, 3),
-        "liveness": liveness.ONLINE,
-        "liveness_shard": liveness.index_partition(liveness.ONLINE, caller.node_id),
-        "heartbeat_bucket": liveness.bucket(now, settings.sweep_bucket_seconds),
-        "health": request.health,
-        "telemetry": _telemetry_rows(request),
-        "agent_version": request.agent_version,
-        "protocol_version": request.protocol_version,
-    }
+    beat = Heartbeat(
+        health=request.health,
+        telemetry=_telemetry_rows(request),
+        agent_version=request.agent_version,
+        protocol_version=request.protocol_version,
+    )
+    holder = Holder(caller.node_id, caller.credential_sha256)
     known = known if known is not None else KnownCallers(capacity=1)
     key = (caller.node_id, caller.credential_sha256)
     if key in known:
         try:
-            return HeartbeatResult(
-                stores.nodes.record_heartbeat(caller.node_id, caller.credential_sha256, values), None
-            )
+            return HeartbeatResult(stores.nodes.record_heartbeat(holder, beat, now), None)
         except GuardFailed:
             known.forget(key)  # revoked, or no longer online: read to answer precisely
     node = require_holder(stores.nodes.get(caller.node_id), caller)
     known.remember(key)
     for _ in range(_TRANSITION_ATTEMPTS):
         try:
-            return _record(stores, caller, node, values, now)
+            return _record(stores, holder, node, beat, now)
         except GuardFailed:
             node = require_holder(stores.nodes.get(caller.node_id), caller)  # moved meanwhile: judge again
     raise Conflict("heartbeat_conflict", "the node changed concurrently; retry the heartbeat")
 
 
-def _record(stores: Stores, caller: NodeCaller, node: Node, values: dict[str, Any], now: float) -> HeartbeatResult:
+def _record(stores: Stores, holder: Holder, node: Node, beat: Heartbeat, now: float) -> HeartbeatResult:
     """The steady update for an online node, else the logged transition to online."""
     if node.liveness == liveness.ONLINE:
-        return HeartbeatResult(stores.nodes.record_heartbeat(caller.node_id, caller.credential_sha256, values), None)
+        return HeartbeatResult(stores.nodes.record_heartbeat(holder, beat, now), None)
     previous = node.liveness
     event = Event(
         "node.liveness_changed",
-        {"node_id": caller.node_id, "from": previous, "to": liveness.ONLINE, "cause": "heartbeat"},
+        {"node_id": holder.node_id, "from": previous, "to": liveness.ONLINE, "cause": "heartbeat"},
         now,
     )
-    transition = {**values, "liveness_changed_at": round(now, 3)}
-    stores.nodes.record_transition_heartbeat(caller.node_id, caller.credential_sha256, previous, transition, event)
+    stores.nodes.bring_online(holder, previous, beat, now, event)
     node.liveness = liveness.ONLINE
     return HeartbeatResult(node, previous)
 
@@ -114,30 +108,30 @@ def replace_inventory(
     uuids = duplicate_identity.gpu_uuids(request.inventory)
     for _ in range(_TRANSITION_ATTEMPTS):
         previous = stores.nodes.get_inventory(caller.node_id)
-        values = {
-            "inventory": request.inventory,
-            "updated_at": round(now, 3),
-            "revision": uuid.uuid4().hex,
+        inventory = Inventory(
+            caller.node_id,
+            inventory=request.inventory,
+            updated_at=round(now, 3),
+            revision=uuid.uuid4().hex,
             **_rate_window(settings, previous, now),
-        }
+        )
         event = Event("inventory.replaced", {"node_id": caller.node_id}, now)
         try:
             stores.nodes.replace_inventory(
-                caller.node_id,
-                caller.credential_sha256,
-                values,
+                Holder(caller.node_id, caller.credential_sha256),
+                inventory,
                 previous.revision if previous else None,
+                set(request.inventory["capabilities"]),
                 event,
-                capabilities=set(request.inventory["capabilities"]),
             )
         except GuardFailed:
             node = require_holder(stores.nodes.get(caller.node_id), caller)  # revoked meanwhile: 401
             continue  # another replacement moved first: judge the rate again from a fresh read
-        duplicate_identity.reconcile_claims(stores, caller.node_id, values["revision"], uuids, now)
+        duplicate_identity.reconcile_claims(stores, caller.node_id, inventory.revision or "", uuids, now)
         duplicate_identity.detect_and_flag(
             stores, settings, caller.node_id, uuids, set(node.duplicate_partners or ()), now
         )
-        return Inventory(caller.node_id, inventory=request.inventory, updated_at=values["updated_at"])
+        return Inventory(caller.node_id, inventory=request.inventory, updated_at=inventory.updated_at)
     raise Conflict("inventory_conflict", "the inventory changed concurrently; retry")
 
 
@@ -159,9 +153,8 @@ def _rate_window(settings: Settings, previous: Inventory | None, now: float) -> 
 
 def revoke_credential(stores: Stores, node_id: str, now: float) -> Node:
     get(stores, node_id)
-    values = {"credential_state": "revoked", "credential_revoked_at": round(now, 3)}
     try:
-        stores.nodes.revoke_credential(node_id, values, Event("credential.revoked", {"node_id": node_id}, now))
+        stores.nodes.revoke_credential(node_id, now, Event("credential.revoked", {"node_id": node_id}, now))
     except GuardFailed:
         raise conflict("credential_already_revoked", "the node's credential is already revoked") from None
     return get(stores, node_id)

@@ -114,9 +114,12 @@ def _telemetry_age(node: Node, inventory: Inventory | None, settings: Settings, 
         )
     expected = len((inventory.inventory if inventory else {}).get("gpus", []))
     if node.accelerator_mode == "nvidia" and (expected == 0 or len(node.telemetry) != expected):
-        return _check("telemetry_age", False,
-                      f"telemetry covers {len(node.telemetry)} of {expected} GPU(s) in nvidia mode",
-                      "run the agent's --preflight on the node: NVIDIA_TELEMETRY_UNAVAILABLE means NVML cannot read a GPU")  # fmt: skip
+        return _check(
+            "telemetry_age",
+            False,
+            f"telemetry covers {len(node.telemetry)} of {expected} GPU(s) in nvidia mode",
+            "run the agent's --preflight on the node: NVIDIA_TELEMETRY_UNAVAILABLE means NVML cannot read a GPU",
+        )
     return _check("telemetry_age", True, f"telemetry {age:.0f}s old for {len(node.telemetry)} GPU(s)", "")
 
 
@@ -135,7 +138,8 @@ def _worker(node: Node) -> Check:
     if "artifact_quarantined" in unavailable:
         step = (
             "a model file failed its checksum and was moved to MODELFORGE_WORKER_QUARANTINE_ROOT: restore the "
-            "artifact root from the worker's release (or remove the file so the worker repopulates it), then restart the worker"
+            "artifact root from the worker's release (or remove the file so the worker repopulates it), "
+            "then restart the worker"
         )
     elif worker.get("status") == "unreachable":
         step = "start the runtime worker and check MODELFORGE_AGENT_WORKER_URL points at its socket"
@@ -166,8 +170,12 @@ def check(stores: Stores, settings: Settings, target_id: str, now: float) -> Rea
         enrollment = enrollments.get(stores, target_id)
         if enrollment.node_id is None:
             state = enrollments.public_state(enrollment, now)
-            waiting = _check("connection", False, f"enrollment is {state}: no node has enrolled with this token yet",
-                             "start the agent on the node with this enrollment's token (before it expires)")  # fmt: skip
+            waiting = _check(
+                "connection",
+                False,
+                f"enrollment is {state}: no node has enrolled with this token yet",
+                "start the agent on the node with this enrollment's token (before it expires)",
+            )
             return Readiness(node_id=None, enrollment_id=target_id, checks=[waiting])
         target_id = enrollment.node_id
     node = stores.nodes.get(target_id) if credentials.NODE_ID_RE.fullmatch(target_id) else None

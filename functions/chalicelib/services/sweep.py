@@ -1,11 +1,10 @@
 """The scheduled liveness sweep: load, decide, then apply each transition with a guarded write.
 
-Access pattern: the keys-only ``by_liveness`` index, partitioned by state and shard and sorted
-by heartbeat bucket. The sweep queries only buckets older than each threshold, so it reads the
-nodes that are late, not the whole fleet; the mass-outage guard reads one counter item. A failed guard means the node moved first (a heartbeat
-arrived): skip it, never overwrite.
+Access pattern: the node store reads only the nodes that are late (``late_nodes``: an index read,
+not the whole fleet); the mass-outage guard reads one counter item. A failed guard means the node
+moved first (a heartbeat arrived): skip it, never overwrite.
 
-Work leases: each sweep takes back leases that expired (the ``by_lease`` index: one query), and a
+Work leases: each sweep takes back leases that expired (``expired_leases``: one query), and a
 node it marks offline loses its leases at once (``work.release_node``); each release is fenced by
 the item's epoch, so a holder that renewed or finished first wins.
 
@@ -29,7 +28,7 @@ from typing import Any
 from chalicelib.config.settings import Settings
 from chalicelib.domain import liveness
 from chalicelib.domain.errors import GuardFailed
-from chalicelib.domain.records import MASS_STALE_HOLD, ONLINE_NODES, Event, FleetState
+from chalicelib.domain.records import MASS_STALE_HOLD, ONLINE_NODES, ControlItem, Event
 from chalicelib.services import work
 from chalicelib.stores.contract import Stores
 
@@ -53,12 +52,12 @@ class SweepReport:
 
 
 def run(stores: Stores, settings: Settings, now: float, *, clock: Callable[[], float] = time.time) -> SweepReport:
-    """One sweep at ``now``. ``clock`` stamps the events of the fleet-wide items (hold, counter)
+    """One sweep at ``now``. ``clock`` stamps the events of the control items (hold, counter)
     with the time of their write, so that replay orders them after every change they read."""
     stale_cutoff = now - settings.stale_after_seconds
     offline_cutoff = now - settings.offline_after_seconds
-    to_stale = stores.nodes.late_nodes(liveness.ONLINE, stale_cutoff, liveness.SHARDS)
-    to_offline = stores.nodes.late_nodes(liveness.STALE, offline_cutoff, liveness.SHARDS)
+    to_stale = stores.nodes.late_nodes(liveness.ONLINE, stale_cutoff)
+    to_offline = stores.nodes.late_nodes(liveness.STALE, offline_cutoff)
     items_read = len(to_stale) + len(to_offline)
 
     decided, online_count = False, None
@@ -91,33 +90,33 @@ def run(stores: Stores, settings: Settings, now: float, *, clock: Callable[[], f
 def _online_nodes(stores: Stores, now: float, clock: Callable[[], float], at_least: int) -> tuple[int, int]:
     """(online nodes, items read): one counter item; a full recount only if the counter is
     missing or cannot be right (fewer online nodes than are about to go stale)."""
-    counter = stores.fleet.get(ONLINE_NODES)
+    counter = stores.control.get(ONLINE_NODES)
     counted = None if counter is None or counter.count is None else int(counter.count)
     if counted is not None and counted >= at_least:
         return counted, 1
-    recount = stores.nodes.count_in_state(liveness.ONLINE, liveness.SHARDS)
+    recount = stores.nodes.count_in_state(liveness.ONLINE)
     _repair_online_counter(stores, now, clock, counter, recount)
     return recount, 1 + recount
 
 
 def repair_online_counter(stores: Stores, now: float, *, clock: Callable[[], float] = time.time) -> int:
-    """Count the online index and set the counter to it (e.g. after nodes were written straight
+    """Count the online nodes and set the counter to it (e.g. after nodes were written straight
     into the table); the count, whether or not the repair was written."""
-    counter = stores.fleet.get(ONLINE_NODES)
-    recount = stores.nodes.count_in_state(liveness.ONLINE, liveness.SHARDS)
+    counter = stores.control.get(ONLINE_NODES)
+    recount = stores.nodes.count_in_state(liveness.ONLINE)
     _repair_online_counter(stores, now, clock, counter, recount)
     return recount
 
 
 def _repair_online_counter(
-    stores: Stores, now: float, clock: Callable[[], float], counter: FleetState | None, recount: int
+    stores: Stores, now: float, clock: Callable[[], float], counter: ControlItem | None, recount: int
 ) -> bool:
     """Apply the repair, guarded by the counter's revision as read before the count; False when
     a transition moved the counter meanwhile (its own ADD keeps it right: skip)."""
     was = None if counter is None or counter.count is None else int(counter.count)
     event = Event("sweep.online_counter_repaired", {"control": ONLINE_NODES}, _write_time(now, clock))
     try:
-        stores.fleet.recount_online_nodes(counter, recount, now, event)
+        stores.control.recount_online_nodes(counter, recount, now, event)
     except GuardFailed:
         log.info(
             "online node counter moved during the recount; repair skipped",
@@ -129,15 +128,9 @@ def _repair_online_counter(
 
 
 def _transition(stores: Stores, now: float, node_id: str, source: str, target: str, cutoff: float) -> bool:
-    online_delta = -1 if source == liveness.ONLINE else 0
-    values = {
-        "liveness": target,
-        "liveness_shard": liveness.index_partition(target, node_id),
-        "liveness_changed_at": round(now, 3),
-    }
     event = Event("node.liveness_changed", {"node_id": node_id, "from": source, "to": target, "cause": "sweep"}, now)
     try:
-        stores.nodes.set_liveness(node_id, source, cutoff, values, event, online_delta)
+        stores.nodes.change_liveness(node_id, source, target, cutoff, now, event)
     except GuardFailed:
         return False  # a heartbeat arrived (or another sweep moved it) first
     log.info(
@@ -151,11 +144,11 @@ def _record_hold(stores: Stores, now: float, clock: Callable[[], float], held: b
     """Write the hold item only when it changes, guarded by the revision read; log the change once.
 
     Whether the hold is in force: ``held``, or another sweep's hold that moved first."""
-    current = stores.fleet.get(MASS_STALE_HOLD)
+    current = stores.control.get(MASS_STALE_HOLD)
     if bool(current and current.active) == held:
         return held
     read_revision = None if current is None or current.revision is None else int(current.revision)
-    item = FleetState(
+    item = ControlItem(
         MASS_STALE_HOLD,
         active=held,
         since=round(now, 3) if held else None,
@@ -166,10 +159,10 @@ def _record_hold(stores: Stores, now: float, clock: Callable[[], float], held: b
     event_type = "sweep.mass_stale_held" if held else "sweep.mass_stale_released"
     event = Event(event_type, {"control": MASS_STALE_HOLD}, _write_time(now, clock))
     try:
-        stores.fleet.put(item, event)
+        stores.control.put(item, event)
     except GuardFailed:
         # another sweep wrote the hold since we read it: its write stands, ours is skipped
-        latest = stores.fleet.get(MASS_STALE_HOLD)
+        latest = stores.control.get(MASS_STALE_HOLD)
         log.info("mass stale hold moved by another sweep; skipped", extra={"event": "mass_stale_hold_skipped"})
         return held or bool(latest and latest.active)
     log.warning(
@@ -180,7 +173,7 @@ def _record_hold(stores: Stores, now: float, clock: Callable[[], float], held: b
 
 
 def _write_time(now: float, clock: Callable[[], float]) -> float:
-    """When a read-decide-write of a fleet-wide item is written: replay applies events by time, and
+    """When a read-decide-write of a control item is written: replay applies events by time, and
     this event must come after every change the sweep read (which may be later than ``now``)."""
     return max(now, clock())
 

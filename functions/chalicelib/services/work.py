@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import base64
 import binascii
-import dataclasses
 import hashlib
 import json
 import random
 import re
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +32,7 @@ from chalicelib.domain.records import Event, Node, WorkItem
 from chalicelib.domain.validation import validate_with
 from chalicelib.services.auth import NodeCaller, require_holder
 from chalicelib.services.known_callers import KnownCallers
-from chalicelib.stores.contract import Stores, WorkGuard
+from chalicelib.stores.contract import Holder, LeaseCheck, Stores
 
 QUEUED, LEASED, SUCCEEDED, DEAD, CANCELLED = protocol.WORK_STATES
 #: Queued items a claim reads per round: it tries the oldest, then the others in random order, so
@@ -50,8 +50,6 @@ RESULT_URL_SECONDS = 3600
 EXPIRED_PER_SWEEP = 200
 _WORK_ID = re.compile(protocol.WORK_ID_PATTERN)
 _PNG, _JPEG = b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff"
-#: Lease fields removed when an item leaves ``leased``.
-_NO_LEASE = {"lease_partition": None, "lease_holder": None, "lease_expires_at": None}
 
 
 def input_key(work_id: str, input_sha256: str) -> str:
@@ -120,7 +118,6 @@ def submit(stores: Stores, request: requests.SubmitWork, now: float) -> Submitte
         input_sha256=input_sha256,
         input_size=len(document),
         idempotency_key_sha256=key_sha256,
-        queue_key=capability,
         queued_at=round(now, 3),
     )
     if key_sha256:
@@ -152,18 +149,12 @@ def cancel(stores: Stores, work_id: str, now: float) -> WorkItem:
             raise Conflict(
                 "work_finished", f"the work is already {item.status}; only queued or leased work can be cancelled"
             )
-        values = {"status": CANCELLED, "queue_key": None, "queued_at": None, **_NO_LEASE, **_finished(now)}
         event = Event("work.cancelled", {"work_id": work_id, "from": item.status}, now)
         try:
-            stores.work.update(work_id, WorkGuard((item.status,), epoch=item.epoch), values, event)
+            return stores.work.cancel(item, now, event)
         except GuardFailed:
             continue  # claimed, failed or finished meanwhile: judge again
-        return _written(item, values)
     raise Conflict("work_conflict", "the work changed concurrently; retry")
-
-
-def _finished(now: float) -> dict[str, Any]:
-    return {"finished_at": round(now, 3), "updated_at": round(now, 3)}
 
 
 # --- the lease holder (node agent) --------------------------------------------------------
@@ -202,39 +193,21 @@ def claim(stores: Stores, settings: Settings, caller: NodeCaller, now: float) ->
     heartbeat_after = now - settings.stale_after_seconds
     _require_online(node, heartbeat_after)
     capabilities = sorted(set(node.capabilities or ()) & set(protocol.CAPABILITIES))
+    holder = Holder(caller.node_id, caller.credential_sha256)
     lost = 0
     for _ in range(CLAIM_ROUNDS):
         candidates = _candidates(stores, capabilities)
         if not candidates:
             return None
         for candidate in candidates:
-            values = {
-                "status": LEASED,
-                "epoch": candidate.epoch + 1,
-                "attempts": candidate.attempts + 1,
-                "node_id": caller.node_id,
-                "lease_holder": caller.node_id,
-                "lease_partition": "leased",
-                "lease_expires_at": round(now + candidate.lease_seconds, 3),
-                "queue_key": None,
-                "queued_at": None,
-                "updated_at": round(now, 3),
-            }
             event = Event(
                 "work.leased",
-                {"work_id": candidate.work_id, "node_id": caller.node_id, "epoch": str(values["epoch"])},
+                {"work_id": candidate.work_id, "node_id": caller.node_id, "epoch": str(candidate.epoch + 1)},
                 now,
             )
+            until = now + candidate.lease_seconds
             try:
-                stores.work.claim(
-                    candidate.work_id,
-                    candidate.epoch,
-                    caller.node_id,
-                    caller.credential_sha256,
-                    heartbeat_after,
-                    values,
-                    event,
-                )
+                leased = stores.work.lease(candidate, holder, heartbeat_after, until, now, event)
             except GuardFailed:
                 # another node took the item, or the node's own check failed (revoked, or not
                 # online at ``now``): the node read decides, every few losses and before giving up
@@ -242,9 +215,7 @@ def claim(stores: Stores, settings: Settings, caller: NodeCaller, now: float) ->
                 if lost % NODE_CHECK_EVERY_LOSSES == 0:
                     _require_online(require_holder(stores.nodes.get(caller.node_id), caller), heartbeat_after)
                 continue
-            for name, value in values.items():
-                setattr(candidate, name, value)
-            return _claim_answer(stores, candidate)
+            return _claim_answer(stores, leased)
     if lost % NODE_CHECK_EVERY_LOSSES:
         _require_online(require_holder(stores.nodes.get(caller.node_id), caller), heartbeat_after)
     return None
@@ -285,27 +256,21 @@ def _held(stores: Stores, caller: NodeCaller, work_id: str, epoch: int) -> WorkI
         raise Conflict("work_cancelled", "the work was cancelled: stop and upload nothing")
     if item.status in protocol.FINAL_STATES:
         raise Conflict("work_finished", f"the work is already {item.status}")
-    if item.status != LEASED or item.lease_holder != caller.node_id or item.epoch != epoch:
+    if item.status != LEASED or item.node_id != caller.node_id or item.epoch != epoch:
         raise Conflict("lease_lost", "this node no longer holds the lease at this epoch: stop and upload nothing")
     return item
 
 
 def _write_held(
-    stores: Stores, caller: NodeCaller, item: WorkItem, epoch: int, values: dict[str, Any], event: Event
+    stores: Stores, caller: NodeCaller, item: WorkItem, epoch: int, write: Callable[[Holder], WorkItem]
 ) -> WorkItem:
-    guard = WorkGuard((LEASED,), epoch=epoch, node_id=caller.node_id)
+    """``write`` as the lease holder at ``epoch``; a failed guard says why (401 or 409)."""
     try:
-        stores.work.update(item.work_id, guard, values, event, holder_credential_sha256=caller.credential_sha256)
+        return write(Holder(caller.node_id, caller.credential_sha256))
     except GuardFailed:
         require_holder(stores.nodes.get(caller.node_id), caller)  # revoked meanwhile: 401
         _held(stores, caller, item.work_id, epoch)  # says why (cancelled, re-queued, re-claimed)
         raise Conflict("lease_lost", "the lease changed concurrently: stop and upload nothing") from None
-    return _written(item, values)
-
-
-def _written(item: WorkItem, values: dict[str, Any]) -> WorkItem:
-    """The item as a guarded write left it: what was read (the guard held), with ``values``."""
-    return dataclasses.replace(item, **values)
 
 
 def renew(
@@ -318,9 +283,11 @@ def renew(
 ) -> WorkItem:
     authenticate(stores, caller, known)
     item = _held(stores, caller, work_id, request.epoch)
-    values = {"lease_expires_at": round(now + item.lease_seconds, 3), "updated_at": round(now, 3)}
     event = Event("work.lease_renewed", {"work_id": work_id, "epoch": str(item.epoch)}, now)
-    return _write_held(stores, caller, item, request.epoch, values, event)
+    until = now + item.lease_seconds
+    return _write_held(
+        stores, caller, item, request.epoch, lambda holder: stores.work.renew(item, holder, until, now, event)
+    )
 
 
 def complete(
@@ -343,14 +310,11 @@ def complete(
         raise TooLarge("result_too_large", f"the result is larger than {protocol.MAX_RESULT_BYTES} bytes")
     if sha256 != request.sha256 or size != request.size:
         raise Conflict("result_checksum_mismatch", "the uploaded result does not have the sha256 and size given")
-    values = {
-        "status": SUCCEEDED,
-        "result": {"sha256": sha256, "size": size, "key": key},
-        **_NO_LEASE,
-        **_finished(now),
-    }
+    result = {"sha256": sha256, "size": size, "key": key}
     event = Event("work.succeeded", {"work_id": work_id, "node_id": caller.node_id, "epoch": str(epoch)}, now)
-    return _write_held(stores, caller, item, epoch, values, event)
+    return _write_held(
+        stores, caller, item, epoch, lambda holder: stores.work.complete(item, holder, result, now, event)
+    )
 
 
 def fail(
@@ -359,32 +323,35 @@ def fail(
     authenticate(stores, caller, known)
     epoch = request.epoch
     item = _held(stores, caller, work_id, epoch)
-    values, event = _after_failure(item, request.reason, request.retryable, now, cause="agent")
-    return _write_held(stores, caller, item, epoch, values, event)
+    return _write_held(
+        stores,
+        caller,
+        item,
+        epoch,
+        lambda holder: _end_attempt(
+            stores, item, LeaseCheck.of(holder), request.reason, request.retryable, now, cause="agent"
+        ),
+    )
 
 
-def _after_failure(
-    item: WorkItem, reason: str, retryable: bool, now: float, cause: str
-) -> tuple[dict[str, Any], Event]:
+def _end_attempt(
+    stores: Stores, item: WorkItem, check: LeaseCheck, reason: str, retryable: bool, now: float, cause: str
+) -> WorkItem:
     """Back to the queue while attempts remain and the failure is retryable; else dead. Every
     reason is kept."""
     error = {
         "attempt": item.attempts,
         "epoch": item.epoch,
-        "node_id": item.lease_holder,
+        "node_id": item.node_id,
         "reason": reason[: protocol.MAX_REASON_CHARS],
         "retryable": retryable,
         "at": round(now, 3),
     }
-    errors = [*(item.errors or []), error]
     again = retryable and item.attempts < item.max_attempts
-    values: dict[str, Any] = {"errors": errors, **_NO_LEASE, "updated_at": round(now, 3)}
+    subject = {"work_id": item.work_id, "epoch": str(item.epoch), "to": QUEUED if again else DEAD, "cause": cause}
     if again:
-        values.update(status=QUEUED, queue_key=item.capability, queued_at=round(now, 3))
-    else:
-        values.update(status=DEAD, finished_at=round(now, 3))
-    subject = {"work_id": item.work_id, "epoch": str(item.epoch), "to": values["status"], "cause": cause}
-    return values, Event("work.requeued" if again else "work.dead", subject, now)
+        return stores.work.requeue(item, check, error, now, Event("work.requeued", subject, now))
+    return stores.work.bury(item, check, error, now, Event("work.dead", subject, now))
 
 
 # --- the sweep ----------------------------------------------------------------------------
@@ -394,8 +361,8 @@ def release_expired(stores: Stores, now: float) -> int:
     """Take back leases that expired: each item is re-queued (or dead), fenced by its epoch."""
     released = 0
     for item in stores.work.expired_leases(now, EXPIRED_PER_SWEEP):
-        guard = WorkGuard((LEASED,), epoch=item.epoch, lease_expired_by=now)
-        released += _release(stores, item, guard, "lease_expired: the holder stopped renewing", now, "lease_expired")
+        check = LeaseCheck(expired_by=now)
+        released += _release(stores, item, check, "lease_expired: the holder stopped renewing", now, "lease_expired")
     return released
 
 
@@ -403,15 +370,14 @@ def release_node(stores: Stores, node_id: str, now: float) -> int:
     """A node the sweep marked offline loses its leases at once."""
     released = 0
     for item in stores.work.leases_held_by(node_id):
-        guard = WorkGuard((LEASED,), epoch=item.epoch, node_id=node_id)
-        released += _release(stores, item, guard, "node_offline: the holder went offline", now, "node_offline")
+        check = LeaseCheck(node_id=node_id)
+        released += _release(stores, item, check, "node_offline: the holder went offline", now, "node_offline")
     return released
 
 
-def _release(stores: Stores, item: WorkItem, guard: WorkGuard, reason: str, now: float, cause: str) -> int:
-    values, event = _after_failure(item, reason, True, now, cause=cause)
+def _release(stores: Stores, item: WorkItem, check: LeaseCheck, reason: str, now: float, cause: str) -> int:
     try:
-        stores.work.update(item.work_id, guard, values, event)
+        _end_attempt(stores, item, check, reason, True, now, cause=cause)
     except GuardFailed:
         return 0  # renewed, completed or failed meanwhile: the holder moved first
     return 1

@@ -1,11 +1,13 @@
 """What each store must do: the only way services read and change state.
 
 Services take a ``Stores`` and never import a store module. Production passes the DynamoDB
-stores (``dynamodb_stores.py``); unit tests pass in-memory fakes with the same guard semantics
-(``tests/support/memory_stores.py``). Every write that changes state is guarded and atomic:
-when its guard does not hold it changes nothing and raises ``errors.GuardFailed``, and the
-service decides what that means. Every logged write takes the ``Event`` it records; the store
-adds the changes it made and writes the event in the same transaction.
+stores (``dynamodb.py``); unit tests pass in-memory fakes with the same guard semantics
+(``tests/support/memory_stores.py``). Each write says what happens in domain terms (a lease, a
+requeue, a heartbeat): the store decides which attributes that changes and derives its own index
+keys, shards and partitions. Every write that changes state is guarded and atomic: when its guard
+does not hold it changes nothing and raises ``errors.GuardFailed``, and the service decides what
+that means. Every logged write takes the ``Event`` it records; the store adds the changes it made
+and writes the event in the same transaction. The writes that return a record return it as written.
 """
 
 from __future__ import annotations
@@ -13,10 +15,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from chalicelib.domain.records import Enrollment, Event, FleetState, Inventory, Node, WorkItem
+from chalicelib.domain.records import ControlItem, Enrollment, Event, Heartbeat, Inventory, Node, WorkItem
 
 #: An opaque position in a paged listing (None: the first page, or no more pages).
 PageKey = dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class Holder:
+    """A node writing as itself: the write also checks it still holds this active credential."""
+
+    node_id: str
+    credential_sha256: str
 
 
 class EnrollmentStore(Protocol):
@@ -27,24 +37,24 @@ class EnrollmentStore(Protocol):
     def create(self, enrollment: Enrollment, event: Event) -> None:
         """Write a new enrollment (GuardFailed if its id exists)."""
 
-    def revoke(self, enrollment_id: str, values: dict[str, Any], event: Event) -> None:
-        """Set ``values`` if the enrollment exists and is still pending (GuardFailed otherwise)."""
+    def revoke(self, enrollment_id: str, now: float, event: Event) -> None:
+        """Mark the enrollment revoked at ``now`` if it exists and is still pending (GuardFailed
+        otherwise)."""
 
     def consume(
         self,
         enrollment_id: str,
         token_sha256: str,
-        enrollment_values: dict[str, Any],
+        idempotency_key_sha256: str,
         node: Node,
         inventory: Inventory,
-        claim_uuids: list[str],
-        subject: dict[str, str],
         now: float,
     ) -> None:
-        """All or nothing: set ``enrollment_values`` on the enrollment while its token is
-        ``token_sha256``, it is pending and ``expires_at > now``; create ``node``, ``inventory`` and
-        a GPU claim per UUID; log enrollment.consumed, node.registered, credential.issued and
-        inventory.replaced with ``subject``. GuardFailed when the enrollment guard does not hold."""
+        """All or nothing: mark the enrollment consumed by ``node`` (with the agent's idempotency
+        key) while its token is ``token_sha256``, it is pending and ``expires_at > now``; create
+        ``node``, ``inventory`` and a GPU claim per UUID in ``inventory.claimed_uuids``; log
+        enrollment.consumed, node.registered, credential.issued and inventory.replaced. GuardFailed
+        when the enrollment guard does not hold."""
 
 
 class NodeStore(Protocol):
@@ -56,29 +66,23 @@ class NodeStore(Protocol):
 
     def list_page(self, limit: int, start: PageKey) -> tuple[list[Node], PageKey]: ...
 
-    def record_heartbeat(self, node_id: str, credential_sha256: str, values: dict[str, Any]) -> Node:
-        """Set ``values`` (not logged) if the node holds this active credential and is persisted
-        online; the node as written. GuardFailed otherwise."""
+    def record_heartbeat(self, holder: Holder, heartbeat: Heartbeat, now: float) -> Node:
+        """Record ``heartbeat`` at ``now`` (not logged) if the node holds this active credential
+        and is persisted online; the node as written. GuardFailed otherwise."""
 
-    def record_transition_heartbeat(
-        self, node_id: str, credential_sha256: str, previous_liveness: str, values: dict[str, Any], event: Event
+    def bring_online(
+        self, holder: Holder, previous_liveness: str, heartbeat: Heartbeat, now: float, event: Event
     ) -> None:
-        """Set ``values`` (bringing the node online) and add one to the online counter, if the node
-        holds this active credential and its liveness is still ``previous_liveness``. Logs the
+        """Record ``heartbeat`` and bring the node online at ``now`` (one more online node), if the
+        node holds this active credential and its liveness is still ``previous_liveness``. Logs the
         liveness fields and the counter change, not the telemetry."""
 
     def replace_inventory(
-        self,
-        node_id: str,
-        credential_sha256: str,
-        values: dict[str, Any],
-        previous_revision: str | None,
-        event: Event,
-        capabilities: set[str] | None = None,
+        self, holder: Holder, inventory: Inventory, previous_revision: str | None, capabilities: set[str], event: Event
     ) -> None:
-        """Set the inventory's ``values`` and the node's ``capabilities`` (empty or None: none) if
-        the node holds this active credential and the inventory's revision is still
-        ``previous_revision`` (None: it has none)."""
+        """Write ``inventory`` (its document, time, revision and rate window; not its claims) and
+        the node's ``capabilities`` (empty: none) if the node holds this active credential and the
+        stored inventory's revision is still ``previous_revision`` (None: it has none)."""
 
     def change_claims(
         self, node_id: str, revision: str, uuids: list[str], adding: bool, now: float, event: Event
@@ -92,61 +96,67 @@ class NodeStore(Protocol):
 
     def link_duplicates(self, node_id: str, partners: list[str], now: float, event: Event) -> None:
         """Add each partner to ``node_id``'s duplicate partners and ``node_id`` to each partner's
-        (set additions: concurrent reports never lose a flag); keep the first flag time. GuardFailed
-        when one of the nodes does not exist."""
+        (concurrent reports never lose a flag); keep the first flag time. GuardFailed when one of
+        the nodes does not exist."""
 
     def unlink_duplicates(self, node_id: str, partners: list[str], event: Event) -> None:
-        """The reverse of ``link_duplicates`` (set deletions)."""
+        """The reverse of ``link_duplicates``."""
 
     def forget_duplicate_time(self, node_id: str, event: Event) -> None:
         """Drop the flag time once no partner is left (GuardFailed while one is)."""
 
-    def revoke_credential(self, node_id: str, values: dict[str, Any], event: Event) -> None:
-        """Set ``values`` if the node's credential is active (GuardFailed otherwise)."""
+    def revoke_credential(self, node_id: str, now: float, event: Event) -> None:
+        """Revoke the node's credential at ``now`` if it is active (GuardFailed otherwise)."""
 
-    def set_liveness(
-        self,
-        node_id: str,
-        expected_liveness: str,
-        heartbeat_not_after: float,
-        values: dict[str, Any],
-        event: Event,
-        online_delta: int = 0,
+    def change_liveness(
+        self, node_id: str, source: str, target: str, silent_since: float, now: float, event: Event
     ) -> None:
-        """The sweep's transition: set ``values`` (and move the online counter) if the node is
-        still ``expected_liveness`` and silent since ``heartbeat_not_after``."""
+        """The sweep's transition from ``source`` to ``target`` at ``now`` (moving the online
+        counter when it leaves or enters online), if the node is still ``source`` and its last
+        heartbeat is at or before ``silent_since``."""
 
-    def late_nodes(self, liveness: str, heartbeat_bucket_not_after: float, shards: int) -> list[str]:
-        """Ids of nodes persisted in ``liveness`` whose heartbeat bucket starts by the cutoff."""
+    def late_nodes(self, liveness: str, cutoff: float) -> list[str]:
+        """Ids of nodes persisted in ``liveness`` (online or stale) that may have been silent since
+        ``cutoff``: every such node, and some that heartbeated shortly after it."""
 
-    def count_in_state(self, liveness: str, shards: int) -> int: ...
+    def count_in_state(self, liveness: str) -> int:
+        """How many nodes are persisted in ``liveness`` (online or stale)."""
 
 
-class FleetStateStore(Protocol):
-    def get(self, name: str) -> FleetState | None: ...
+class ControlStore(Protocol):
+    """The control table: one item per name (the mass-outage hold, the online-node counter)."""
 
-    def put(self, item: FleetState, event: Event) -> None:
+    def get(self, name: str) -> ControlItem | None: ...
+
+    def put(self, item: ControlItem, event: Event) -> None:
         """Write ``item`` whole if the stored revision is ``item.revision - 1`` (absent for 1)."""
 
-    def recount_online_nodes(self, read: FleetState | None, count: int, now: float, event: Event) -> None:
+    def recount_online_nodes(self, read: ControlItem | None, count: int, now: float, event: Event) -> None:
         """Set the online counter to ``count`` if its revision is still the one ``read`` had."""
 
 
 @dataclass(frozen=True)
-class WorkGuard:
-    """What a work item must still be for a write to apply (every given part must hold)."""
+class LeaseCheck:
+    """Who may end or extend a lease, besides "it is still leased at the epoch read" (every given
+    part must hold)."""
 
-    #: its status is one of these
-    statuses: tuple[str, ...]
-    #: its epoch is exactly this (the fencing token the writer read or was given)
-    epoch: int | None = None
-    #: its lease holder is this node
+    #: the lease holder is this node
     node_id: str | None = None
-    #: its lease expired at or before this time
-    lease_expired_by: float | None = None
+    #: and it still holds this active credential
+    credential_sha256: str | None = None
+    #: the lease expired at or before this time
+    expired_by: float | None = None
+
+    @staticmethod
+    def of(holder: Holder) -> LeaseCheck:
+        return LeaseCheck(node_id=holder.node_id, credential_sha256=holder.credential_sha256)
 
 
 class WorkStore(Protocol):
+    """Every write takes the item as read and returns it as written. A lease write is guarded by
+    "still leased at the read epoch" and its ``LeaseCheck``; an ``error`` is appended to the
+    item's errors."""
+
     def get(self, work_id: str) -> WorkItem | None: ...
 
     def list_page(
@@ -162,32 +172,28 @@ class WorkStore(Protocol):
     def any_queued(self, capability: str) -> bool:
         """Whether any item of ``capability`` is queued (one key read at most)."""
 
-    def claim(
-        self,
-        work_id: str,
-        read_epoch: int,
-        node_id: str,
-        credential_sha256: str,
-        heartbeat_after: float,
-        values: dict[str, Any],
-        event: Event,
-    ) -> None:
-        """One transaction: set ``values`` on the item if it is still queued at ``read_epoch``, and
-        check that the node holds this active credential, is persisted online and heartbeated
-        after ``heartbeat_after``. GuardFailed when either does not hold (the service reads the
-        node again to tell which)."""
+    def lease(
+        self, item: WorkItem, holder: Holder, heartbeat_after: float, until: float, now: float, event: Event
+    ) -> WorkItem:
+        """One transaction: lease the item to the holder until ``until`` (one more epoch and
+        attempt) if it is still queued at the read epoch, and check that the node holds this
+        active credential, is persisted online and heartbeated after ``heartbeat_after``.
+        GuardFailed when either does not hold (the service reads the node again to tell which)."""
 
-    def update(
-        self,
-        work_id: str,
-        guard: WorkGuard,
-        values: dict[str, Any],
-        event: Event,
-        holder_credential_sha256: str | None = None,
-    ) -> None:
-        """Set ``values`` (None removes) if ``guard`` holds and, when given, the holder
-        (``guard.node_id``) still has this active credential; logs ``event`` in the same
-        transaction. GuardFailed otherwise."""
+    def renew(self, item: WorkItem, holder: Holder, until: float, now: float, event: Event) -> WorkItem:
+        """Extend the holder's lease to ``until``."""
+
+    def complete(self, item: WorkItem, holder: Holder, result: dict[str, Any], now: float, event: Event) -> WorkItem:
+        """The holder's attempt succeeded with ``result``: the item is succeeded."""
+
+    def requeue(self, item: WorkItem, check: LeaseCheck, error: dict[str, Any], now: float, event: Event) -> WorkItem:
+        """The attempt failed and may be retried: back to the queue at ``now``."""
+
+    def bury(self, item: WorkItem, check: LeaseCheck, error: dict[str, Any], now: float, event: Event) -> WorkItem:
+        """The attempt failed for good: the item is dead."""
+
+    def cancel(self, item: WorkItem, now: float, event: Event) -> WorkItem:
+        """Cancel the item if its status and epoch are still the ones read."""
 
     def expired_leases(self, now: float, limit: int) -> list[WorkItem]:
         """Leased items whose lease expired at or before ``now``, soonest first."""
@@ -220,6 +226,6 @@ PARTNERS_PER_WRITE = 98
 class Stores:
     enrollments: EnrollmentStore
     nodes: NodeStore
-    fleet: FleetStateStore
+    control: ControlStore
     work: WorkStore
     objects: ObjectStore

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from pynamodb.exceptions import DoesNotExist
 from pynamodb.transactions import TransactWrite
 
 from chalicelib.domain.records import Enrollment, Event, Inventory, Node
+from chalicelib.stores import changes
 from chalicelib.stores.contract import PageKey
 from chalicelib.stores.item_records import item_of, record_of
 from chalicelib.stores.models import EnrollmentModel, GpuClaimModel, InventoryModel, NodeModel, OutboxModel
@@ -42,7 +41,8 @@ class DynamoEnrollmentStore:
 
         run_transaction(build)
 
-    def revoke(self, enrollment_id: str, values: dict[str, Any], event: Event) -> None:
+    def revoke(self, enrollment_id: str, now: float, event: Event) -> None:
+        values = changes.enrollment_revoked(now)
         update_with_event(
             EnrollmentModel(enrollment_id),
             values,
@@ -58,15 +58,16 @@ class DynamoEnrollmentStore:
         self,
         enrollment_id: str,
         token_sha256: str,
-        enrollment_values: dict[str, Any],
+        idempotency_key_sha256: str,
         node: Node,
         inventory: Inventory,
-        claim_uuids: list[str],
-        subject: dict[str, str],
         now: float,
     ) -> None:
         """Claim the token and create the node with its one credential, all or nothing: the
         database, not timing, decides which of many concurrent callers wins."""
+        enrollment_values = changes.enrollment_consumed(node.node_id, idempotency_key_sha256, now)
+        subject = {"enrollment_id": enrollment_id, "node_id": node.node_id}
+        claim_uuids = sorted(inventory.claimed_uuids or ())
         node_item = item_of(node, NodeModel)
         inventory_item = item_of(inventory, InventoryModel)
         claims = [GpuClaimModel(uuid, node.node_id, claimed_at=round(now, 3)) for uuid in claim_uuids]

@@ -90,8 +90,6 @@ class NodeModel(Model):
     health = JSONAttribute(null=True)
     #: per-GPU rows in TELEMETRY_COLUMNS order; compact so the item stays under 1 KB
     telemetry = JSONAttribute(null=True)
-    #: work items queued for this node and not yet claimed (maintained by the work queue)
-    pending_work = NumberAttribute(null=True)
     #: "<liveness>#<shard>" while online or stale (the sweep's index partition), else absent
     liveness_shard = UnicodeAttribute(null=True)
     #: start of the heartbeat's bucket (settings.sweep_bucket_seconds wide): the index sort key
@@ -135,9 +133,8 @@ class GpuClaimModel(Model):
     claimed_at = NumberAttribute()
 
 
-class FleetStateModel(Model):
-    """Fleet-wide state, one item per name: the sweep's mass-outage hold, the online-node counter.
-    Its table keeps its deployed name (`control`, `ControlTable`, `MODELFORGE_CONTROL_TABLE`)."""
+class ControlModel(Model):
+    """The control table, one item per name: the sweep's mass-outage hold, the online-node counter."""
 
     class Meta:
         table_name = UNBOUND
@@ -242,7 +239,7 @@ MODELS_BY_LOGICAL_NAME: dict[str, type[Model]] = {
     resources.NODES.name: NodeModel,
     resources.INVENTORIES.name: InventoryModel,
     resources.GPU_CLAIMS.name: GpuClaimModel,
-    resources.CONTROL.name: FleetStateModel,
+    resources.CONTROL.name: ControlModel,
     resources.WORK.name: WorkModel,
     resources.OUTBOX.name: OutboxModel,
 }

@@ -1,4 +1,9 @@
-"""The DynamoDB node store: nodes, their inventories and GPU claims (stores.NodeStore)."""
+"""The DynamoDB node store: nodes, their inventories and GPU claims (stores.NodeStore).
+
+The sweep reads the keys-only ``by_liveness`` index: online and stale nodes, partitioned by state
+and shard (``liveness_shard``: "<liveness>#<shard>") and sorted by the start of their heartbeat's
+bucket (``heartbeat_bucket``). This store sets both with every heartbeat and transition.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +12,11 @@ from typing import Any
 from pynamodb.exceptions import DoesNotExist, UpdateError
 from pynamodb.transactions import TransactWrite
 
+from chalicelib.domain import liveness
 from chalicelib.domain.errors import GuardFailed
-from chalicelib.domain.records import Event, Inventory, Node
-from chalicelib.stores import fleet_state_store
-from chalicelib.stores.contract import PageKey
+from chalicelib.domain.records import Event, Heartbeat, Inventory, Node
+from chalicelib.stores import changes, control_store
+from chalicelib.stores.contract import Holder, PageKey
 from chalicelib.stores.item_records import record_of
 from chalicelib.stores.models import GpuClaimModel, InventoryModel, NodeModel, OutboxModel
 from chalicelib.stores.state_log import delete_change, event_item, put_change, update_change
@@ -19,6 +25,35 @@ from chalicelib.stores.update_actions import update_actions
 
 #: What a heartbeat that brings a node online logs: its liveness, not the telemetry it carried.
 _LOGGED_ON_TRANSITION = ("liveness", "liveness_shard", "liveness_changed_at", "last_heartbeat_at")
+#: Node attributes that only heartbeats change: not in the state log (only transitions are), so a
+#: table rebuilt by replay has them as of the last logged transition.
+HEARTBEAT_ATTRIBUTES = (
+    "last_heartbeat_at",
+    "heartbeat_bucket",
+    "health",
+    "telemetry",
+    "agent_version",
+    "protocol_version",
+)
+#: Partitions of the sweep's index per liveness state, so heartbeats of a large fleet do not all
+#: write to one index partition.
+SHARDS = 4
+
+
+def shard_of(node_id: str) -> int:
+    return int(node_id[-8:], 16) % SHARDS
+
+
+def index_partition(state: str, node_id: str) -> str | None:
+    """The sweep index partition of a node in this state; None (not indexed) unless online or stale."""
+    if state not in (liveness.ONLINE, liveness.STALE):
+        return None
+    return f"{state}#{shard_of(node_id)}"
+
+
+def bucket(timestamp: float, width_seconds: int) -> int:
+    """Start of the bucket holding ``timestamp`` (buckets are ``width_seconds`` wide)."""
+    return int(timestamp // width_seconds) * width_seconds
 
 
 def holds_credential(credential_sha256: str) -> Any:
@@ -26,14 +61,40 @@ def holds_credential(credential_sha256: str) -> Any:
     return (NodeModel.credential_sha256 == credential_sha256) & (NodeModel.credential_state == "active")
 
 
-def online_now(now: float, stale_after: int) -> Any:
-    """The condition any write that assigns work to a node must carry: the node is online by
-    its persisted state *and* by the age of its last heartbeat at the moment of the write."""
-    return heartbeat_after(now - stale_after)
+def online_node_item(node_id: str, last_heartbeat_at: float, created_at: float, bucket_seconds: int) -> dict[str, Any]:
+    """The wire item of an enrolled node that is online and last heartbeated then (see
+    ``instance.online_node_item``)."""
+    import secrets
+
+    beat, created = round(last_heartbeat_at, 3), round(created_at, 3)
+    item: dict[str, Any] = NodeModel(
+        node_id,
+        enrollment_id="enr_" + node_id[5:],
+        display_name=f"seeded {node_id[-6:]}",
+        hostname=f"seeded-{node_id[-12:]}",
+        accelerator_mode="nvidia",
+        production_eligible=False,
+        created_at=created,
+        agent_version="1.3.0",
+        protocol_version=1,
+        credential_sha256=secrets.token_hex(32),
+        credential_state="active",
+        credential_issued_at=created,
+        liveness=liveness.ONLINE,
+        liveness_changed_at=created,
+        last_heartbeat_at=beat,
+        health={"status": "ok"},
+        telemetry=[[index, 87.5, 101234567890, 143771336704, 64, 612.4] for index in range(8)],
+        liveness_shard=index_partition(liveness.ONLINE, node_id),
+        heartbeat_bucket=bucket(beat, bucket_seconds),
+    ).serialize()
+    return item
 
 
 def heartbeat_after(cutoff: float) -> Any:
-    """``online_now`` with the cutoff computed: persisted online, last heartbeat after ``cutoff``."""
+    """The condition any write that assigns work to a node must carry: the node is online by its
+    persisted state *and* by the age of its last heartbeat (after ``cutoff``) at the moment of the
+    write."""
     return (NodeModel.liveness == "online") & (NodeModel.last_heartbeat_at > cutoff)
 
 
@@ -44,11 +105,12 @@ def both_sides(node_id: str, partners: list[str]) -> list[tuple[str, set[str]]]:
 
 
 class DynamoNodeStore:
-    def __init__(self, retention_seconds: int) -> None:
+    def __init__(self, retention_seconds: int, bucket_seconds: int) -> None:
         self._retention = retention_seconds
+        self._bucket_seconds = bucket_seconds
 
-    def _event(self, event: Event, changes: list[dict[str, Any]]) -> OutboxModel:
-        return event_item(event, changes, self._retention)
+    def _event(self, event: Event, changed: list[dict[str, Any]]) -> OutboxModel:
+        return event_item(event, changed, self._retention)
 
     # --- reads ---------------------------------------------------------------------------
 
@@ -77,30 +139,35 @@ class DynamoNodeStore:
     def claimants(self, gpu_uuid: str) -> list[str]:
         return [claim.node_id for claim in GpuClaimModel.query(gpu_uuid, consistent_read=True)]
 
-    def late_nodes(self, liveness: str, heartbeat_bucket_not_after: float, shards: int) -> list[str]:
-        """Reads the keys-only index: only nodes that are late (or within one bucket of it)."""
+    def late_nodes(self, liveness: str, cutoff: float) -> list[str]:
+        """Reads the keys-only index: only nodes that are late (or within one bucket of it: a
+        bucket starts at or before each heartbeat in it)."""
         found: list[str] = []
-        for shard in range(shards):
-            query = NodeModel.by_liveness.query(
-                f"{liveness}#{shard}", NodeModel.heartbeat_bucket <= heartbeat_bucket_not_after
-            )
+        for shard in range(SHARDS):
+            query = NodeModel.by_liveness.query(f"{liveness}#{shard}", NodeModel.heartbeat_bucket <= cutoff)
             found.extend(item.node_id for item in query)
         return found
 
-    def count_in_state(self, liveness: str, shards: int) -> int:
+    def count_in_state(self, liveness: str) -> int:
         """How many nodes the index holds in ``liveness`` (reads their index keys)."""
-        return sum(NodeModel.by_liveness.count(f"{liveness}#{shard}") for shard in range(shards))
+        return sum(NodeModel.by_liveness.count(f"{liveness}#{shard}") for shard in range(SHARDS))
+
+    def _heartbeat_values(self, node_id: str, heartbeat: Heartbeat, now: float) -> dict[str, Any]:
+        values = changes.heartbeat(heartbeat, now)
+        values["liveness_shard"] = index_partition(liveness.ONLINE, node_id)
+        values["heartbeat_bucket"] = bucket(now, self._bucket_seconds)
+        return values
 
     # --- heartbeats ----------------------------------------------------------------------
 
-    def record_heartbeat(self, node_id: str, credential_sha256: str, values: dict[str, Any]) -> Node:
+    def record_heartbeat(self, holder: Holder, heartbeat: Heartbeat, now: float) -> Node:
         """The steady-state heartbeat: one conditional UpdateItem, nothing else (not logged)."""
-        node = NodeModel(node_id)
+        node = NodeModel(holder.node_id)
         try:
             node.update(
-                actions=update_actions(NodeModel, values),
+                actions=update_actions(NodeModel, self._heartbeat_values(holder.node_id, heartbeat, now)),
                 condition=(
-                    holds_credential(credential_sha256)
+                    holds_credential(holder.credential_sha256)
                     # an online node stays online: no transition, nothing to log
                     & (NodeModel.liveness == "online")
                 ),
@@ -111,62 +178,54 @@ class DynamoNodeStore:
             raise
         return record_of(node, Node)
 
-    def record_transition_heartbeat(
-        self, node_id: str, credential_sha256: str, previous_liveness: str, values: dict[str, Any], event: Event
+    def bring_online(
+        self, holder: Holder, previous_liveness: str, heartbeat: Heartbeat, now: float, event: Event
     ) -> None:
         """The update, the online counter and the state-log event together."""
+        node_id = holder.node_id
+        values = {**self._heartbeat_values(node_id, heartbeat, now), "liveness_changed_at": round(now, 3)}
         logged = {key: values[key] for key in _LOGGED_ON_TRANSITION}
         update_with_event(
             NodeModel(node_id),
             values,
             (
-                holds_credential(credential_sha256)
+                holds_credential(holder.credential_sha256)
                 # nobody changed the liveness since we read it
                 & (NodeModel.liveness == previous_liveness)
             ),
             self._event(
                 event,
-                [update_change(NodeModel, node_id, logged), fleet_state_store.online_nodes_log_change(+1)],
+                [update_change(NodeModel, node_id, logged), control_store.online_nodes_log_change(+1)],
             ),
-            also=[fleet_state_store.online_nodes_change(+1)],
+            also=[control_store.online_nodes_change(+1)],
         )
 
-    def set_liveness(
-        self,
-        node_id: str,
-        expected_liveness: str,
-        heartbeat_not_after: float,
-        values: dict[str, Any],
-        event: Event,
-        online_delta: int = 0,
+    def change_liveness(
+        self, node_id: str, source: str, target: str, silent_since: float, now: float, event: Event
     ) -> None:
         """Persist a liveness transition decided by the sweep, unless the node moved meanwhile."""
-        changes = [update_change(NodeModel, node_id, values)]
+        values = {**changes.liveness_changed(target, now), "liveness_shard": index_partition(target, node_id)}
+        online_delta = changes.online_delta(source, target)
+        logged = [update_change(NodeModel, node_id, values)]
         if online_delta:
-            changes.append(fleet_state_store.online_nodes_log_change(online_delta))
+            logged.append(control_store.online_nodes_log_change(online_delta))
         update_with_event(
             NodeModel(node_id),
             values,
             (
                 # still in the state the sweep found it in
-                (NodeModel.liveness == expected_liveness)
+                (NodeModel.liveness == source)
                 # and still silent since the threshold: a heartbeat that arrived meanwhile wins
-                & (NodeModel.last_heartbeat_at <= heartbeat_not_after)
+                & (NodeModel.last_heartbeat_at <= silent_since)
             ),
-            self._event(event, changes),
-            also=[fleet_state_store.online_nodes_change(online_delta)] if online_delta else [],
+            self._event(event, logged),
+            also=[control_store.online_nodes_change(online_delta)] if online_delta else [],
         )
 
     # --- inventory and claims ------------------------------------------------------------
 
     def replace_inventory(
-        self,
-        node_id: str,
-        credential_sha256: str,
-        values: dict[str, Any],
-        previous_revision: str | None,
-        event: Event,
-        capabilities: set[str] | None = None,
+        self, holder: Holder, inventory: Inventory, previous_revision: str | None, capabilities: set[str], event: Event
     ) -> None:
         """Three items, whatever the inventory holds: claims are reconciled afterwards
         (``change_claims``), so a transaction never nears DynamoDB's item limit."""
@@ -175,6 +234,8 @@ class DynamoNodeStore:
             if previous_revision is None
             else InventoryModel.revision == previous_revision
         )
+        node_id, credential_sha256 = holder.node_id, holder.credential_sha256
+        values = changes.inventory_replaced(inventory)
         node_values = {"capabilities": capabilities or None}
         outbox = self._event(
             event, [update_change(InventoryModel, node_id, values), update_change(NodeModel, node_id, node_values)]
@@ -200,7 +261,7 @@ class DynamoNodeStore:
         self, node_id: str, revision: str, uuids: list[str], adding: bool, now: float, event: Event
     ) -> None:
         part = {"claimed_uuids": set(uuids)}
-        changes = {"add": part} if adding else {"delete": part}
+        set_change = {"add": part} if adding else {"delete": part}
         claims = [
             GpuClaimModel(uuid, node_id, claimed_at=round(now, 3)) if adding else GpuClaimModel(uuid, node_id)
             for uuid in uuids
@@ -209,14 +270,14 @@ class DynamoNodeStore:
             event,
             [
                 *map(put_change if adding else delete_change, claims),
-                update_change(InventoryModel, node_id, {}, **changes),
+                update_change(InventoryModel, node_id, {}, **set_change),
             ],
         )
 
         def build(transaction: TransactWrite) -> None:
             transaction.update(
                 InventoryModel(node_id),
-                actions=update_actions(InventoryModel, {}, **changes),
+                actions=update_actions(InventoryModel, {}, **set_change),
                 # the claims were computed from this revision of the inventory
                 condition=InventoryModel.revision == revision,
             )
@@ -233,25 +294,23 @@ class DynamoNodeStore:
 
     def link_duplicates(self, node_id: str, partners: list[str], now: float, event: Event) -> None:
         stamp = round(now, 3)
-        changes = {
+        flags = {
             target: {"add": {"duplicate_partners": others}, "set_if_absent": {"duplicate_suspected_at": stamp}}
             for target, others in both_sides(node_id, partners)
         }
-        self._change_flags(changes, event)
+        self._change_flags(flags, event)
 
     def unlink_duplicates(self, node_id: str, partners: list[str], event: Event) -> None:
-        changes = {
-            target: {"delete": {"duplicate_partners": others}} for target, others in both_sides(node_id, partners)
-        }
-        self._change_flags(changes, event)
+        flags = {target: {"delete": {"duplicate_partners": others}} for target, others in both_sides(node_id, partners)}
+        self._change_flags(flags, event)
 
-    def _change_flags(self, changes: dict[str, dict[str, Any]], event: Event) -> None:
+    def _change_flags(self, flags: dict[str, dict[str, Any]], event: Event) -> None:
         outbox = self._event(
-            event, [update_change(NodeModel, target, {}, **change) for target, change in changes.items()]
+            event, [update_change(NodeModel, target, {}, **change) for target, change in flags.items()]
         )
 
         def build(transaction: TransactWrite) -> None:
-            for target, change in changes.items():
+            for target, change in flags.items():
                 transaction.update(
                     NodeModel(target),
                     actions=update_actions(NodeModel, {}, **change),
@@ -273,7 +332,8 @@ class DynamoNodeStore:
 
     # --- credentials ---------------------------------------------------------------------
 
-    def revoke_credential(self, node_id: str, values: dict[str, Any], event: Event) -> None:
+    def revoke_credential(self, node_id: str, now: float, event: Event) -> None:
+        values = changes.credential_revoked(now)
         # only an active credential can be revoked (and the node must exist)
         update_with_event(
             NodeModel(node_id),

@@ -3,18 +3,21 @@
 Three sparse indexes serve the three reads that must not scan: ``by_queue`` (capability, then
 queue time: the oldest claimable item), ``by_lease`` (every leased item by expiry: the sweep's
 expired leases) and ``by_holder`` (a node's leases: released at once when it goes offline). An
-item is in an index only while it is in the state the index serves.
+item is in an index only while it is in the state the index serves: this store sets and removes
+the index keys (``queue_key``, ``lease_partition``, ``lease_holder``) with the state.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from pynamodb.exceptions import DoesNotExist
 from pynamodb.transactions import TransactWrite
 
 from chalicelib.domain.records import Event, WorkItem
-from chalicelib.stores.contract import PageKey, WorkGuard
+from chalicelib.stores import changes
+from chalicelib.stores.contract import Holder, LeaseCheck, PageKey
 from chalicelib.stores.item_records import item_of, record_of
 from chalicelib.stores.models import NodeModel, OutboxModel, WorkModel
 from chalicelib.stores.node_store import heartbeat_after as online_since
@@ -27,14 +30,28 @@ from chalicelib.stores.update_actions import update_actions
 LEASED = "leased"
 
 
-def _guard_condition(guard: WorkGuard) -> Any:
-    condition = WorkModel.status.is_in(*guard.statuses)
-    if guard.epoch is not None:
-        condition &= WorkModel.epoch == guard.epoch
-    if guard.node_id is not None:
-        condition &= WorkModel.lease_holder == guard.node_id
-    if guard.lease_expired_by is not None:
-        condition &= WorkModel.lease_expires_at <= guard.lease_expired_by
+def with_index_keys(item: WorkItem, values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` and the index keys they imply: a change of status moves the item into or out of
+    the lease indexes, a change of queue time into or out of the queue index."""
+    keyed = dict(values)
+    if "status" in values:
+        leased = values["status"] == changes.LEASED
+        keyed["lease_partition"] = LEASED if leased else None
+        keyed["lease_holder"] = values.get("node_id", item.node_id) if leased else None
+    if "queued_at" in values:
+        keyed["queue_key"] = item.capability if values["queued_at"] is not None else None
+    return keyed
+
+
+def _still_leased(item: WorkItem, check: LeaseCheck) -> Any:
+    # still leased, at the epoch the writer read (a re-claim raised it)
+    condition = (WorkModel.status == changes.LEASED) & (WorkModel.epoch == item.epoch)
+    if check.node_id is not None:
+        # to this holder
+        condition &= WorkModel.lease_holder == check.node_id
+    if check.expired_by is not None:
+        # and its lease expired: a renewal that came first wins
+        condition &= WorkModel.lease_expires_at <= check.expired_by
     return condition
 
 
@@ -42,8 +59,8 @@ class DynamoWorkStore:
     def __init__(self, retention_seconds: int) -> None:
         self._retention = retention_seconds
 
-    def _event(self, event: Event, changes: list[dict[str, Any]]) -> OutboxModel:
-        return event_item(event, changes, self._retention)
+    def _event(self, event: Event, changed: list[dict[str, Any]]) -> OutboxModel:
+        return event_item(event, changed, self._retention)
 
     def get(self, work_id: str) -> WorkItem | None:
         try:
@@ -67,6 +84,8 @@ class DynamoWorkStore:
 
     def create(self, item: WorkItem, event: Event) -> None:
         stored = item_of(item, WorkModel)
+        if item.status == changes.QUEUED:
+            stored.queue_key = item.capability
         outbox = self._event(event, [put_change(stored)])
 
         def build(transaction: TransactWrite) -> None:
@@ -82,57 +101,64 @@ class DynamoWorkStore:
     def any_queued(self, capability: str) -> bool:
         return any(True for _ in WorkModel.by_queue.query(capability, limit=1))
 
-    def claim(
+    def lease(
+        self, item: WorkItem, holder: Holder, heartbeat_after: float, until: float, now: float, event: Event
+    ) -> WorkItem:
+        values = changes.leased(item, holder.node_id, until, now)
+        node_check = (
+            # the caller is this node, its credential is active, and it is online now: by its
+            # persisted state and by the age of its last heartbeat, at the moment of the write
+            _holds_credential(holder.credential_sha256) & online_since(heartbeat_after)
+        )
+        # still queued, and nobody claimed it since we read it
+        still_queued = (WorkModel.status == changes.QUEUED) & (WorkModel.epoch == item.epoch)
+        return self._write(item, values, still_queued, event, (holder.node_id, node_check))
+
+    def renew(self, item: WorkItem, holder: Holder, until: float, now: float, event: Event) -> WorkItem:
+        return self._write_lease(item, LeaseCheck.of(holder), changes.renewed(until, now), event)
+
+    def complete(self, item: WorkItem, holder: Holder, result: dict[str, Any], now: float, event: Event) -> WorkItem:
+        return self._write_lease(item, LeaseCheck.of(holder), changes.completed(result, now), event)
+
+    def requeue(self, item: WorkItem, check: LeaseCheck, error: dict[str, Any], now: float, event: Event) -> WorkItem:
+        return self._write_lease(item, check, changes.failed(item, error, True, now), event)
+
+    def bury(self, item: WorkItem, check: LeaseCheck, error: dict[str, Any], now: float, event: Event) -> WorkItem:
+        return self._write_lease(item, check, changes.failed(item, error, False, now), event)
+
+    def cancel(self, item: WorkItem, now: float, event: Event) -> WorkItem:
+        # still in the state we read it in, at the epoch we read (not claimed, failed or finished since)
+        unchanged = (WorkModel.status == item.status) & (WorkModel.epoch == item.epoch)
+        return self._write(item, changes.cancelled(now), unchanged, event)
+
+    def _write_lease(self, item: WorkItem, check: LeaseCheck, values: dict[str, Any], event: Event) -> WorkItem:
+        holder_check = None
+        if check.credential_sha256 is not None and check.node_id is not None:
+            # the holder's credential is still active (a revoked node changes nothing)
+            holder_check = (check.node_id, _holds_credential(check.credential_sha256))
+        return self._write(item, values, _still_leased(item, check), event, holder_check)
+
+    def _write(
         self,
-        work_id: str,
-        read_epoch: int,
-        node_id: str,
-        credential_sha256: str,
-        heartbeat_after: float,
+        item: WorkItem,
         values: dict[str, Any],
+        condition: Any,
         event: Event,
-    ) -> None:
-        outbox = self._event(event, [update_change(WorkModel, work_id, values)])
+        node_check: tuple[str, Any] | None = None,
+    ) -> WorkItem:
+        """One guarded update of the item (with its index keys), an optional check on a node, and
+        the event, together; the item as written."""
+        keyed = with_index_keys(item, values)
+        outbox = self._event(event, [update_change(WorkModel, item.work_id, keyed)])
 
         def build(transaction: TransactWrite) -> None:
-            transaction.update(
-                WorkModel(work_id),
-                actions=update_actions(WorkModel, values),
-                # still queued, and nobody claimed it since we read it
-                condition=(WorkModel.status == "queued") & (WorkModel.epoch == read_epoch),
-            )
-            transaction.condition_check(
-                NodeModel,
-                node_id,
-                # the caller is this node, its credential is active, and it is online now: by its
-                # persisted state and by the age of its last heartbeat, at the moment of the write
-                condition=_holds_credential(credential_sha256) & online_since(heartbeat_after),
-            )
+            transaction.update(WorkModel(item.work_id), actions=update_actions(WorkModel, keyed), condition=condition)
+            if node_check is not None:
+                transaction.condition_check(NodeModel, node_check[0], condition=node_check[1])
             transaction.save(outbox, condition=OutboxModel.event_id.does_not_exist())
 
         run_transaction(build)
-
-    def update(
-        self,
-        work_id: str,
-        guard: WorkGuard,
-        values: dict[str, Any],
-        event: Event,
-        holder_credential_sha256: str | None = None,
-    ) -> None:
-        outbox = self._event(event, [update_change(WorkModel, work_id, values)])
-
-        def build(transaction: TransactWrite) -> None:
-            transaction.update(
-                WorkModel(work_id), actions=update_actions(WorkModel, values), condition=_guard_condition(guard)
-            )
-            if holder_credential_sha256 is not None and guard.node_id is not None:
-                transaction.condition_check(
-                    NodeModel, guard.node_id, condition=_holds_credential(holder_credential_sha256)
-                )
-            transaction.save(outbox, condition=OutboxModel.event_id.does_not_exist())
-
-        run_transaction(build)
+        return dataclasses.replace(item, **values)
 
     def expired_leases(self, now: float, limit: int) -> list[WorkItem]:
         query = WorkModel.by_lease.query(LEASED, WorkModel.lease_expires_at <= now, limit=limit)

@@ -1,0 +1,169 @@
+"""What the DynamoDB stores write for each domain-level write: the record changes every store shares
+(``stores/changes.py``) plus the index keys, shards and partitions only the DynamoDB stores derive.
+
+The attribute sets below are the ones the services wrote before the store contract spoke the
+domain; the state log records exactly these changes, so ``modelforge log replay`` rebuilds the
+same tables (tests/integration/test_state_log.py proves replay equality on the wire)."""
+
+from __future__ import annotations
+
+import pytest
+from chalicelib.domain.records import Heartbeat, Inventory, WorkItem
+from chalicelib.stores import changes, node_store
+from chalicelib.stores.work_store import with_index_keys
+
+NOW = 1_000_000.0
+NODE = "node_" + "0" * 24 + "0000000b"
+
+
+def _item(status: str = "leased", **fields: object) -> WorkItem:
+    values: dict[str, object] = {
+        "work_id": "work_" + "1" * 32,
+        "capability": "echo",
+        "status": status,
+        "created_at": NOW - 100,
+        "updated_at": NOW - 50,
+        "attempts": 1,
+        "max_attempts": 3,
+        "lease_seconds": 300,
+        "epoch": 1,
+        "input_key": "work-inputs/x.json",
+        "input_sha256": "a" * 64,
+        "input_size": 10,
+        "node_id": NODE if status == "leased" else None,
+        "lease_expires_at": NOW + 10 if status == "leased" else None,
+        "queued_at": NOW - 100 if status == "queued" else None,
+    }
+    values.update(fields)
+    return WorkItem(**values)  # type: ignore[arg-type]
+
+
+def test_work_lease_sets_the_lease_indexes_and_leaves_the_queue_index() -> None:
+    queued = _item("queued", epoch=0, attempts=0)
+    assert with_index_keys(queued, changes.leased(queued, NODE, NOW + 300.00049, NOW)) == {
+        "status": "leased",
+        "epoch": 1,
+        "attempts": 1,
+        "node_id": NODE,
+        "lease_holder": NODE,
+        "lease_partition": "leased",
+        "lease_expires_at": NOW + 300.0,
+        "queue_key": None,
+        "queued_at": None,
+        "updated_at": NOW,
+    }
+
+
+def test_work_renewal_touches_no_index_key() -> None:
+    assert with_index_keys(_item(), changes.renewed(NOW + 300, NOW)) == {
+        "lease_expires_at": NOW + 300,
+        "updated_at": NOW,
+    }
+
+
+def test_work_completion_leaves_the_lease_indexes_only() -> None:
+    result = {"sha256": "b" * 64, "size": 3, "key": "k"}
+    assert with_index_keys(_item(), changes.completed(result, NOW)) == {
+        "status": "succeeded",
+        "result": result,
+        "lease_partition": None,
+        "lease_holder": None,
+        "lease_expires_at": None,
+        "finished_at": NOW,
+        "updated_at": NOW,
+    }
+
+
+def test_work_requeue_moves_from_the_lease_indexes_to_the_queue_with_the_error_appended() -> None:
+    item = _item(errors=[{"attempt": 0}])
+    assert with_index_keys(item, changes.failed(item, {"attempt": 1}, True, NOW)) == {
+        "errors": [{"attempt": 0}, {"attempt": 1}],
+        "lease_partition": None,
+        "lease_holder": None,
+        "lease_expires_at": None,
+        "updated_at": NOW,
+        "status": "queued",
+        "queue_key": "echo",
+        "queued_at": NOW,
+    }
+
+
+def test_work_that_dies_leaves_the_lease_indexes_and_is_finished() -> None:
+    assert with_index_keys(_item(), changes.failed(_item(), {"attempt": 1}, False, NOW)) == {
+        "errors": [{"attempt": 1}],
+        "lease_partition": None,
+        "lease_holder": None,
+        "lease_expires_at": None,
+        "updated_at": NOW,
+        "status": "dead",
+        "finished_at": NOW,
+    }
+
+
+@pytest.mark.parametrize("status", ["queued", "leased"])
+def test_work_cancel_leaves_every_index_whatever_its_state(status: str) -> None:
+    assert with_index_keys(_item(status), changes.cancelled(NOW)) == {
+        "status": "cancelled",
+        "queue_key": None,
+        "queued_at": None,
+        "lease_partition": None,
+        "lease_holder": None,
+        "lease_expires_at": None,
+        "finished_at": NOW,
+        "updated_at": NOW,
+    }
+
+
+def test_node_index_partition_is_per_state_and_shard_and_only_while_online_or_stale() -> None:
+    assert node_store.index_partition("online", NODE) == f"online#{0xB % node_store.SHARDS}"
+    assert node_store.index_partition("stale", NODE) == f"stale#{0xB % node_store.SHARDS}"
+    assert node_store.index_partition("pending", NODE) is None
+    assert node_store.index_partition("offline", NODE) is None
+
+
+def test_node_heartbeat_bucket_starts_at_or_before_the_heartbeat() -> None:
+    assert node_store.bucket(90.0, 45) == 90 and node_store.bucket(134.999, 45) == 90
+    assert node_store.bucket(89.999, 45) == 45
+
+
+def test_node_heartbeat_changes_what_it_reports_and_brings_nothing_else() -> None:
+    beat = Heartbeat(health={"status": "ok"}, telemetry=[[0.0]], agent_version="1.3.0", protocol_version=1)
+    assert changes.heartbeat(beat, NOW + 0.0004) == {
+        "last_heartbeat_at": NOW,
+        "liveness": "online",
+        "health": {"status": "ok"},
+        "telemetry": [[0.0]],
+        "agent_version": "1.3.0",
+        "protocol_version": 1,
+    }
+
+
+@pytest.mark.parametrize(
+    ("source", "target", "delta"),
+    [("online", "stale", -1), ("stale", "offline", 0), ("stale", "online", 1), ("pending", "online", 1)],
+)
+def test_online_counter_moves_only_into_or_out_of_online(source: str, target: str, delta: int) -> None:
+    assert changes.online_delta(source, target) == delta
+
+
+def test_inventory_replacement_writes_everything_but_the_claims() -> None:
+    inventory = Inventory(
+        NODE, {"gpus": []}, NOW, revision="r2", claimed_uuids={"GPU-a"}, rate_window_start=NOW, rate_window_count=2
+    )
+    assert changes.inventory_replaced(inventory) == {
+        "inventory": {"gpus": []},
+        "updated_at": NOW,
+        "revision": "r2",
+        "rate_window_start": NOW,
+        "rate_window_count": 2,
+    }
+
+
+def test_a_seeded_online_node_item_carries_the_index_keys_a_heartbeat_writes() -> None:
+    from chalicelib import instance
+
+    item = instance.online_node_item(NODE, 1000.5, 900.0, bucket_seconds=45)
+    assert item["liveness"] == {"S": "online"} and item["last_heartbeat_at"] == {"N": "1000.5"}
+    assert item["liveness_shard"] == {"S": instance.sweep_index_partition("online", NODE)}
+    assert item["heartbeat_bucket"] == {"N": "990"}
+    assert instance.sweep_index_partition("offline", NODE) is None
