@@ -37,8 +37,7 @@ def test_unknown_variables_lists_only_unknown_modelforge_names() -> None:
 
 def test_unknown_variable_warning_misspelled_name_suggests_the_known_one() -> None:
     assert environment.unknown_variable_warning("MODELFORGE_WORKER_DEVISE") == (
-        "MODELFORGE_WORKER_DEVISE is not a ModelForge setting and is ignored "
-        "(did you mean MODELFORGE_WORKER_DEVICE?)"
+        "MODELFORGE_WORKER_DEVISE is not a ModelForge setting and is ignored (did you mean MODELFORGE_WORKER_DEVICE?)"
     )
 
 
@@ -61,7 +60,12 @@ def test_unknown_variable_warnings_never_quote_a_value() -> None:
 
 def test_reader_text_strips_and_defaults_blank() -> None:
     reader = Reader({"A": "  x ", "B": "  "})
-    assert (reader.text("A"), reader.text("B", "d"), reader.text("C", "d"), reader.optional("B")) == ("x", "d", "d", None)
+    assert (reader.text("A"), reader.text("B", "d"), reader.text("C", "d"), reader.optional("B")) == (
+        "x",
+        "d",
+        "d",
+        None,
+    )
 
 
 def test_reader_flag_accepts_the_usual_spellings_and_names_a_bad_one() -> None:
