@@ -113,13 +113,13 @@ def serve(config: WorkerConfig, stop: threading.Event) -> int:
 
 def start(env: Mapping[str, str], stop: threading.Event) -> int:
     """Validate the whole configuration, then serve; nothing is touched before it is valid."""
+    for name, warning in environment.unknown_variable_warnings(env):  # a misspelling may be why one is missing
+        log.warning(warning, extra={"event": "unknown_setting", "variable": name})
     try:
         config = load_config(env)
     except ConfigurationInvalid as invalid:
         return _exit(CONFIGURATION_INVALID, invalid.message)
     jsonlog.configure(config.log_level)
-    for name, warning in environment.unknown_variable_warnings(env):
-        log.warning(warning, extra={"event": "unknown_setting", "variable": name})
     try:
         return serve(config, stop)
     except Exception as error:  # noqa: BLE001 - reported with its traceback, exit 1
