@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 from modelforge_runtime_worker.artifacts import Artifacts, bundled_models_dir
 from modelforge_runtime_worker.capabilities import Ocr, refuse_unavailable
-from modelforge_runtime_worker.server import http_error
 from modelforge_runtime_worker.ocr import (
     CUDA_PROVIDER,
     Cancel,
@@ -18,6 +17,7 @@ from modelforge_runtime_worker.ocr import (
     OcrEngine,
     refuse_downloads,
 )
+from modelforge_runtime_worker.server import http_error
 
 
 def test_rapidocr_cannot_download_anything(monkeypatch: pytest.MonkeyPatch) -> None:
