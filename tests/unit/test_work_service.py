@@ -22,6 +22,7 @@ from chalicelib.services import work
 from chalicelib.services.known_callers import KnownCallers
 from chalicelib.stores.contract import Holder, LeaseCheck, ObjectStore, Stores, WorkStore
 from modelforge_protocol import work as protocol
+from modelforge_protocol.canonical import canonical_bytes
 
 from tests.support.journal import MemoryObjectStore
 from tests.support.memory_stores import MemoryStores, memory_stores
@@ -384,7 +385,7 @@ def test_a_concurrent_submit_with_other_input_cannot_replace_the_winners_input(s
 
     def loser_puts_its_input() -> None:
         # the loser read no item yet and puts its input after the winner's put, before its create
-        document = work._canonical(loser["input"])
+        document = canonical_bytes(loser["input"])
         stores.objects.put(work.input_key(work_id, hashlib.sha256(document).hexdigest()), document, "application/json")
 
     stores.journal.before_next("work.create", loser_puts_its_input)

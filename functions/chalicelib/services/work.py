@@ -14,7 +14,6 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-import json
 import random
 import re
 import uuid
@@ -23,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from modelforge_protocol import work as protocol
+from modelforge_protocol.canonical import canonical_bytes
 
 from chalicelib.config.resources import WORK_INPUT_PREFIX, WORK_RESULT_PREFIX
 from chalicelib.config.settings import Settings
@@ -63,10 +63,6 @@ def result_key(work_id: str, epoch: int) -> str:
     return f"{WORK_RESULT_PREFIX}{work_id}/{epoch}.json"
 
 
-def _canonical(document: dict[str, Any]) -> bytes:
-    return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-
-
 # --- submitting, reading, cancelling (admin) ----------------------------------------------
 
 
@@ -98,7 +94,7 @@ def _same_submission(existing: WorkItem, wanted: WorkItem) -> Submitted:
 def submit(stores: Stores, request: requests.SubmitWork, now: float) -> Submitted:
     capability = request.capability
     _check_input(capability, request.input)
-    document = _canonical(request.input)
+    document = canonical_bytes(request.input)
     input_sha256 = hashlib.sha256(document).hexdigest()
     key = request.idempotency_key
     key_sha256 = hashlib.sha256(key.encode("utf-8")).hexdigest() if key else None
