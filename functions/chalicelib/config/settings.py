@@ -73,7 +73,8 @@ _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 
 def _read_int(reader: Reader, name: str) -> int:
     default, low, high = _INTEGERS[name]
-    return reader.integer(name, default, low, high)
+    value: int = reader.integer(name, default, low, high)
+    return value
 
 
 STALE_VAR = "MODELFORGE_NODE_STALE_AFTER_SECONDS"
