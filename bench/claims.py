@@ -578,13 +578,17 @@ def _latency(values: list[float]) -> str:
 
 def print_tables(levels: list[LevelResult], raw: list[RawRun]) -> None:
     print("\nClaims over HTTP (client-side latency of every claim request, 204s included)")
-    header = f"{'nodes':>5} {'items':>5} | {'claims/s':>8} {'p50 ms':>7} {'p99 ms':>7} {'lost races':>10} | DynamoDB requests per claim | {'S3':>4} | check"
+    header = (
+        f"{'nodes':>5} {'items':>5} | {'claims/s':>8} {'p50 ms':>7} {'p99 ms':>7} {'lost races':>10}"
+        f" | DynamoDB requests per claim | {'S3':>4} | check"
+    )
     print(header)
     print("-" * len(header))
     for level in levels:
         check = "ok" if level.ok else ("DOUBLE CLAIM" if level.double_claims else "WRONG")
         print(
-            f"{level.nodes:>5} {level.items:>5} | {level.rate:>8.1f} {_latency(level.latencies_ms)} {level.empty_while_queued:>10} |"
+            f"{level.nodes:>5} {level.items:>5} | {level.rate:>8.1f} {_latency(level.latencies_ms)}"
+            f" {level.empty_while_queued:>10} |"
             f" {_support.format_ops(level.dynamodb_per_claim):<27} | {level.s3_per_claim:>4.2f} | {check}"
         )
     print("-" * len(header))

@@ -932,7 +932,8 @@ def print_report(report: dict[str, Any]) -> None:
     print(f"Prices ({prices['file']}):")
     for key, price in prices["entries"].items():
         print(
-            f"  {key:<42} ${price['usd']:<13g} per {price['quantity']:>9,.0f} {price['unit']:<26} {price['source']}  (read {price['read_on']})"
+            f"  {key:<42} ${price['usd']:<13g} per {price['quantity']:>9,.0f} {price['unit']:<26} {price['source']}"
+            f"  (read {price['read_on']})"
         )
     print(f"\ntotal wall time {report['wall_seconds']:.1f} s")
 
@@ -942,7 +943,8 @@ def _print_measured(report: dict[str, Any]) -> None:
     print()
     print(f"[1] What one operation uses (averages; node with {inputs['gpus']} GPUs)")
     print(
-        f"    {'operation':<34} {'runs':>4} {'API':>4} {'Lambda':>6} {'billed':>7} {'WRU':>5} {'=table':>6} {'+index':>6}"
+        f"    {'operation':<34} {'runs':>4} {'API':>4} {'Lambda':>6} {'billed':>7} {'WRU':>5} {'=table':>6}"
+        f" {'+index':>6}"
         f" {'RRU':>5} {'S3 put':>6} {'S3 get':>6} {'log B':>6} {'out B':>6}  DynamoDB and S3 requests"
     )
     for key, figures in report["measured"].items():
@@ -956,13 +958,17 @@ def _print_measured(report: dict[str, Any]) -> None:
             f" {each['s3_get_class']:>6.2f} {each['log_bytes']:>6.0f} {each['transfer_out_bytes']:>6.0f}  {ops}"
         )
     print(
-        f"    node item after a heartbeat: {inputs['node_item_bytes']} bytes = {inputs['node_item_write_units']} write unit(s);"
-        f" each Lambda invocation also logs {inputs['lambda_platform_log_bytes_per_invocation']} bytes of START/END/REPORT lines"
+        f"    node item after a heartbeat: {inputs['node_item_bytes']} bytes ="
+        f" {inputs['node_item_write_units']} write unit(s);"
+        f" each Lambda invocation also logs {inputs['lambda_platform_log_bytes_per_invocation']} bytes"
+        " of START/END/REPORT lines"
     )
     print(
         "    API: API Gateway requests; Lambda: invocations (API function, plus the state-log function when events were"
-        " shipped);\n    billed: Lambda ms rounded up per invocation (measured here, in one Python process with the emulator);"
-        " WRU/RRU: DynamoDB\n    request units (index: global secondary index writes); log B: CloudWatch Logs bytes; out B: bytes"
+        " shipped);\n    billed: Lambda ms rounded up per invocation"
+        " (measured here, in one Python process with the emulator);"
+        " WRU/RRU: DynamoDB\n    request units (index: global secondary index writes);"
+        " log B: CloudWatch Logs bytes; out B: bytes"
         " of the HTTP answer"
     )
 
@@ -980,7 +986,8 @@ def _print_node_month(report: dict[str, Any]) -> None:
     columns = _columns(report)
     print()
     print(
-        f"[2] Cost per node-month, US$: a heartbeat every interval (stale threshold {_stale_note(report)}) and the inventory"
+        "[2] Cost per node-month, US$: a heartbeat every interval"
+        f" (stale threshold {_stale_note(report)}) and the inventory"
         f" re-sent every {inputs['inventory_refresh_seconds']:.0f} s"
     )
     print("    " + f"{'':<18}" + "".join(f"{name:>12}" for name, _ in columns))
@@ -996,7 +1003,8 @@ def _print_node_month(report: dict[str, Any]) -> None:
         else:
             text = f"NOT met: the largest line is {figures['largest']} ({figures['largest_share']:.0%} of it)"
         print(
-            f"    goal under ${goal['usd_per_node_month']:.2f} per node-month at the default {goal['interval_seconds']} s interval,"
+            f"    goal under ${goal['usd_per_node_month']:.2f} per node-month"
+            f" at the default {goal['interval_seconds']} s interval,"
             f" {api.upper()} API: ${verdict['total']:.4f}, {text}"
         )
     arm = report["node_month"][str(goal["interval_seconds"])]["arm64_http_total"]
@@ -1029,7 +1037,8 @@ def _print_per_thousand(report: dict[str, Any]) -> None:
     for label in ("submissions", "renewals", "liveness_transitions"):
         figures = per_thousand[label]
         print(
-            f"    per 1,000 {label.replace('_', ' ')}: REST ${_usd(figures['rest']['total'])}, HTTP ${_usd(figures['http']['total'])}"
+            f"    per 1,000 {label.replace('_', ' ')}: REST ${_usd(figures['rest']['total'])},"
+            f" HTTP ${_usd(figures['http']['total'])}"
             f" (largest line: {figures['http']['largest']})"
         )
 
@@ -1038,22 +1047,29 @@ def _print_sweep(report: dict[str, Any]) -> None:
     inputs = report["inputs"]
     print()
     print(
-        f"[4] Liveness sweep: every {inputs['sweep_every_seconds']} s = {inputs['sweep_runs_per_month']:,.0f} runs a month over a"
-        f" healthy fleet; measured at {inputs['sweep_measured_at_nodes'][0]:,} and {inputs['sweep_measured_at_nodes'][1]:,}"
+        f"[4] Liveness sweep: every {inputs['sweep_every_seconds']} s ="
+        f" {inputs['sweep_runs_per_month']:,.0f} runs a month over a"
+        f" healthy fleet; measured at {inputs['sweep_measured_at_nodes'][0]:,}"
+        f" and {inputs['sweep_measured_at_nodes'][1]:,}"
         " nodes, a straight line through them"
     )
     print(
-        f"    {'nodes':>7} {'RRU/run':>8} {'WRU/run':>8} {'ms/run':>7} | {'$/month':>9} {'$/node-month':>12}  largest line"
+        f"    {'nodes':>7} {'RRU/run':>8} {'WRU/run':>8} {'ms/run':>7} | {'$/month':>9} {'$/node-month':>12}"
+        "  largest line"
     )
     for fleet, figures in report["sweep_month"].items():
         per_run, priced = figures["per_run"], figures["http"]
         print(
-            f"    {int(fleet):>7,} {per_run['dynamodb_rru']:>8.2f} {per_run['dynamodb_wru']:>8.2f} {per_run['lambda_billed_ms']:>7.0f} |"
-            f" {_usd(priced['total']):>9} {priced['total'] / int(fleet):>12.7f}  {priced['largest']} ({priced['largest_share']:.0%})"
+            f"    {int(fleet):>7,} {per_run['dynamodb_rru']:>8.2f} {per_run['dynamodb_wru']:>8.2f}"
+            f" {per_run['lambda_billed_ms']:>7.0f} |"
+            f" {_usd(priced['total']):>9} {priced['total'] / int(fleet):>12.7f}"
+            f"  {priced['largest']} ({priced['largest_share']:.0%})"
         )
     print(
-        "    (the sweep reads late nodes only: in a healthy fleet none, whatever its size. ms/run is measured here, and the\n"
-        "    emulator walks the whole table to answer an index query, which DynamoDB does not: the Lambda duration line is\n"
+        "    (the sweep reads late nodes only: in a healthy fleet none, whatever its size."
+        " ms/run is measured here, and the\n"
+        "    emulator walks the whole table to answer an index query, which DynamoDB does not:"
+        " the Lambda duration line is\n"
         "    an upper bound that grows with the fleet only because of the emulator)"
     )
 

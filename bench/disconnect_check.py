@@ -759,7 +759,10 @@ def _verdict(result: CheckResult, say: Callable[..., None]) -> None:
         if result.heartbeat_advanced_while_disconnected:
             moved = f"ADVANCED to {', '.join(result.heartbeat_values_while_disconnected)}"
         else:
-            moved = f"never advanced ({result.heartbeat_before_freeze} in all {readings} readings over {result.seconds:g} s)"
+            moved = (
+                f"never advanced ({result.heartbeat_before_freeze} in all {readings} readings"
+                f" over {result.seconds:g} s)"
+            )
         say(f"  last_heartbeat_at while disconnected: {moved}", stamp=False)
         for status, threshold, expected in (
             (STALE, result.stale_after, result.stale_expected),
@@ -779,7 +782,8 @@ def _verdict(result: CheckResult, say: Callable[..., None]) -> None:
             say(f"  {status}: {note}", stamp=False)
         if result.agent_requests_while_disconnected is not None:
             say(
-                f"  agent requests logged by the control plane while frozen: {result.agent_requests_while_disconnected}",
+                "  agent requests logged by the control plane while frozen: "
+                f"{result.agent_requests_while_disconnected}",
                 stamp=False,
             )
         if result.resumed:

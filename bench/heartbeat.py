@@ -366,18 +366,21 @@ def work_hint_reads(stack: Any, args: argparse.Namespace) -> list[str]:
         delta = operations_delta(before, _support.app_operations(stack.aws_operations()))
         reads = sum(count for name, count in delta.items() if name in ("Query", "GetItem", "Scan", "BatchGetItem"))
         print(
-            f"    {label}: {_support.format_ops({name: n / args.cost_heartbeats for name, n in delta.items()})} per heartbeat;"
+            f"    {label}: {_support.format_ops({name: n / args.cost_heartbeats for name, n in delta.items()})}"
+            " per heartbeat;"
             f" reads {reads / args.cost_heartbeats:.3f} per heartbeat ({reads} in {seconds:.1f} s);"
             f" work_waiting in {hinted} of {args.cost_heartbeats} answers"
         )
         if delta.get("UpdateItem") != args.cost_heartbeats:
             problems.append(
-                f"heartbeats of worker nodes ({label.strip()}) did not cost one UpdateItem each: {_support.format_ops(delta)}"
+                f"heartbeats of worker nodes ({label.strip()}) did not cost one UpdateItem each:"
+                f" {_support.format_ops(delta)}"
             )
         if queued and hinted == 0:
             problems.append("no heartbeat answer hinted at the queued work")
     print(
-        f"    (the hint reads each work capability's queue at most once per {HINT_TTL_SECONDS:g} s per function instance)"
+        "    (the hint reads each work capability's queue at most once per"
+        f" {HINT_TTL_SECONDS:g} s per function instance)"
     )
     claimed = nodes[0].client.claim(nodes[0].identity)
     if claimed.status_code == 200:  # leave nothing running for the later phases

@@ -206,7 +206,8 @@ def _run(minutes: float, checkout: Path, scratch: Path, echo: Callable[[str], No
     first_run.tracebacks = first.output().count(TRACEBACK)
     stopped_size, stopped_files = _size(data_dir)
     echo(
-        f"stopped: {first_run.stopped}; data dir {stopped_size:,} bytes in {stopped_files} files; {heartbeats} heartbeats served"
+        f"stopped: {first_run.stopped}; data dir {stopped_size:,} bytes in {stopped_files} files;"
+        f" {heartbeats} heartbeats served"
     )
 
     restart, restart_run, api_url = _start(
@@ -252,7 +253,8 @@ def report(result: Result, echo: Callable[[str], None] = print) -> None:
     echo(f"  data dir at the end of the traffic:          {end[1]:>12,} bytes in {end[2]} files")
     echo(f"  data dir growth over the second half:        {growth:>12,.0f} bytes per minute")
     echo(
-        f"  data dir after the stop:                     {result.bytes_after_stop:>12,} bytes in {result.files_after_stop} files"
+        f"  data dir after the stop:                     {result.bytes_after_stop:>12,} bytes"
+        f" in {result.files_after_stop} files"
     )
     echo(f"  tracebacks: first run {result.first.tracebacks}, restart {result.restart.tracebacks}")
     echo(f"  the node heartbeat again {result.heartbeat_after_restart_seconds:.2f} s after the restart's ready line")

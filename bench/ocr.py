@@ -125,8 +125,8 @@ def measure(
     match = wait_for(listening, START_TIMEOUT, [worker], "worker listening line")
     address, capabilities = match.group(1), match.group(2)
     print(
-        f"  {device}: worker ready in {time.monotonic() - started:.1f} s (first start: models copied, verified, loaded); "
-        f"capabilities: {capabilities}"
+        f"  {device}: worker ready in {time.monotonic() - started:.1f} s"
+        f" (first start: models copied, verified, loaded); capabilities: {capabilities}"
     )
     if not capabilities.startswith(f"ocr ({device})"):
         raise BenchFailure(f"the {device} worker does not offer ocr on {device}: {capabilities}")
@@ -199,9 +199,10 @@ def run(args: argparse.Namespace, children: list[Child], scratch: Path) -> int:
     for row in rows:
         count = len(row.latencies_ms)
         rate = count / (sum(row.latencies_ms) / 1000)
+        p50, p99 = _support.percentile(row.latencies_ms, 50), _support.percentile(row.latencies_ms, 99)
         print(
-            f"{row.device:<7}{count:>7}{row.elapsed:>9.1f}{rate:>10.2f}{_support.percentile(row.latencies_ms, 50):>9.0f}"
-            f"{_support.percentile(row.latencies_ms, 99):>9.0f}{_support.percentile(row.worker_ms, 50):>15.0f}"
+            f"{row.device:<7}{count:>7}{row.elapsed:>9.1f}{rate:>10.2f}{p50:>9.0f}"
+            f"{p99:>9.0f}{_support.percentile(row.worker_ms, 50):>15.0f}"
         )
     if not offered:
         print(f"{'cuda':<7}skipped: {why}")

@@ -324,7 +324,8 @@ def test_agent_image_layout_imports_and_runs_the_seeds_preflight(tmp_path: Path)
             "-S",
             "-c",
             "import sys, modelforge_node_agent.main, modelforge_node_agent.agent, requests, jsonschema, pynvml; "
-            "print('\\n'.join(m.__file__ for m in sys.modules.values() if getattr(m, '__file__', None) and 'site-packages' in m.__file__))",
+            "print('\\n'.join(m.__file__ for m in sys.modules.values()"
+            " if getattr(m, '__file__', None) and 'site-packages' in m.__file__))",
         ],
         capture_output=True,
         text=True,

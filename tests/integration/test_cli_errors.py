@@ -45,7 +45,8 @@ def test_the_api_url_comes_from_the_option_or_the_environment(remote: ControlPla
     by_option = modelforge(remote, "nodes", "list", "--api-url", nowhere)
     assert by_option.returncode == 2
     assert by_option.stderr.strip() == (
-        f"modelforge: cannot reach {nowhere}: ConnectionError: is the control plane running there? (--api-url or MODELFORGE_API_URL)"
+        f"modelforge: cannot reach {nowhere}: ConnectionError: is the control plane running there?"
+        " (--api-url or MODELFORGE_API_URL)"
     )
     by_env = modelforge(remote, "work", "list", env={"MODELFORGE_API_URL": nowhere})
     assert by_env.returncode == 2 and f"cannot reach {nowhere}:" in by_env.stderr

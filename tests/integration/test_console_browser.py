@@ -539,9 +539,18 @@ def test_the_wizard_works_with_the_keyboard_alone(console: Console) -> None:
     page.keyboard.type("Keyboard Node")
 
     visited = _tab_cycle(page, 24)
-    for control in ["input:15 minutes", "input:API origin", "input:Hostname", "select:Accelerator mode", "input:State volume",
-                    "input:Local release bundle", "textarea:Release manifest entry", "button:Create enrollment token",
-                    "button:Close", "input:Display name"]:  # fmt: skip
+    for control in [
+        "input:15 minutes",
+        "input:API origin",
+        "input:Hostname",
+        "select:Accelerator mode",
+        "input:State volume",
+        "input:Local release bundle",
+        "textarea:Release manifest entry",
+        "button:Create enrollment token",
+        "button:Close",
+        "input:Display name",
+    ]:
         assert control in visited, (control, visited)
     assert visited.index("button:Close") + 1 == visited.index("input:Display name"), "Tab does not wrap around"
     _tab_to(page, "input:Display name")
@@ -562,9 +571,19 @@ def test_the_wizard_works_with_the_keyboard_alone(console: Console) -> None:
     token = str(token_field.input_value())
 
     visited = _tab_cycle(page, 20)
-    for control in ["button:Copy token", "pre:Generated .env", "button:Copy .env", "pre:Start command", "button:Copy start command",
-                    "pre:Container recreation command", "button:Copy container recreation command",
-                    "button:Check node readiness", "button:Revoke unused token", "button:Close", "input:One-time token"]:  # fmt: skip
+    for control in [
+        "button:Copy token",
+        "pre:Generated .env",
+        "button:Copy .env",
+        "pre:Start command",
+        "button:Copy start command",
+        "pre:Container recreation command",
+        "button:Copy container recreation command",
+        "button:Check node readiness",
+        "button:Revoke unused token",
+        "button:Close",
+        "input:One-time token",
+    ]:
         assert control in visited, (control, visited)
     _tab_to(page, "button:Check node readiness")
     page.keyboard.press("Enter")

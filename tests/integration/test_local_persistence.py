@@ -32,7 +32,9 @@ from modelforge_local_stack.local_stack import LocalOptions, LocalStack
 from modelforge_cli.api_client import ControlPlane
 from tests.support.snapshots import TABLE_VARS, bucket_objects, scan_table
 
-stack = LocalStack(LocalOptions(port=0, data_dir=Path(sys.argv[1]), stream_interval_seconds=3600, sweep_interval_seconds=3600))
+stack = LocalStack(
+    LocalOptions(port=0, data_dir=Path(sys.argv[1]), stream_interval_seconds=3600, sweep_interval_seconds=3600)
+)
 stack.start()
 try:
     cp = ControlPlane(stack.api_url, sys.argv[2])

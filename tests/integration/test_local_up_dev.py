@@ -162,7 +162,8 @@ def _bare_environment(tmp_path: Path) -> dict[str, str]:
         (
             (),
             {},
-            "no AWS region: set AWS_DEFAULT_REGION (for the local stack, name its data dir with --data-dir D, or --local)",
+            "no AWS region: set AWS_DEFAULT_REGION"
+            " (for the local stack, name its data dir with --data-dir D, or --local)",
         ),
         (
             ("--endpoint-url", "https://dynamodb.example.invalid"),

@@ -105,7 +105,9 @@ _ATTRIBUTES_AND_VALUES = """(secret) => {
   const hits = [];
   for (const element of document.querySelectorAll("*")) {
     for (const attribute of element.attributes) {
-      if (attribute.name.includes(secret) || attribute.value.includes(secret)) hits.push(`${element.tagName} @${attribute.name}`);
+      if (attribute.name.includes(secret) || attribute.value.includes(secret)) {
+        hits.push(`${element.tagName} @${attribute.name}`);
+      }
     }
     if (typeof element.value === "string" && element.value.includes(secret)) hits.push(`${element.tagName}.value`);
   }

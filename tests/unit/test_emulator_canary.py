@@ -23,7 +23,8 @@ REPO = Path(__file__).resolve().parents[2]
 RECHECK = (
     "moto changed an internal that tools/local_stack/modelforge_local_stack/emulator.py relies on: re-check "
     "make_cancelled_transactions_leave_no_trace(), Emulator.bind() and persistence.py (snapshots read and write "
-    "moto's tables, items and objects) against the new moto source, run localstack/moto_fidelity_repro.py to see whether the fidelity gaps remain, "
+    "moto's tables, items and objects) against the new moto source, run localstack/moto_fidelity_repro.py "
+    "to see whether the fidelity gaps remain, "
     "and update docs/ARCHITECTURE.md before moving the moto pin in pyproject.toml. Detail: "
 )
 

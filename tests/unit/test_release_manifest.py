@@ -128,7 +128,8 @@ def test_make_bundle_unexpected_image_refused(tmp_path: Path) -> None:
     source = write_docker_save(tmp_path / "images.tar", [*release_images(), release_image("modelforge-extra")])
     problems = _refusal([source], tmp_path / "bundle")
     assert problems == [
-        f"{source}: modelforge-extra:{IMAGE_TAG_VERSION}: unexpected image; the bundle holds exactly {AGENT}, {WORKER} (--expect)"
+        f"{source}: modelforge-extra:{IMAGE_TAG_VERSION}: unexpected image;"
+        f" the bundle holds exactly {AGENT}, {WORKER} (--expect)"
     ]
 
 

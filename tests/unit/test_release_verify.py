@@ -142,7 +142,8 @@ def test_verify_bundle_missing_layer_refused(bundle: Path) -> None:
     agent, worker = release_images()
     _replace_images(bundle, [agent.with_(layers=agent.layers[:1]), worker])
     assert _refused(bundle) == [
-        f"images.{AGENT}.rootfs_layers: expected 2 layers, found 1; layer 2: expected {sha256(agent.layers[1])}, found (no layer)"
+        f"images.{AGENT}.rootfs_layers: expected 2 layers, found 1;"
+        f" layer 2: expected {sha256(agent.layers[1])}, found (no layer)"
     ]
 
 

@@ -4,8 +4,8 @@ files in the artifact root, on the device it actually got, and abortable mid-run
 - **No downloads.** Each model is passed by path (``Det/Cls/Rec.model_path``), the rec model
   carries its character set in its ONNX metadata (so no dictionary is fetched), and rapidocr's
   downloader is replaced by one that refuses (``refuse_downloads``) before rapidocr is used, so
-  nothing this process does can fetch a model: an attempt fails the load instead. Images are handed over decoded (never as a path or URL, which rapidocr would
-  open or fetch itself).
+  nothing this process does can fetch a model: an attempt fails the load instead. Images are
+  handed over decoded (never as a path or URL, which rapidocr would open or fetch itself).
 - **Device.** ``cpu`` never asks for CUDA; ``auto`` and ``cuda`` ask for it when onnxruntime
   offers ``CUDAExecutionProvider``. The device reported is the one every session actually got
   (its first provider), not the one asked for.

@@ -134,7 +134,8 @@ class AdminApi:
         parts = urlsplit(api_url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise CommandFailed(
-                f"the API URL must be http://host[:port] or https://host[:port], not {api_url!r} (--api-url or {API_URL_VAR})"
+                f"the API URL must be http://host[:port] or https://host[:port], not {api_url!r}"
+                f" (--api-url or {API_URL_VAR})"
             )
         ca_cert = getattr(args, "ca_cert", None) or os.environ.get(CA_CERT_VAR) or None
         if ca_cert is not None and not Path(ca_cert).is_file():

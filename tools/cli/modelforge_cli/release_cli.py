@@ -40,7 +40,9 @@ def register(commands: Any) -> None:
     release = commands.add_parser(
         "release",
         help="the release bundle: one images tarball, its manifest and SHA256SUMS",
-        description=f"Release {IMAGE_TAG_VERSION}: make the image bundle, verify it on a node, check the started container.",
+        description=(
+            f"Release {IMAGE_TAG_VERSION}: make the image bundle, verify it on a node, check the started container."
+        ),
     )
     sub = release.add_subparsers(dest="release_command", required=True, metavar="COMMAND")
 

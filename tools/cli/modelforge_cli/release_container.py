@@ -25,7 +25,8 @@ def normalise_image_id(value: str) -> str:
     match = _IMAGE_ID.match(value.strip())
     if match is None:
         raise ValueError(
-            f"{value[:80]!r} is not a full image ID (sha256:<64 hex>, as docker image inspect --format '{{{{.Id}}}}' prints it)"
+            f"{value[:80]!r} is not a full image ID"
+            " (sha256:<64 hex>, as docker image inspect --format '{{.Id}}' prints it)"
         )
     return "sha256:" + match.group(1)
 

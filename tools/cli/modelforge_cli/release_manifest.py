@@ -138,11 +138,13 @@ def _release_name(
         parsed = parse_tag(tag)
         if parsed is None:
             problems.append(
-                f"{where}: {tag} is not <name>:<tag> (no registry or path); tag it e.g. {release_tag(expected[0], tag_version)}"
+                f"{where}: {tag} is not <name>:<tag> (no registry or path);"
+                f" tag it e.g. {release_tag(expected[0], tag_version)}"
             )
         elif parsed[1] == "latest":
             problems.append(
-                f"{where}: {tag} is the floating latest tag; tag and save the image as {release_tag(parsed[0], tag_version)} only"
+                f"{where}: {tag} is the floating latest tag;"
+                f" tag and save the image as {release_tag(parsed[0], tag_version)} only"
             )
         elif parsed[1] != tag_version:
             problems.append(

@@ -278,7 +278,8 @@ def download(url: str, size: int, sha256: str) -> bytes:
         with requests.get(url, stream=True, timeout=DOWNLOAD_TIMEOUT_SECONDS, allow_redirects=False) as response:
             if response.status_code != 200:
                 raise CommandFailed(
-                    f"the result download from {host} answered HTTP {response.status_code} (the URL is valid for 1 hour: run the command again)"
+                    f"the result download from {host} answered HTTP {response.status_code}"
+                    " (the URL is valid for 1 hour: run the command again)"
                 )
             body = bytearray()
             for chunk in response.iter_content(_CHUNK):

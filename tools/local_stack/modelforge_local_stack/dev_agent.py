@@ -135,7 +135,8 @@ AGENT_EXITS: dict[int, tuple[str, str]] = {
     ),
     exit_codes.PROTOCOL_INCOMPATIBLE: (
         "the control plane refused its protocol version",
-        "install the agent and the control plane from the same checkout (./scripts/dev-up does), see docs/COMPATIBILITY.md",
+        "install the agent and the control plane from the same checkout (./scripts/dev-up does),"
+        " see docs/COMPATIBILITY.md",
     ),
 }
 
@@ -202,7 +203,8 @@ def explain_exit(code: int, state_dir: Path, api_url: str, admin_token: str | No
     moved = path.with_name(f"{IDENTITY_FILE}.old")
     lines += [
         f"To enroll it again as a new node, run:  mv {shlex.quote(str(path))} {shlex.quote(str(moved))}",
-        "(the control plane keeps serving; the agent is started again, with a new token, as soon as the identity is moved)",
+        "(the control plane keeps serving; the agent is started again, with a new token,"
+        " as soon as the identity is moved)",
     ]
     return AgentExit(lines, identity_to_move=path)
 

@@ -43,7 +43,10 @@ PARAMETERS: dict[str, dict[str, Any]] = {
         "Type": "Number",
         "Default": 60,
         "AllowedValues": [20, 30, 45, 60, 90, 120, 180, 240],
-        "Description": "seconds without a heartbeat before a node is stale (every allowed value is below every OfflineAfterSeconds value)",
+        "Description": (
+            "seconds without a heartbeat before a node is stale"
+            " (every allowed value is below every OfflineAfterSeconds value)"
+        ),
     },
     "OfflineAfterSeconds": {
         "Type": "Number",

@@ -78,7 +78,10 @@ def resources(routes: list[Route], throttled: list[tuple[str, str, str, str]]) -
             "Principal": "apigateway.amazonaws.com",
             # this API's node routes only (any stage, any method)
             "SourceArn": {
-                "Fn::Sub": f"arn:${{AWS::Partition}}:execute-api:${{AWS::Region}}:${{AWS::AccountId}}:${{{API}}}/*/*{NODE_PREFIX}*"
+                "Fn::Sub": (
+                    "arn:${AWS::Partition}:execute-api:${AWS::Region}:${AWS::AccountId}:"
+                    f"${{{API}}}/*/*{NODE_PREFIX}*"
+                )
             },
         },
     }

@@ -62,7 +62,10 @@ def add_arguments(up: argparse.ArgumentParser) -> None:
         type=positive_float,
         default=DEFAULT_SNAPSHOT_INTERVAL_SECONDS,
         metavar="SECONDS",
-        help=f"with --data-dir: write a snapshot this often while anything changed (default {DEFAULT_SNAPSHOT_INTERVAL_SECONDS:g})",
+        help=(
+            "with --data-dir: write a snapshot this often while anything changed"
+            f" (default {DEFAULT_SNAPSHOT_INTERVAL_SECONDS:g})"
+        ),
     )
     up.add_argument("--emulator-port", type=int, default=0, help="AWS emulator port (default: a free one)")
     up.add_argument(

@@ -277,8 +277,9 @@ class Persistence:
             ValueError,
             OSError,
         ) as error:
+            first_line = str(error).splitlines()[0] if str(error) else ""
             raise SnapshotError(
-                f"cannot restore {self.data_dir} ({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}): "
+                f"cannot restore {self.data_dir} ({type(error).__name__}: {first_line}): "
                 "move the data dir aside to start afresh"
             ) from None
         self._restored = True
@@ -369,7 +370,8 @@ class Persistence:
             body = path.read_bytes()
         except OSError as error:
             raise SnapshotError(
-                f"the snapshot names {path}, which cannot be read ({error.strerror}): move the data dir aside to start afresh"
+                f"the snapshot names {path}, which cannot be read ({error.strerror}):"
+                " move the data dir aside to start afresh"
             ) from None
         if hashlib.sha256(body).hexdigest() != digest:
             raise SnapshotError(f"{path} does not match its SHA-256: move the data dir aside to start afresh")

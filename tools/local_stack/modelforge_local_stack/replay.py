@@ -104,7 +104,8 @@ def _client_options(endpoint_url: str | None, region: str | None) -> dict[str, A
     options["region_name"] = region or session.region_name or (LOCAL_REGION if _is_loopback(endpoint_url) else None)
     if options["region_name"] is None:
         raise ReplayError(
-            "no AWS region: set AWS_DEFAULT_REGION (for the local stack, name its data dir with --data-dir D, or --local)"
+            "no AWS region: set AWS_DEFAULT_REGION"
+            " (for the local stack, name its data dir with --data-dir D, or --local)"
         )
     if session.get_credentials() is None:
         if not _is_loopback(endpoint_url):
