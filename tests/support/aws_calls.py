@@ -139,9 +139,13 @@ def _model_instances(definition: ast.AST) -> set[str]:
     """Names bound to ``SomeModel(...)`` in the definition."""
     bound: set[str] = set()
     for node in ast.walk(definition):
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name):
-            if _model(node.value.func.id) is not None:
-                bound.update(target.id for target in node.targets if isinstance(target, ast.Name))
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Call)
+            and isinstance(node.value.func, ast.Name)
+            and _model(node.value.func.id) is not None
+        ):
+            bound.update(target.id for target in node.targets if isinstance(target, ast.Name))
     return bound
 
 

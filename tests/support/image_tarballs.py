@@ -107,7 +107,8 @@ def release_images(version: str = IMAGE_TAG_VERSION) -> list[TestImage]:
 class _Writer:
     def __init__(self, target: Path, as_tarball: bool) -> None:
         self.target = target
-        self._tar = tarfile.open(target, "w", format=tarfile.PAX_FORMAT) if as_tarball else None
+        # open for the writer's life, across add() calls; close() closes it
+        self._tar = tarfile.open(target, "w", format=tarfile.PAX_FORMAT) if as_tarball else None  # noqa: SIM115
         self.written: set[str] = set()
 
     def add(self, name: str, data: bytes) -> None:

@@ -21,4 +21,4 @@ def test_image_tag_version_unrecognised_release_refused(release: str) -> None:
 
 
 def test_image_tag_version_default_is_this_release() -> None:
-    assert IMAGE_TAG_VERSION == image_tag_version(RELEASE)
+    assert image_tag_version(RELEASE) == IMAGE_TAG_VERSION

@@ -16,6 +16,7 @@ files in the artifact root, on the device it actually got, and abortable mid-run
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from pathlib import Path
@@ -190,10 +191,8 @@ def _warn_about_two_runtimes() -> None:
 
     present = []
     for name in ("onnxruntime", "onnxruntime-gpu"):
-        try:
+        with contextlib.suppress(metadata.PackageNotFoundError):
             present.append(f"{name} {metadata.version(name)}")
-        except metadata.PackageNotFoundError:
-            pass
     if len(present) == 2:
         log.warning(
             f"both {present[0]} and {present[1]} are installed; keep one (README.md, Installing)",

@@ -90,7 +90,8 @@ class _Tar:
     def __init__(self, path: Path) -> None:
         self.label = str(path)
         try:
-            self._tar = tarfile.open(path, "r:*")
+            # open for the reader's life, across member reads; close() closes it
+            self._tar = tarfile.open(path, "r:*")  # noqa: SIM115
             self._members = self._index()
         except (OSError, tarfile.TarError, EOFError, zlib.error) as error:
             raise ImageArchiveError(f"{path}: not a readable tar archive ({error or type(error).__name__})") from None
