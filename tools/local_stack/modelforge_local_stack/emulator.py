@@ -9,6 +9,7 @@ item; here one lock around each request gives the same guarantee for every item 
 from __future__ import annotations
 
 import collections
+import copy
 import errno
 import io
 import json
@@ -225,46 +226,13 @@ def make_cancelled_transactions_leave_no_trace() -> None:
     undone item by item from pre-images taken just before it, with the stream records it added
     removed. Safe only because the emulator handles one request at a time.
     """
-    import copy
-
     import moto.dynamodb.models as dynamodb_models
     from moto.dynamodb.models import DynamoDBBackend
-    from moto.dynamodb.models.dynamo_type import DynamoType
     from moto.dynamodb.models.table import Table
 
     original = DynamoDBBackend.transact_write_items
     if getattr(original, "_modelforge_patched", False):
         return
-
-    class _NoTableCopies:
-        """moto's ``copy`` module, except that tables are not deep-copied."""
-
-        def deepcopy(self, value: Any, memo: Any = None) -> Any:
-            return value if isinstance(value, Table) else copy.deepcopy(value, memo)
-
-        def __getattr__(self, name: str) -> Any:
-            return getattr(copy, name)
-
-    def _pre_image(backend: Any, entry: dict[str, Any]) -> tuple[Any, Any, Any, Any] | None:
-        _, operation = next(iter(entry.items()))
-        table = backend.tables.get(operation.get("TableName"))
-        key = operation.get("Key") or operation.get("Item")
-        if table is None or not key or table.hash_key_attr not in key:
-            return None
-        hash_value = DynamoType(key[table.hash_key_attr])
-        range_value = DynamoType(key[table.range_key_attr]) if table.range_key_attr in key else None
-        return table, hash_value, range_value, copy.deepcopy(table.get_item(hash_value, range_value))
-
-    def _put_back(table: Any, hash_value: Any, range_value: Any, previous: Any) -> None:
-        if range_value is not None:
-            if previous is None:
-                table.items[hash_value].pop(range_value, None)
-            else:
-                table.items[hash_value][range_value] = previous
-        elif previous is None:
-            table.items.pop(hash_value, None)
-        else:
-            table.items[hash_value] = previous
 
     def transact_write_items(self: Any, transact_items: list[dict[str, Any]]) -> None:
         try:
@@ -281,10 +249,51 @@ def make_cancelled_transactions_leave_no_trace() -> None:
                 del shard.items[length:]
             raise
 
-    dynamodb_models.copy = _NoTableCopies()  # type: ignore[assignment]
+    dynamodb_models.copy = _NoTableCopies(Table)  # type: ignore[assignment]
     transact_write_items._modelforge_patched = True  # type: ignore[attr-defined]
     transact_write_items.__wrapped__ = original  # type: ignore[attr-defined]  # moto's own, for the canary test
     DynamoDBBackend.transact_write_items = transact_write_items  # type: ignore[method-assign]
+
+
+class _NoTableCopies:
+    """moto's ``copy`` module, except that tables (instances of ``table_type``) are not deep-copied."""
+
+    def __init__(self, table_type: type) -> None:
+        self._table_type = table_type
+
+    def deepcopy(self, value: Any, memo: Any = None) -> Any:
+        return value if isinstance(value, self._table_type) else copy.deepcopy(value, memo)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(copy, name)
+
+
+def _pre_image(backend: Any, entry: dict[str, Any]) -> tuple[Any, Any, Any, Any] | None:
+    """The item a transaction entry is about to write, as it is now: (table, hash key, range key,
+    a deep copy of the item or None), or None where the entry names no known table and key."""
+    from moto.dynamodb.models.dynamo_type import DynamoType
+
+    _, operation = next(iter(entry.items()))
+    table = backend.tables.get(operation.get("TableName"))
+    key = operation.get("Key") or operation.get("Item")
+    if table is None or not key or table.hash_key_attr not in key:
+        return None
+    hash_value = DynamoType(key[table.hash_key_attr])
+    range_value = DynamoType(key[table.range_key_attr]) if table.range_key_attr in key else None
+    return table, hash_value, range_value, copy.deepcopy(table.get_item(hash_value, range_value))
+
+
+def _put_back(table: Any, hash_value: Any, range_value: Any, previous: Any) -> None:
+    """Restore one pre-image: the previous item, or no item where there was none."""
+    if range_value is not None:
+        if previous is None:
+            table.items[hash_value].pop(range_value, None)
+        else:
+            table.items[hash_value][range_value] = previous
+    elif previous is None:
+        table.items.pop(hash_value, None)
+    else:
+        table.items[hash_value] = previous
 
 
 class PortInUse(OSError):

@@ -316,8 +316,20 @@ class Persistence:
         from moto.dynamodb.models import dynamodb_backends
         from moto.s3.models import s3_backends
 
-        dynamodb, s3 = self._clients()
         tables, buckets = snapshot.get("tables", []), snapshot.get("buckets", [])
+        self._create_containers(tables, buckets)
+        report = Restored(tables=len(tables), taken_at=snapshot.get("taken_at"))
+        with self.emulator.exclusive():
+            present = self._restore_objects(s3_backends[DEFAULT_ACCOUNT_ID]["aws"], buckets, report)
+            backend = dynamodb_backends[DEFAULT_ACCOUNT_ID][self.region]
+            for table in tables:
+                self._restore_items(backend.tables[table["name"]], table, present, report)
+        self._saved_generation = self.emulator.generation  # what is on disk is what is served
+        return report
+
+    def _create_containers(self, tables: list[dict[str, Any]], buckets: list[dict[str, Any]]) -> None:
+        """The snapshot's tables (with their TTL) and buckets (with their versioning), through the API."""
+        dynamodb, s3 = self._clients()
         existing_tables = set(dynamodb.list_tables()["TableNames"])
         for table in tables:
             if table["name"] not in existing_tables:
@@ -332,37 +344,37 @@ class Persistence:
                 s3.put_bucket_versioning(
                     Bucket=bucket["name"], VersioningConfiguration={"Status": bucket["versioning"]}
                 )
-        report = Restored(tables=len(tables), taken_at=snapshot.get("taken_at"))
-        with self.emulator.exclusive():
-            s3_backend = s3_backends[DEFAULT_ACCOUNT_ID]["aws"]
-            present: dict[str, set[str]] = {}
-            for bucket in buckets:
-                for entry in bucket["objects"]:
-                    body = self._body(entry["sha256"])
-                    stored = s3_backend.put_object(bucket["name"], entry["key"], body)
-                    stored.set_metadata(dict(entry.get("metadata") or {}))
-                    self._digests[(bucket["name"], entry["key"], stored.version_id, stored.etag)] = entry["sha256"]
-                    present.setdefault(bucket["name"], set()).add(entry["key"])
-                    report.objects += 1
-            backend = dynamodb_backends[DEFAULT_ACCOUNT_ID][self.region]
-            for table in tables:
-                model = backend.tables[table["name"]]
-                unshipped = []
-                shard, model.stream_shard = model.stream_shard, None  # restored items are not news
-                try:
-                    for item in table["items"]:
-                        if self._unshipped(table["name"], item, present):
-                            unshipped.append(item)
-                        else:
-                            model.put_item(item, overwrite=True)
-                finally:
-                    model.stream_shard = shard
-                for item in unshipped:  # with their INSERT records: the stream poller ships them
+
+    def _restore_objects(self, s3_backend: Any, buckets: list[dict[str, Any]], report: Restored) -> dict[str, set[str]]:
+        """Every object of the snapshot, into moto's S3 backend; the keys present, by bucket."""
+        present: dict[str, set[str]] = {}
+        for bucket in buckets:
+            for entry in bucket["objects"]:
+                body = self._body(entry["sha256"])
+                stored = s3_backend.put_object(bucket["name"], entry["key"], body)
+                stored.set_metadata(dict(entry.get("metadata") or {}))
+                self._digests[(bucket["name"], entry["key"], stored.version_id, stored.etag)] = entry["sha256"]
+                present.setdefault(bucket["name"], set()).add(entry["key"])
+                report.objects += 1
+        return present
+
+    def _restore_items(self, model: Any, table: dict[str, Any], present: dict[str, set[str]], report: Restored) -> None:
+        """One table's items, into moto's table: silently, but for outbox items whose object was
+        never shipped, which are written with their INSERT records so the stream poller ships them."""
+        unshipped = []
+        shard, model.stream_shard = model.stream_shard, None  # restored items are not news
+        try:
+            for item in table["items"]:
+                if self._unshipped(table["name"], item, present):
+                    unshipped.append(item)
+                else:
                     model.put_item(item, overwrite=True)
-                report.items += len(table["items"])
-                report.unshipped += len(unshipped)
-        self._saved_generation = self.emulator.generation  # what is on disk is what is served
-        return report
+        finally:
+            model.stream_shard = shard
+        for item in unshipped:  # with their INSERT records: the stream poller ships them
+            model.put_item(item, overwrite=True)
+        report.items += len(table["items"])
+        report.unshipped += len(unshipped)
 
     def _body(self, digest: str) -> bytes:
         path = self.objects_dir / digest

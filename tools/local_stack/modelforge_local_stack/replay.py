@@ -161,6 +161,23 @@ def replay(
     options = _client_options(endpoint_url, region)
     s3 = boto3.client("s3", **options)
     dynamodb = boto3.client("dynamodb", **options)
+    _require_bucket(s3, bucket, endpoint_url)
+    created = _ensure_tables(dynamodb, tables)
+    _require_empty_tables(dynamodb, tables)
+    events = writes = 0
+    paginator = s3.get_paginator("list_objects_v2")
+    for page in paginator.paginate(Bucket=bucket, Prefix=resources.STATE_LOG_PREFIX):
+        for entry in page.get("Contents", []):
+            event = json.loads(s3.get_object(Bucket=bucket, Key=entry["Key"])["Body"].read())
+            events += 1
+            for change in event["changes"]:
+                _apply_change(dynamodb, tables, event, change)
+                writes += 1
+    return ReplayReport(events=events, writes=writes, created=created)
+
+
+def _require_bucket(s3: Any, bucket: str, endpoint_url: str | None) -> None:
+    """A ReplayError naming --bucket when the state-log bucket does not exist."""
     try:
         s3.head_bucket(Bucket=bucket)
     except s3.exceptions.ClientError as error:
@@ -170,35 +187,33 @@ def replay(
                 f"there is no bucket {bucket} at {where}: name the state-log bucket with --bucket"
             ) from None
         raise
-    created = _ensure_tables(dynamodb, tables)
+
+
+def _require_empty_tables(dynamodb: Any, tables: dict[str, str]) -> None:
+    """A ReplayError naming the first table that holds an item: replay only rebuilds empty tables."""
     for logical, physical in tables.items():
         if dynamodb.scan(TableName=physical, Limit=1, Select="COUNT")["Count"]:
             raise ReplayError(
                 f"table {physical} ({logical}) is not empty; replay only rebuilds empty tables "
                 "(--table-prefix P replays into new tables P-enrollments, P-nodes, ...)"
             )
-    events = writes = 0
-    paginator = s3.get_paginator("list_objects_v2")
-    for page in paginator.paginate(Bucket=bucket, Prefix=resources.STATE_LOG_PREFIX):
-        for entry in page.get("Contents", []):
-            event = json.loads(s3.get_object(Bucket=bucket, Key=entry["Key"])["Body"].read())
-            events += 1
-            for change in event["changes"]:
-                table = tables.get(change["table"])
-                if table is None:
-                    raise ReplayError(f"event {event['event_id']} changes unknown table {change['table']!r}")
-                if change["op"] == "put":
-                    dynamodb.put_item(TableName=table, Item=change["item"])
-                elif change["op"] == "update":
-                    dynamodb.update_item(**_update_request(table, change))
-                elif change["op"] == "add":
-                    dynamodb.update_item(**_add_request(table, change))
-                elif change["op"] == "delete":
-                    dynamodb.delete_item(TableName=table, Key=change["key"])
-                else:
-                    raise ReplayError(f"event {event['event_id']} has unknown operation {change['op']!r}")
-                writes += 1
-    return ReplayReport(events=events, writes=writes, created=created)
+
+
+def _apply_change(dynamodb: Any, tables: dict[str, str], event: dict[str, Any], change: dict[str, Any]) -> None:
+    """Write one change of an event to its table."""
+    table = tables.get(change["table"])
+    if table is None:
+        raise ReplayError(f"event {event['event_id']} changes unknown table {change['table']!r}")
+    if change["op"] == "put":
+        dynamodb.put_item(TableName=table, Item=change["item"])
+    elif change["op"] == "update":
+        dynamodb.update_item(**_update_request(table, change))
+    elif change["op"] == "add":
+        dynamodb.update_item(**_add_request(table, change))
+    elif change["op"] == "delete":
+        dynamodb.delete_item(TableName=table, Key=change["key"])
+    else:
+        raise ReplayError(f"event {event['event_id']} has unknown operation {change['op']!r}")
 
 
 def replay_data_dir(data_dir: Path, *, bucket: str, tables: dict[str, str]) -> tuple[ReplayReport, str]:
