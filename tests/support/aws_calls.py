@@ -160,33 +160,44 @@ def _calls(module: _Module, key: str, definition: ast.AST, found: Found) -> None
         if chain is None:
             continue
         *receiver, method = chain
-        table: dict[str, str] | None = None
-        if len(receiver) == 1 and receiver[0] == "transaction":
-            table = aws_permissions.TRANSACTION_CALLS
-        elif receiver and receiver[-1] in _S3_RECEIVERS:
-            if method == "generate_presigned_url":
-                operation = node.args[0].value if node.args and isinstance(node.args[0], ast.Constant) else None
-                if operation in aws_permissions.S3_PRESIGNED:
-                    found.actions.add(aws_permissions.S3_PRESIGNED[operation])
-                else:
-                    found.unknown.append(f"{where}: presigned {operation!r}")
-                continue
-            table = aws_permissions.S3_CALLS
-        elif len(receiver) == 1 and (_model(receiver[0]) is not None or receiver[0] in instances):
-            model = _model(receiver[0])
-            if model is not None and isinstance(getattr(model, method, None), Attribute):
-                continue  # NodeModel.liveness == ... is a condition, not a call
-            table = aws_permissions.PYNAMODB_CALLS
-        elif len(receiver) == 2 and (model := _model(receiver[0])) is not None:
-            if not isinstance(getattr(model, receiver[1], None), Index):
-                continue  # NodeModel.node_id.exists(): a condition on an attribute
-            table = aws_permissions.PYNAMODB_CALLS
+        if receiver and receiver[-1] in _S3_RECEIVERS and method == "generate_presigned_url":
+            _presigned_url(node, where, found)
+            continue
+        table = _call_table(receiver, method, instances)
         if table is None:
             continue
         if method in table:
             found.actions.add(table[method])
         else:
             found.unknown.append(f"{where}: {'.'.join(receiver)}.{method}")
+
+
+def _presigned_url(node: ast.Call, where: str, found: Found) -> None:
+    """The action a ``generate_presigned_url(operation, ...)`` call grants."""
+    operation = node.args[0].value if node.args and isinstance(node.args[0], ast.Constant) else None
+    if operation in aws_permissions.S3_PRESIGNED:
+        found.actions.add(aws_permissions.S3_PRESIGNED[operation])
+    else:
+        found.unknown.append(f"{where}: presigned {operation!r}")
+
+
+def _call_table(receiver: list[str], method: str, instances: set[str]) -> dict[str, str] | None:
+    """The permission table of calls on ``receiver`` (a transaction, an S3 client, a PynamoDB
+    model, one of its instances or one of its indexes), or None where the call is no AWS call."""
+    if len(receiver) == 1 and receiver[0] == "transaction":
+        return aws_permissions.TRANSACTION_CALLS
+    if receiver and receiver[-1] in _S3_RECEIVERS:
+        return aws_permissions.S3_CALLS
+    if len(receiver) == 1 and (_model(receiver[0]) is not None or receiver[0] in instances):
+        model = _model(receiver[0])
+        if model is not None and isinstance(getattr(model, method, None), Attribute):
+            return None  # NodeModel.liveness == ... is a condition, not a call
+        return aws_permissions.PYNAMODB_CALLS
+    if len(receiver) == 2 and (model := _model(receiver[0])) is not None:
+        if not isinstance(getattr(model, receiver[1], None), Index):
+            return None  # NodeModel.node_id.exists(): a condition on an attribute
+        return aws_permissions.PYNAMODB_CALLS
+    return None
 
 
 def api_entry_points() -> tuple[str, ...]:

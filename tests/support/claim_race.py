@@ -262,36 +262,72 @@ def claim_round(
     tag = f"claim-race-{time.time_ns()}"
     round_ids = submit_round(cp, items, tag)
     heartbeat_all(claimers)  # every node online (its heartbeat fresh) when the round starts
-    listing = _QueuedListing(cp, round_ids)
-    barrier = threading.Barrier(len(claimers))
-    stop = threading.Event()
-    guard = threading.Lock()
-    claims: list[Claimed] = []
-    claimed_ids: set[str] = set()
-    claim_statuses: collections.Counter[int] = collections.Counter()
-    complete_statuses: collections.Counter[int] = collections.Counter()
-    problems: list[str] = []
-    foreign = [0]
-    gave_up = [0]
-    started = [0.0]
+    shared = _Round(cp, len(claimers), round_ids, deadline_seconds, stop_at_double_claim)
+    try:
+        with ThreadPoolExecutor(max_workers=len(claimers)) as pool:
+            for future in [pool.submit(shared.claim_loop, claimer) for claimer in claimers]:
+                future.result()
+    finally:
+        shared.listing.close()
+    seconds = time.monotonic() - shared.started
+    return RoundResult(
+        round_ids=round_ids,
+        claims=shared.claims,
+        foreign_claims=shared.foreign,
+        claim_statuses=dict(shared.claim_statuses),
+        complete_statuses=dict(shared.complete_statuses),
+        final_statuses=final_statuses(cp, round_ids),
+        problems=shared.problems,
+        seconds=seconds,
+        claimers=len(claimers),
+        gave_up=shared.gave_up,
+    )
 
-    def problem(text: str) -> None:
-        with guard:
-            problems.append(text)
 
-    def nothing_left() -> bool:
-        with guard:
-            unclaimed = bool(round_ids - claimed_ids)
-        return not unclaimed or not listing.queued()
+class _Round:
+    """What the claimers of one round share, behind one lock, and the loop each of them runs."""
 
-    def complete(claimer: Claimer, answer: dict[str, Any]) -> int | None:
+    def __init__(
+        self,
+        cp: ControlPlane,
+        claimers: int,
+        round_ids: frozenset[str],
+        deadline_seconds: float,
+        stop_at_double_claim: bool,
+    ) -> None:
+        self.round_ids = round_ids
+        self.deadline_seconds = deadline_seconds
+        self.stop_at_double_claim = stop_at_double_claim
+        self.listing = _QueuedListing(cp, round_ids)
+        self.barrier = threading.Barrier(claimers)
+        self.stop = threading.Event()
+        self.guard = threading.Lock()
+        self.claims: list[Claimed] = []
+        self.claimed_ids: set[str] = set()
+        self.claim_statuses: collections.Counter[int] = collections.Counter()
+        self.complete_statuses: collections.Counter[int] = collections.Counter()
+        self.problems: list[str] = []
+        self.foreign = 0
+        self.gave_up = 0
+        self.started = 0.0
+
+    def problem(self, text: str) -> None:
+        with self.guard:
+            self.problems.append(text)
+
+    def nothing_left(self) -> bool:
+        with self.guard:
+            unclaimed = bool(self.round_ids - self.claimed_ids)
+        return not unclaimed or not self.listing.queued()
+
+    def complete(self, claimer: Claimer, answer: dict[str, Any]) -> int | None:
         body = f'{{"echo":"{answer["work_id"]}","epoch":{answer["epoch"]}}}'.encode()
         try:
             upload = requests.put(
                 answer["result_upload_url"], data=body, timeout=REQUEST_TIMEOUT_SECONDS, allow_redirects=False
             )
             if upload.status_code != 200:
-                problem(f"upload of {answer['work_id']} answered {upload.status_code}")
+                self.problem(f"upload of {answer['work_id']} answered {upload.status_code}")
                 return None
             done = claimer.client.lease_call(
                 claimer.identity,
@@ -300,94 +336,84 @@ def claim_round(
                 {"epoch": answer["epoch"], "sha256": hashlib.sha256(body).hexdigest(), "size": len(body)},
             )
         except requests.RequestException as error:
-            problem(f"upload or complete of {answer['work_id']}: {error}")
+            self.problem(f"upload or complete of {answer['work_id']}: {error}")
             return None
-        if done.status_code != 200 and answer["work_id"] in round_ids:
-            problem(f"complete of {answer['work_id']}@{answer['epoch']} answered {done.status_code}: {done.text[:200]}")
+        if done.status_code != 200 and answer["work_id"] in self.round_ids:
+            self.problem(
+                f"complete of {answer['work_id']}@{answer['epoch']} answered {done.status_code}: {done.text[:200]}"
+            )
         return done.status_code
 
-    def claim_loop(claimer: Claimer) -> None:
+    def claim_loop(self, claimer: Claimer) -> None:
         node_id = claimer.identity.node_id
         assert node_id is not None
-        barrier.wait(timeout=REQUEST_TIMEOUT_SECONDS)
-        with guard:
-            started[0] = started[0] or time.monotonic()
-        deadline = time.monotonic() + deadline_seconds
+        self.barrier.wait(timeout=REQUEST_TIMEOUT_SECONDS)
+        with self.guard:
+            self.started = self.started or time.monotonic()
+        deadline = time.monotonic() + self.deadline_seconds
         last_heartbeat = time.monotonic()
         empty = 0
         while empty < MAX_EMPTY_CLAIMS:
-            if stop.is_set():
+            if self.stop.is_set():
                 return
             if time.monotonic() > deadline:
-                problem(f"{node_id}: the round's deadline of {deadline_seconds:g} s passed")
+                self.problem(f"{node_id}: the round's deadline of {self.deadline_seconds:g} s passed")
                 return
-            if time.monotonic() - last_heartbeat > HEARTBEAT_EVERY_SECONDS:
-                # as a real agent does between claims: a long round must not make the node stale
-                beat = claimer.client.heartbeat(claimer.identity)
-                if beat.status_code != 200:
-                    problem(f"heartbeat of {node_id} answered {beat.status_code}: {beat.text[:200]}")
-                last_heartbeat = time.monotonic()
+            last_heartbeat = self._heartbeat_when_due(claimer, node_id, last_heartbeat)
             sent = time.monotonic()
             try:
                 response = claimer.client.claim(claimer.identity)
             except requests.RequestException as error:
-                problem(f"claim by {node_id}: {error}")
+                self.problem(f"claim by {node_id}: {error}")
                 empty += 1
                 continue
             answered = time.monotonic()
-            with guard:
-                claim_statuses[response.status_code] += 1
+            with self.guard:
+                self.claim_statuses[response.status_code] += 1
             if response.status_code == 204:
                 empty += 1
-                if nothing_left():
+                if self.nothing_left():
                     return
                 time.sleep(EMPTY_BACKOFF_SECONDS)
                 continue
             if response.status_code != 200:
-                problem(f"claim by {node_id} answered {response.status_code}: {response.text[:200]}")
+                self.problem(f"claim by {node_id} answered {response.status_code}: {response.text[:200]}")
                 empty += 1
                 continue
             empty = 0
-            answer = response.json()
-            ours = answer["work_id"] in round_ids
-            if ours:
-                with guard:
-                    again = answer["work_id"] in claimed_ids
-                    claimed_ids.add(answer["work_id"])
-                if again and stop_at_double_claim:
-                    stop.set()
-            status = complete(claimer, answer)
-            released = time.monotonic()
-            with guard:
-                if ours:
-                    complete_statuses[status or 0] += 1
-                    claims.append(
-                        Claimed(answer["work_id"], int(answer["epoch"]), node_id, sent, answered, released, status)
-                    )
-                else:
-                    foreign[0] += 1
-        with guard:
-            gave_up[0] += 1
+            self._settle(claimer, node_id, response.json(), sent, answered)
+        with self.guard:
+            self.gave_up += 1
 
-    try:
-        with ThreadPoolExecutor(max_workers=len(claimers)) as pool:
-            for future in [pool.submit(claim_loop, claimer) for claimer in claimers]:
-                future.result()
-    finally:
-        listing.close()
-    seconds = time.monotonic() - started[0]
-    return RoundResult(
-        round_ids=round_ids,
-        claims=claims,
-        foreign_claims=foreign[0],
-        claim_statuses=dict(claim_statuses),
-        complete_statuses=dict(complete_statuses),
-        final_statuses=final_statuses(cp, round_ids),
-        problems=problems,
-        seconds=seconds,
-        claimers=len(claimers),
-        gave_up=gave_up[0],
-    )
+    def _heartbeat_when_due(self, claimer: Claimer, node_id: str, last_heartbeat: float) -> float:
+        """Heartbeat as a real agent does between claims (a long round must not make the node
+        stale); the time of the node's last heartbeat."""
+        if time.monotonic() - last_heartbeat <= HEARTBEAT_EVERY_SECONDS:
+            return last_heartbeat
+        beat = claimer.client.heartbeat(claimer.identity)
+        if beat.status_code != 200:
+            self.problem(f"heartbeat of {node_id} answered {beat.status_code}: {beat.text[:200]}")
+        return time.monotonic()
+
+    def _settle(self, claimer: Claimer, node_id: str, answer: dict[str, Any], sent: float, answered: float) -> None:
+        """Record a claimed item (a second claim of one stops the round when asked to), then complete it."""
+        ours = answer["work_id"] in self.round_ids
+        if ours:
+            with self.guard:
+                again = answer["work_id"] in self.claimed_ids
+                self.claimed_ids.add(answer["work_id"])
+            if again and self.stop_at_double_claim:
+                self.stop.set()
+        status = self.complete(claimer, answer)
+        released = time.monotonic()
+        with self.guard:
+            if ours:
+                self.complete_statuses[status or 0] += 1
+                self.claims.append(
+                    Claimed(answer["work_id"], int(answer["epoch"]), node_id, sent, answered, released, status)
+                )
+            else:
+                self.foreign += 1
 
 
 def final_statuses(cp: ControlPlane, work_ids: frozenset[str]) -> dict[str, str]:
