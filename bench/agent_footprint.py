@@ -199,8 +199,41 @@ def run(args: argparse.Namespace, children: list[Child], scratch: Path) -> int:
         f"host: {os.cpu_count()} logical CPUs, Linux {platform.release()}, Python {platform.python_version()},"
         f" agent {AGENT_VERSION}, SC_CLK_TCK {ticks_per_second}"
     )
+    control_plane, api_url, admin_token = _start_control_plane(children)
+    agent, first_beat_ts = _start_agent(args, children, scratch, control_plane, api_url, admin_token)
+    samples, window_start_wall, window_end_wall = _measure(args, agent, control_plane, first_beat_ts)
+    time.sleep(LOG_SETTLE_SECONDS)
+    in_window = access_records(control_plane.records(), window_start_wall, window_end_wall)
+    figures = _figures(args, samples, ticks_per_second, in_window, agent)
 
-    # the control plane ------------------------------------------------------------------
+    print()
+    _print_rss(agent, samples, figures)
+    print()
+    _print_cpu(args, agent, figures, ticks_per_second)
+    print()
+    _print_requests(args, figures, control_plane, problems)
+    print()
+    _print_aims(args, figures)
+
+    if figures.heartbeats == 0:
+        problems.append("the control plane recorded no successful heartbeat in the measured window")
+    if figures.failed:
+        problems.append(f"agent requests in the window that were not 200: {', '.join(sorted(figures.failed))}")
+
+    # stop: the agent first (its clean stop is part of its contract), then the control plane
+    print()
+    print(f"agent stopped: {stop_child(agent, STOP_TIMEOUT_AGENT)}")
+    print(f"control plane stopped: {stop_child(control_plane, STOP_TIMEOUT_CONTROL_PLANE)}")
+    print(f"total wall time {time.monotonic() - wall_started:.1f} s")
+    if problems:
+        for problem in problems:
+            print(f"bench/agent_footprint.py: FAILED: {problem}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _start_control_plane(children: list[Child]) -> tuple[Child, str, str]:
+    """``modelforge local up`` on a free loopback port: the child, its API URL and its admin token."""
     admin_token = secrets.token_urlsafe(32)
     control_plane = start_child(
         "control plane",
@@ -225,7 +258,19 @@ def run(args: argparse.Namespace, children: list[Child], scratch: Path) -> int:
     _support.require_loopback(api_url, "the control plane")
     _support.require_loopback(emulator_url, "the AWS emulator")
     print(f"control plane: PID {control_plane.pid}, API {api_url}")
+    return control_plane, api_url, admin_token
 
+
+def _start_agent(
+    args: argparse.Namespace,
+    children: list[Child],
+    scratch: Path,
+    control_plane: Child,
+    api_url: str,
+    admin_token: str,
+) -> tuple[Child, float]:
+    """One CPU-mode agent, enrolled with a freshly minted token: the child, and when the control
+    plane recorded its first heartbeat."""
     client = _admin_client(api_url, admin_token)
     minted = client.admin(
         "POST",
@@ -236,7 +281,6 @@ def run(args: argparse.Namespace, children: list[Child], scratch: Path) -> int:
         raise BenchFailure(f"minting an enrollment token answered {minted.status_code}: {minted.text[:300]}")
     enrollment_token = minted.json()["token"]
 
-    # the agent ----------------------------------------------------------------------------
     state_volume = scratch / "agent-state"
     agent_started = time.monotonic()
     agent = start_child(
@@ -282,9 +326,16 @@ def run(args: argparse.Namespace, children: list[Child], scratch: Path) -> int:
         f"agent: PID {agent.pid}, enrolled as {node_id} {enrolled_after:.1f} s after start,"
         f" node status {node.json().get('status')!r}"
     )
+    return agent, first_beat_ts
 
-    # the measured window: it starts half an interval after a heartbeat, so that each of its
-    # intervals holds one heartbeat (unless the agent's schedule drifts by half an interval)
+
+def _measure(
+    args: argparse.Namespace, agent: Child, control_plane: Child, first_beat_ts: float
+) -> tuple[list[Sample], float, float]:
+    """The measured window: one sample per interval, and the window's wall-clock start and end.
+
+    It starts half an interval after a heartbeat, so that each of its intervals holds one
+    heartbeat (unless the agent's schedule drifts by half an interval)."""
     start_at = first_beat_ts + args.interval / 2
     while start_at <= time.time():
         start_at += args.interval
@@ -307,9 +358,38 @@ def run(args: argparse.Namespace, children: list[Child], scratch: Path) -> int:
             )
         samples.append(take_sample(agent.pid))
     window_end_wall = window_start_wall + (samples[-1].at - samples[0].at)
-    time.sleep(LOG_SETTLE_SECONDS)
+    return samples, window_start_wall, window_end_wall
 
-    # figures ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Figures:
+    """What the measured window shows: CPU (whole process, main thread, other threads), RSS, and
+    the agent's requests the control plane logged in it."""
+
+    window: float
+    cpu_seconds: float
+    cpu_percent: float
+    main_seconds: float
+    main_percent: float
+    other_seconds: float
+    other_percent: float
+    scaled_cpu_percent: float  # all of it scaled with the heartbeat rate
+    estimated_cpu_percent: float  # only the heartbeat work scaled
+    rss_max: int
+    in_window: list[dict[str, Any]]
+    heartbeats: int
+    requests_by_route: dict[str, int]
+    failed: dict[str, int]
+    agent_warnings: dict[str, int]
+
+
+def _figures(
+    args: argparse.Namespace,
+    samples: list[Sample],
+    ticks_per_second: int,
+    in_window: list[dict[str, Any]],
+    agent: Child,
+) -> _Figures:
     first, last = samples[0], samples[-1]
     window = last.at - first.at
     cpu_seconds = (last.cpu_ticks - first.cpu_ticks) / ticks_per_second
@@ -320,9 +400,6 @@ def run(args: argparse.Namespace, children: list[Child], scratch: Path) -> int:
     main_percent = 100 * main_seconds / window
     other_seconds = cpu_seconds - main_seconds
     other_percent = 100 * other_seconds / window
-    rss_max = max(sample.rss_kib for sample in samples)
-    in_window = access_records(control_plane.records(), window_start_wall, window_end_wall)
-    heartbeats = count_heartbeats(in_window)
     requests_by_route: dict[str, int] = {}
     failed: dict[str, int] = {}
     for record in in_window:
@@ -332,30 +409,49 @@ def run(args: argparse.Namespace, children: list[Child], scratch: Path) -> int:
             key = f"{route} -> {record.get('status')}"
             failed[key] = failed.get(key, 0) + 1
     scale = args.interval / DEFAULT_INTERVAL_SECONDS
-    scaled_cpu_percent = cpu_percent * scale  # all of it scaled with the heartbeat rate
-    estimated_cpu_percent = main_percent + other_percent * scale  # only the heartbeat work scaled
     agent_warnings: dict[str, int] = {}
     for record in agent.records():
         if record.get("level") in ("warning", "error", "critical"):
             event = str(record.get("event", record.get("message", "?")))
             agent_warnings[event] = agent_warnings.get(event, 0) + 1
+    return _Figures(
+        window=window,
+        cpu_seconds=cpu_seconds,
+        cpu_percent=cpu_percent,
+        main_seconds=main_seconds,
+        main_percent=main_percent,
+        other_seconds=other_seconds,
+        other_percent=other_percent,
+        scaled_cpu_percent=cpu_percent * scale,
+        estimated_cpu_percent=main_percent + other_percent * scale,
+        rss_max=max(sample.rss_kib for sample in samples),
+        in_window=in_window,
+        heartbeats=count_heartbeats(in_window),
+        requests_by_route=requests_by_route,
+        failed=failed,
+        agent_warnings=agent_warnings,
+    )
 
-    print()
+
+def _print_rss(agent: Child, samples: list[Sample], figures: _Figures) -> None:
+    first, last = samples[0], samples[-1]
     print(f"[1] Agent RSS (VmRSS from /proc/{agent.pid}/status), MB = 10^6 bytes, {len(samples)} samples")
-    print(f"    start {_mb(first.rss_kib):6.1f}   max {_mb(rss_max):6.1f}   end {_mb(last.rss_kib):6.1f}")
+    print(f"    start {_mb(first.rss_kib):6.1f}   max {_mb(figures.rss_max):6.1f}   end {_mb(last.rss_kib):6.1f}")
     print(f"    growth over the window: {_mb(last.rss_kib - first.rss_kib):+.2f} MB")
 
-    print()
-    print(f"[2] Agent CPU (utime + stime from /proc/{agent.pid}/stat) over the measured window of {window:.2f} s")
-    print(f"    resolution: one clock tick = {100 / ticks_per_second / window:.3f}% of one core over the window")
+
+def _print_cpu(args: argparse.Namespace, agent: Child, figures: _Figures, ticks_per_second: int) -> None:
+    f = figures
+    print(f"[2] Agent CPU (utime + stime from /proc/{agent.pid}/stat) over the measured window of {f.window:.2f} s")
+    print(f"    resolution: one clock tick = {100 / ticks_per_second / f.window:.3f}% of one core over the window")
     print(
-        f"    whole process:  {cpu_seconds * 1000:5.0f} ms = {cpu_percent:.3f}% of one core"
+        f"    whole process:  {f.cpu_seconds * 1000:5.0f} ms = {f.cpu_percent:.3f}% of one core"
         f" at a {args.interval:g} s heartbeat interval"
     )
-    per_heartbeat = f", {other_seconds * 1000 / heartbeats:.1f} ms per heartbeat" if heartbeats else ""
+    per_heartbeat = f", {f.other_seconds * 1000 / f.heartbeats:.1f} ms per heartbeat" if f.heartbeats else ""
     for label, seconds, percent, what in (
-        ("main thread:  ", main_seconds, main_percent, "waits for SIGTERM, wakes every 0.25 s"),
-        ("other threads:", other_seconds, other_percent, f"the publisher{per_heartbeat}"),
+        ("main thread:  ", f.main_seconds, f.main_percent, "waits for SIGTERM, wakes every 0.25 s"),
+        ("other threads:", f.other_seconds, f.other_percent, f"the publisher{per_heartbeat}"),
     ):
         print(f"      {label} {seconds * 1000:5.0f} ms = {percent:.3f}%  ({what})")
     if args.interval != DEFAULT_INTERVAL_SECONDS:
@@ -366,12 +462,15 @@ def run(args: argparse.Namespace, children: list[Child], scratch: Path) -> int:
             f"the CPU% above is ~{factor:g}x the default-interval figure (the heartbeat work scales with the rate;"
             " the main",
             "thread's wake-ups do not). Extrapolated to the default 15 s interval:",
-            f"  {scaled_cpu_percent:.3f}% of one core, everything divided by {factor:g};",
-            f"  {estimated_cpu_percent:.3f}% of one core, the main thread as measured + the other threads divided"
+            f"  {f.scaled_cpu_percent:.3f}% of one core, everything divided by {factor:g};",
+            f"  {f.estimated_cpu_percent:.3f}% of one core, the main thread as measured + the other threads divided"
             f" by {factor:g} (the better estimate).",
         ):
             print("    " + line)
-    print()
+
+
+def _print_requests(args: argparse.Namespace, figures: _Figures, control_plane: Child, problems: list[str]) -> None:
+    heartbeats, in_window = figures.heartbeats, figures.in_window
     print("[3] Agent requests the control plane recorded in the window (its JSON access log, http_request records)")
     print(f"    heartbeats (POST {HEARTBEAT_PATH}, status 200): {heartbeats} (one per interval: {args.heartbeats})")
     beat_times = sorted(r["ts"] for r in in_window if r.get("path") == HEARTBEAT_PATH and r.get("status") == 200)
@@ -381,20 +480,22 @@ def run(args: argparse.Namespace, children: list[Child], scratch: Path) -> int:
             f"    mean time between heartbeats: {period:.3f} s (the interval plus the request: the agent waits"
             " after each answer)"
         )
-    total_requests = sum(requests_by_route.values())
-    routes = ", ".join(f"{route} x{count}" for route, count in sorted(requests_by_route.items())) or "none"
+    total_requests = sum(figures.requests_by_route.values())
+    routes = ", ".join(f"{route} x{count}" for route, count in sorted(figures.requests_by_route.items())) or "none"
     print(f"    all {AGENT_PATH_PREFIX}* requests: {total_requests} ({routes})")
     if heartbeats:
         print(f"    HTTP requests per heartbeat: {total_requests / heartbeats:.2f}")
-    if failed:
-        print(f"    not 200: {', '.join(f'{key} x{count}' for key, count in sorted(failed.items()))}")
+    if figures.failed:
+        print(f"    not 200: {', '.join(f'{key} x{count}' for key, count in sorted(figures.failed.items()))}")
     if control_plane.dropped:
         dropped = control_plane.dropped
         problems.append(f"{dropped} control-plane log lines past the first {MAX_KEPT_LINES} were not kept or counted")
-    warnings = ", ".join(f"{event} x{count}" for event, count in sorted(agent_warnings.items())) or "none"
+    warnings = ", ".join(f"{event} x{count}" for event, count in sorted(figures.agent_warnings.items())) or "none"
     print(f"    warnings/errors in the agent's own log (whole run): {warnings}")
 
-    print()
+
+def _print_aims(args: argparse.Namespace, figures: _Figures) -> None:
+    cpu_percent, estimated_cpu_percent, rss_max = figures.cpu_percent, figures.estimated_cpu_percent, figures.rss_max
     print("[4] Aims (spec): under 40 MB RSS, and under 1% of one core at the default 15 s interval")
     rss_met = _mb(rss_max) < AIM_RSS_MB
     print(f"    RSS max {_mb(rss_max):.1f} MB ({rss_max / 1024:.1f} MiB) < {AIM_RSS_MB:g} MB: {_verdict(rss_met)}")
@@ -411,22 +512,6 @@ def run(args: argparse.Namespace, children: list[Child], scratch: Path) -> int:
             f" on the estimate only (measured {cpu_percent:.3f}% at {args.interval:g} s; --interval 15 measures it)"
         )
     print(f"    CPU < {AIM_CPU_PERCENT:g}% of one core: {cpu_verdict}")
-
-    if heartbeats == 0:
-        problems.append("the control plane recorded no successful heartbeat in the measured window")
-    if failed:
-        problems.append(f"agent requests in the window that were not 200: {', '.join(sorted(failed))}")
-
-    # stop: the agent first (its clean stop is part of its contract), then the control plane
-    print()
-    print(f"agent stopped: {stop_child(agent, STOP_TIMEOUT_AGENT)}")
-    print(f"control plane stopped: {stop_child(control_plane, STOP_TIMEOUT_CONTROL_PLANE)}")
-    print(f"total wall time {time.monotonic() - wall_started:.1f} s")
-    if problems:
-        for problem in problems:
-            print(f"bench/agent_footprint.py: FAILED: {problem}", file=sys.stderr)
-        return 1
-    return 0
 
 
 def _run_in_scratch(args: argparse.Namespace) -> int:
