@@ -394,7 +394,6 @@ def work_hint_reads(stack: Any, args: argparse.Namespace) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     # the access log (INFO) carries the server-side latency
     _support.prepare_stack_environment("INFO", keep_thresholds=True)
-    from modelforge_local_stack.emulator import operations_delta
     from modelforge_local_stack.local_stack import LocalOptions, LocalStack
 
     problems: list[str] = []
@@ -421,117 +420,21 @@ def run(args: argparse.Namespace) -> int:
         print(f"enrolled {len(nodes)} nodes and brought them online in {time.monotonic() - started:.1f} s")
         capture.take()
 
-        # 1. AWS calls per steady-state heartbeat ------------------------------------------
-        before = _support.app_operations(stack.aws_operations())
-        sequential_client_ms: list[float] = []
-        for count in range(args.cost_heartbeats):
-            began = time.perf_counter()
-            heartbeat_once(nodes[count % len(nodes)], args.gpus)
-            sequential_client_ms.append((time.perf_counter() - began) * 1000)
-        stack.drain_state_log()  # any state-log event a heartbeat wrote is shipped (S3) and counted now
-        delta = operations_delta(before, _support.app_operations(stack.aws_operations()))
-        sequential_server_ms = capture.take()
-        per_heartbeat = {name: count / args.cost_heartbeats for name, count in delta.items()}
-        s3_calls = sum(count for name, count in delta.items() if name.startswith("S3:"))
-        print()
-        print(
-            f"[1] AWS calls per steady-state heartbeat (app traffic, over {args.cost_heartbeats} sequential heartbeats)"
-        )
-        print(f"    totals:        {_support.format_ops(delta)}")
-        print(f"    per heartbeat: {_support.format_ops(per_heartbeat)}")
-        print(f"    S3 calls:      {s3_calls}")
-        if delta == {"UpdateItem": args.cost_heartbeats}:
-            print("    as expected:   1 UpdateItem, no S3 write")
-        else:
-            problems.append(
-                f"steady-state heartbeat made {_support.format_ops(per_heartbeat)} per heartbeat, not 1 UpdateItem"
-            )
-            print("    UNEXPECTED:    expected exactly 1 UpdateItem and nothing else per heartbeat")
+        sequential_client_ms, sequential_server_ms = _measure_calls(stack, nodes, args, capture, problems)
 
         # 1b. the work hint: reads per heartbeat of nodes with a runtime worker -------------
         problems += work_hint_reads(stack, args)
 
-        # 2. item sizes ----------------------------------------------------------------------
-        dynamodb = _dynamodb(endpoint)
-        node_id = nodes[0].identity.node_id
-        node_item = dynamodb.get_item(
-            TableName=stack.names["MODELFORGE_NODES_TABLE"], Key={"node_id": {"S": node_id}}, ConsistentRead=True
-        ).get("Item")
-        inventory_item = dynamodb.get_item(
-            TableName=stack.names["MODELFORGE_INVENTORIES_TABLE"], Key={"node_id": {"S": node_id}}, ConsistentRead=True
-        ).get("Item")
-        dynamodb.close()
-        if not node_item or not inventory_item:
-            raise BenchFailure(f"node {node_id} or its inventory item is missing from the emulator's tables")
-        node_bytes = item_size(node_item)
-        inventory_bytes = item_size(inventory_item)
-        breakdown = sorted(item_size_breakdown(node_item).items(), key=lambda pair: -pair[1])
-        print()
-        print(f"[2] DynamoDB item size (item-size rules, raw get_item from the emulator), {args.gpus}-GPU node")
-        print(
-            f"    node item (rewritten by every heartbeat): {node_bytes} bytes"
-            f" = {write_units(node_bytes)} write unit(s) of 1 KB"
-            + (
-                f"; {WRITE_UNIT_BYTES - node_bytes} bytes of headroom under 1 KB"
-                if node_bytes <= WRITE_UNIT_BYTES
-                else f"; {node_bytes - WRITE_UNIT_BYTES} bytes over 1 KB"
-            )
-        )
-        print("      bytes by attribute (name + value):")
-        for start in range(0, len(breakdown), 4):
-            print("        " + "  ".join(f"{name} {size}" for name, size in breakdown[start : start + 4]))
-        print(
-            f"    inventory item (separate table, not written by heartbeats): {inventory_bytes} bytes"
-            f" = {write_units(inventory_bytes)} write unit(s)"
-        )
-        if "inventory" in node_item:
-            problems.append("the node item carries an 'inventory' attribute")
-        if node_bytes > WRITE_UNIT_BYTES:
-            print("    NOTE: the node item is over 1 KB, so each heartbeat costs more than one write unit")
-
-        # 3. throughput ----------------------------------------------------------------------
-        stack.drain_state_log()  # events shipped late would count as the heartbeats' own S3 writes
-        before = _support.app_operations(stack.aws_operations())
-        http = run_concurrently([lambda node=node: heartbeat_once(node, args.gpus) for node in nodes], args.seconds)
-        stack.drain_state_log()
-        http_delta = operations_delta(before, _support.app_operations(stack.aws_operations()))
-        loaded_server_ms = capture.take()
-        if http_delta != {"UpdateItem": http.calls}:
-            problems.append(f"{http.calls} concurrent heartbeats made {_support.format_ops(http_delta)}")
-        raw = raw_update_item_rate(endpoint, len(nodes), args.seconds, node_item)
-        print()
-        print(f"[3] Throughput, {len(nodes)} concurrent clients, {args.seconds:g} s each (one process, loopback)")
-        print(
-            f"    heartbeats via the HTTP API:     {http.rate:8.1f} /s  ({http.calls} in {http.elapsed:.2f} s;"
-            f" emulator saw {_support.format_ops(http_delta)})"
-        )
-        print(
-            f"    raw emulator UpdateItem (boto3): {raw.rate:8.1f} /s  ({raw.calls} in {raw.elapsed:.2f} s;"
-            " conditional, on a scratch table)"
-        )
-        if raw.rate > 0:
-            print(f"    HTTP heartbeat rate is {http.rate / raw.rate:.0%} of the raw UpdateItem rate")
-
-        # 4. latency -------------------------------------------------------------------------
-        print()
-        print("[4] Heartbeat latency, ms (p50 / p99)")
-        print("    server-side = the app's access log 'duration_ms' (the Chalice middleware around the handler,")
-        print("                  including its DynamoDB call); client-side = whole HTTP request seen by the client")
-
-        rows = [
+        node_item = _item_sizes(stack, endpoint, nodes, args, problems)
+        http, raw, loaded_server_ms = _throughput(stack, endpoint, nodes, args, capture, node_item, problems)
+        latencies = [
             ("server-side", "sequential, 1 client", sequential_server_ms),
             ("server-side", f"under load, {len(nodes)} clients", loaded_server_ms),
             ("client-side", "sequential, 1 client", sequential_client_ms),
             ("client-side", f"under load, {len(nodes)} clients", http.latencies_ms),
             ("client-side", f"raw emulator UpdateItem, {len(nodes)} clients", raw.latencies_ms),
         ]
-        for side, label, values in rows:
-            figures = (
-                f"{_support.percentile(values, 50):8.2f} / {_support.percentile(values, 99):8.2f}  (n={len(values)})"
-                if values
-                else "no samples"
-            )
-            print(f"    {side}, {label:<40} {figures}")
+        _print_latency(latencies)
         if not sequential_server_ms or not loaded_server_ms:
             problems.append("no access-log records captured for the server-side latency")
     finally:
@@ -546,6 +449,134 @@ def run(args: argparse.Namespace) -> int:
             print(f"bench/heartbeat.py: FAILED: {problem}", file=sys.stderr)
         return 1
     return 0
+
+
+def _measure_calls(
+    stack: Any, nodes: list[Node], args: argparse.Namespace, capture: AccessLogCapture, problems: list[str]
+) -> tuple[list[float], list[float]]:
+    """Section 1: AWS calls per steady-state heartbeat; the sequential heartbeats' client-side and
+    server-side latencies."""
+    from modelforge_local_stack.emulator import operations_delta
+
+    before = _support.app_operations(stack.aws_operations())
+    sequential_client_ms: list[float] = []
+    for count in range(args.cost_heartbeats):
+        began = time.perf_counter()
+        heartbeat_once(nodes[count % len(nodes)], args.gpus)
+        sequential_client_ms.append((time.perf_counter() - began) * 1000)
+    stack.drain_state_log()  # any state-log event a heartbeat wrote is shipped (S3) and counted now
+    delta = operations_delta(before, _support.app_operations(stack.aws_operations()))
+    sequential_server_ms = capture.take()
+    per_heartbeat = {name: count / args.cost_heartbeats for name, count in delta.items()}
+    s3_calls = sum(count for name, count in delta.items() if name.startswith("S3:"))
+    print()
+    print(f"[1] AWS calls per steady-state heartbeat (app traffic, over {args.cost_heartbeats} sequential heartbeats)")
+    print(f"    totals:        {_support.format_ops(delta)}")
+    print(f"    per heartbeat: {_support.format_ops(per_heartbeat)}")
+    print(f"    S3 calls:      {s3_calls}")
+    if delta == {"UpdateItem": args.cost_heartbeats}:
+        print("    as expected:   1 UpdateItem, no S3 write")
+    else:
+        problems.append(
+            f"steady-state heartbeat made {_support.format_ops(per_heartbeat)} per heartbeat, not 1 UpdateItem"
+        )
+        print("    UNEXPECTED:    expected exactly 1 UpdateItem and nothing else per heartbeat")
+    return sequential_client_ms, sequential_server_ms
+
+
+def _item_sizes(
+    stack: Any, endpoint: str, nodes: list[Node], args: argparse.Namespace, problems: list[str]
+) -> dict[str, Any]:
+    """Section 2: the DynamoDB sizes of a node item and its inventory item; the node item."""
+    dynamodb = _dynamodb(endpoint)
+    node_id = nodes[0].identity.node_id
+    node_item = dynamodb.get_item(
+        TableName=stack.names["MODELFORGE_NODES_TABLE"], Key={"node_id": {"S": node_id}}, ConsistentRead=True
+    ).get("Item")
+    inventory_item = dynamodb.get_item(
+        TableName=stack.names["MODELFORGE_INVENTORIES_TABLE"], Key={"node_id": {"S": node_id}}, ConsistentRead=True
+    ).get("Item")
+    dynamodb.close()
+    if not node_item or not inventory_item:
+        raise BenchFailure(f"node {node_id} or its inventory item is missing from the emulator's tables")
+    node_bytes = item_size(node_item)
+    inventory_bytes = item_size(inventory_item)
+    breakdown = sorted(item_size_breakdown(node_item).items(), key=lambda pair: -pair[1])
+    print()
+    print(f"[2] DynamoDB item size (item-size rules, raw get_item from the emulator), {args.gpus}-GPU node")
+    print(
+        f"    node item (rewritten by every heartbeat): {node_bytes} bytes"
+        f" = {write_units(node_bytes)} write unit(s) of 1 KB"
+        + (
+            f"; {WRITE_UNIT_BYTES - node_bytes} bytes of headroom under 1 KB"
+            if node_bytes <= WRITE_UNIT_BYTES
+            else f"; {node_bytes - WRITE_UNIT_BYTES} bytes over 1 KB"
+        )
+    )
+    print("      bytes by attribute (name + value):")
+    for start in range(0, len(breakdown), 4):
+        print("        " + "  ".join(f"{name} {size}" for name, size in breakdown[start : start + 4]))
+    print(
+        f"    inventory item (separate table, not written by heartbeats): {inventory_bytes} bytes"
+        f" = {write_units(inventory_bytes)} write unit(s)"
+    )
+    if "inventory" in node_item:
+        problems.append("the node item carries an 'inventory' attribute")
+    if node_bytes > WRITE_UNIT_BYTES:
+        print("    NOTE: the node item is over 1 KB, so each heartbeat costs more than one write unit")
+    return node_item
+
+
+def _throughput(
+    stack: Any,
+    endpoint: str,
+    nodes: list[Node],
+    args: argparse.Namespace,
+    capture: AccessLogCapture,
+    node_item: dict[str, Any],
+    problems: list[str],
+) -> tuple[TimedRun, TimedRun, list[float]]:
+    """Section 3: heartbeats per second over HTTP next to the emulator's raw UpdateItem rate; both
+    runs, and the server-side latencies under load."""
+    from modelforge_local_stack.emulator import operations_delta
+
+    stack.drain_state_log()  # events shipped late would count as the heartbeats' own S3 writes
+    before = _support.app_operations(stack.aws_operations())
+    http = run_concurrently([lambda node=node: heartbeat_once(node, args.gpus) for node in nodes], args.seconds)
+    stack.drain_state_log()
+    http_delta = operations_delta(before, _support.app_operations(stack.aws_operations()))
+    loaded_server_ms = capture.take()
+    if http_delta != {"UpdateItem": http.calls}:
+        problems.append(f"{http.calls} concurrent heartbeats made {_support.format_ops(http_delta)}")
+    raw = raw_update_item_rate(endpoint, len(nodes), args.seconds, node_item)
+    print()
+    print(f"[3] Throughput, {len(nodes)} concurrent clients, {args.seconds:g} s each (one process, loopback)")
+    print(
+        f"    heartbeats via the HTTP API:     {http.rate:8.1f} /s  ({http.calls} in {http.elapsed:.2f} s;"
+        f" emulator saw {_support.format_ops(http_delta)})"
+    )
+    print(
+        f"    raw emulator UpdateItem (boto3): {raw.rate:8.1f} /s  ({raw.calls} in {raw.elapsed:.2f} s;"
+        " conditional, on a scratch table)"
+    )
+    if raw.rate > 0:
+        print(f"    HTTP heartbeat rate is {http.rate / raw.rate:.0%} of the raw UpdateItem rate")
+    return http, raw, loaded_server_ms
+
+
+def _print_latency(rows: list[tuple[str, str, list[float]]]) -> None:
+    """Section 4: p50 / p99 of each latency series."""
+    print()
+    print("[4] Heartbeat latency, ms (p50 / p99)")
+    print("    server-side = the app's access log 'duration_ms' (the Chalice middleware around the handler,")
+    print("                  including its DynamoDB call); client-side = whole HTTP request seen by the client")
+    for side, label, values in rows:
+        figures = (
+            f"{_support.percentile(values, 50):8.2f} / {_support.percentile(values, 99):8.2f}  (n={len(values)})"
+            if values
+            else "no samples"
+        )
+        print(f"    {side}, {label:<40} {figures}")
 
 
 def main(argv: list[str] | None = None) -> int:
