@@ -385,14 +385,43 @@ def _run(
     scratch: Path,
     frozen: _FrozenFlag,
 ) -> None:
-    seconds, stale_after, offline_after, interval = (
-        result.seconds,
-        result.stale_after,
-        result.offline_after,
-        result.interval,
-    )
+    control_plane, api_url, emulator_url, admin_token = _start_control_plane(result, say, children)
+    admin = Admin(api_url, admin_token)
+    try:
+        minted = admin.mint("disconnect check (disposable)")
+        say(f"enrollment token minted (enrollment {minted['enrollment_id']})")
+        agent = _start_agent(result, say, children, scratch, api_url, minted["token"], control_plane)
+        node_id = result.node_id
+        assert node_id is not None
+        both = [agent, control_plane]
+        seen = _wait_online_and_advancing(result, say, admin, node_id, both)
+        baseline, frozen_at, frozen_wall, stopped_wall = _freeze(result, say, admin, node_id, agent, both, seen, frozen)
+        baseline_epoch = _epoch(baseline)
+        _watch_disconnected(result, say, admin, node_id, agent, both, frozen_at, baseline)
+        # the times are taken before SIGCONT: on a busy host the agent may run (and heartbeat)
+        # before this process gets the CPU back
+        resumed_at = time.monotonic()
+        resumed_wall = time.time()
+        result.heartbeat_age_at_end = resumed_wall - baseline_epoch
+        os.kill(agent.pid, signal.SIGCONT)
+        frozen.value = False
+        say(f"SIGCONT to the agent after {resumed_at - frozen_at:.1f} s: reconnecting")
+        _check_back_online(result, say, admin, node_id, both, baseline, resumed_wall)
 
-    # the control plane ----------------------------------------------------------------------
+        # the control plane's own records -----------------------------------------------------
+        _check_access_log(result, say, control_plane, baseline_epoch, resumed_wall)
+        _check_state_log(result, say, emulator_url, node_id, baseline_epoch, frozen_wall, stopped_wall, resumed_wall)
+        failures = sorted({r.get("message", "?") for r in agent.records() if r.get("event") == "publish_failed"})
+        if failures:
+            say(f"agent publish failures (retried with backoff): {'; '.join(failures)}")
+    finally:
+        admin.close()
+
+
+def _start_control_plane(
+    result: CheckResult, say: Callable[..., None], children: dict[str, Child]
+) -> tuple[Child, str, str, str]:
+    """``modelforge local up`` with the check's thresholds: the child, its API and emulator URLs, its admin token."""
     admin_token = secrets.token_urlsafe(32)
     control_plane = start_child(
         "control plane",
@@ -400,10 +429,10 @@ def _run(
         child_environment(
             {
                 "MODELFORGE_ADMIN_TOKEN": admin_token,
-                "MODELFORGE_NODE_STALE_AFTER_SECONDS": str(stale_after),
-                "MODELFORGE_NODE_OFFLINE_AFTER_SECONDS": str(offline_after),
+                "MODELFORGE_NODE_STALE_AFTER_SECONDS": str(result.stale_after),
+                "MODELFORGE_NODE_OFFLINE_AFTER_SECONDS": str(result.offline_after),
                 # handed to agents; an integer below stale-after (the agent uses --interval anyway)
-                "MODELFORGE_HEARTBEAT_INTERVAL_SECONDS": str(max(1, math.floor(interval))),
+                "MODELFORGE_HEARTBEAT_INTERVAL_SECONDS": str(max(1, math.floor(result.interval))),
                 "MODELFORGE_SWEEP_INTERVAL_SECONDS": str(SWEEP_INTERVAL_SECONDS),
                 "MODELFORGE_LOG_LEVEL": "INFO",
             }
@@ -419,149 +448,178 @@ def _run(
     _require_loopback(api_url, "the control plane")
     _require_loopback(emulator_url, "the AWS emulator")
     say(f"control plane ready at {api_url} (PID {control_plane.pid}, AWS emulator {emulator_url})")
+    return control_plane, api_url, emulator_url, admin_token
 
-    admin = Admin(api_url, admin_token)
+
+def _start_agent(
+    result: CheckResult,
+    say: Callable[..., None],
+    children: dict[str, Child],
+    scratch: Path,
+    api_url: str,
+    enrollment_token: str,
+    control_plane: Child,
+) -> Child:
+    """The disposable CPU-mode agent, started and enrolled (its node id in ``result.node_id``)."""
+    agent = start_child(
+        "agent",
+        [sys.executable, "-m", "modelforge_node_agent.main"],
+        child_environment(
+            {
+                "MODELFORGE_AGENT_CONTROL_PLANE_URL": api_url,
+                "MODELFORGE_AGENT_ENROLLMENT_TOKEN": enrollment_token,
+                "MODELFORGE_AGENT_ACCELERATOR_MODE": "cpu",
+                "MODELFORGE_AGENT_HEARTBEAT_INTERVAL_SECONDS": f"{result.interval:g}",
+                "MODELFORGE_AGENT_STATE_VOLUME": str(scratch / "agent-state"),
+                "MODELFORGE_AGENT_HOSTNAME": "disconnect-check",
+            }
+        ),
+        scratch,  # not the repository: the agent runs from its installed package
+        result.log_dir / "agent.log",
+    )
+    children["agent"] = agent
+
+    def enrolled() -> dict[str, Any] | None:
+        return next((r for r in agent.records() if r.get("event") == "enrolled" and r.get("node_id")), None)
+
+    watched = [agent, control_plane]
+    node_id = str(_wait_for(enrolled, ENROLL_TIMEOUT, watched, "'enrolled' log line from the agent")["node_id"])
+    result.node_id = node_id
+    say(f"agent started (PID {agent.pid}) and enrolled as {node_id}")
+    return agent
+
+
+def _wait_online_and_advancing(
+    result: CheckResult, say: Callable[..., None], admin: Admin, node_id: str, both: list[Child]
+) -> list[str]:
+    """Wait until the node is online with its heartbeat advancing; the heartbeats seen."""
+    seen: list[str] = []
+
+    def online_and_advancing() -> dict[str, Any] | None:
+        node = admin.node(node_id)
+        beat = node.get("last_heartbeat_at")
+        if beat and (not seen or seen[-1] != beat):
+            seen.append(beat)
+        return node if node.get("status") == ONLINE and len(seen) >= 2 else None
+
+    timeout = ONLINE_TIMEOUT + 3 * result.interval
+    _wait_for(online_and_advancing, timeout, both, "online node with an advancing heartbeat")
+    say(f"node online, heartbeat advancing (last_heartbeat_at {seen[-2]} -> {seen[-1]})")
+    return seen
+
+
+def _freeze(
+    result: CheckResult,
+    say: Callable[..., None],
+    admin: Admin,
+    node_id: str,
+    agent: Child,
+    both: list[Child],
+    seen: list[str],
+    frozen: _FrozenFlag,
+) -> tuple[str, float, float, float]:
+    """SIGSTOP to the agent right after a heartbeat was recorded: the agent then waits --interval
+    before it sends anything, so no request of its is in flight when it stops. The heartbeat
+    recorded before the freeze, when SIGSTOP was sent (monotonic and wall clock), and when every
+    agent thread was seen stopped (wall clock)."""
+
+    def next_beat() -> str | None:
+        beat = admin.node(node_id).get("last_heartbeat_at")
+        return beat if beat and beat != seen[-1] else None
+
+    baseline = _wait_for(next_beat, 3 * result.interval + 10, both, "next heartbeat to freeze after", poll=0.02)
+    frozen.value = True
+    os.kill(agent.pid, signal.SIGSTOP)
+    frozen_at = time.monotonic()
+    frozen_wall = time.time()
+    baseline_epoch = _epoch(baseline)
+    result.heartbeat_before_freeze = baseline
+    say(
+        f"heartbeat recorded at {baseline}; SIGSTOP to the agent (PID {agent.pid})"
+        f" {max(0.0, frozen_wall - baseline_epoch):.3f} s later: DISCONNECTED for {result.seconds:g} s"
+    )
+    confirm_deadline = time.monotonic() + FREEZE_CONFIRM_TIMEOUT
+    while (stopped := all_stopped(agent.pid)) is False and time.monotonic() < confirm_deadline:
+        time.sleep(0.01)
+    states = thread_states(agent.pid)
+    if stopped is None:
+        say("agent threads: not verifiable (no /proc)")
+    elif stopped:
+        say(f"agent threads: all {len(states or {})} in state T (stopped)")
+    else:
+        raise CheckFailure(f"the agent's threads did not all stop after SIGSTOP: {states}")
+    stopped_wall = time.time()  # from here to SIGCONT the agent surely cannot send anything
+    return baseline, frozen_at, frozen_wall, stopped_wall
+
+
+def _watch_disconnected(
+    result: CheckResult,
+    say: Callable[..., None],
+    admin: Admin,
+    node_id: str,
+    agent: Child,
+    both: list[Child],
+    frozen_at: float,
+    baseline: str,
+) -> None:
+    """Read the node at once, then every second half-way between whole seconds (the thresholds
+    are whole seconds after a heartbeat that came just before the freeze, so each reading falls
+    clearly inside one status's range), and at the end of the window."""
+    say("disconnected window (seconds since SIGSTOP, GET /api/v1/admin/nodes/{id} each second):")
+    schedule = [0.0]
+    while schedule[-1] + POLL_SECONDS < result.seconds:
+        schedule.append(POLL_SECONDS / 2 if len(schedule) == 1 else schedule[-1] + POLL_SECONDS)
+    schedule.append(result.seconds)
+    for offset in schedule:
+        time.sleep(max(0.0, frozen_at + offset - time.monotonic()))
+        for child in both:
+            code = child.exited()
+            if code is not None:
+                raise CheckFailure(f"the {child.name} (PID {child.pid}) {exit_description(code)} while frozen")
+        sample = _read_sample(admin, node_id, frozen_at, result.stale_after, result.offline_after, agent.pid)
+        result.samples.append(sample)
+        beat = sample.last_heartbeat_at
+        moved = beat is not None and beat != baseline
+        if beat is not None and moved and beat not in result.heartbeat_values_while_disconnected:
+            result.heartbeat_values_while_disconnected.append(beat)
+        say(_describe(sample, moved), stamp=False)
+
+
+def _check_back_online(
+    result: CheckResult,
+    say: Callable[..., None],
+    admin: Admin,
+    node_id: str,
+    both: list[Child],
+    baseline: str,
+    resumed_wall: float,
+) -> None:
+    """After SIGCONT: two new heartbeats and the node online again, none recorded before SIGCONT."""
+    beats_after: list[str] = []
+
+    def advancing_again() -> dict[str, Any] | None:
+        node = admin.node(node_id)
+        beat = node.get("last_heartbeat_at")
+        if beat and beat != baseline and (not beats_after or beats_after[-1] != beat):
+            beats_after.append(beat)
+        return node if len(beats_after) >= 2 and node.get("status") == ONLINE else None
+
     try:
-        minted = admin.mint("disconnect check (disposable)")
-        say(f"enrollment token minted (enrollment {minted['enrollment_id']})")
-
-        # the agent --------------------------------------------------------------------------
-        agent = start_child(
-            "agent",
-            [sys.executable, "-m", "modelforge_node_agent.main"],
-            child_environment(
-                {
-                    "MODELFORGE_AGENT_CONTROL_PLANE_URL": api_url,
-                    "MODELFORGE_AGENT_ENROLLMENT_TOKEN": minted["token"],
-                    "MODELFORGE_AGENT_ACCELERATOR_MODE": "cpu",
-                    "MODELFORGE_AGENT_HEARTBEAT_INTERVAL_SECONDS": f"{interval:g}",
-                    "MODELFORGE_AGENT_STATE_VOLUME": str(scratch / "agent-state"),
-                    "MODELFORGE_AGENT_HOSTNAME": "disconnect-check",
-                }
-            ),
-            scratch,  # not the repository: the agent runs from its installed package
-            result.log_dir / "agent.log",
-        )
-        children["agent"] = agent
-        both = [agent, control_plane]
-
-        def enrolled() -> dict[str, Any] | None:
-            return next((r for r in agent.records() if r.get("event") == "enrolled" and r.get("node_id")), None)
-
-        node_id = str(_wait_for(enrolled, ENROLL_TIMEOUT, both, "'enrolled' log line from the agent")["node_id"])
-        result.node_id = node_id
-        say(f"agent started (PID {agent.pid}) and enrolled as {node_id}")
-
-        # online, with the heartbeat advancing ----------------------------------------------
-        seen: list[str] = []
-
-        def online_and_advancing() -> dict[str, Any] | None:
-            node = admin.node(node_id)
-            beat = node.get("last_heartbeat_at")
-            if beat and (not seen or seen[-1] != beat):
-                seen.append(beat)
-            return node if node.get("status") == ONLINE and len(seen) >= 2 else None
-
-        _wait_for(online_and_advancing, ONLINE_TIMEOUT + 3 * interval, both, "online node with an advancing heartbeat")
-        say(f"node online, heartbeat advancing (last_heartbeat_at {seen[-2]} -> {seen[-1]})")
-
-        # freeze right after a heartbeat was recorded: the agent then waits --interval before
-        # it sends anything, so no request of its is in flight when it stops
-        def next_beat() -> str | None:
-            beat = admin.node(node_id).get("last_heartbeat_at")
-            return beat if beat and beat != seen[-1] else None
-
-        baseline = _wait_for(next_beat, 3 * interval + 10, both, "next heartbeat to freeze after", poll=0.02)
-        frozen.value = True
-        os.kill(agent.pid, signal.SIGSTOP)
-        frozen_at = time.monotonic()
-        frozen_wall = time.time()
-        baseline_epoch = _epoch(baseline)
-        result.heartbeat_before_freeze = baseline
-        say(
-            f"heartbeat recorded at {baseline}; SIGSTOP to the agent (PID {agent.pid})"
-            f" {max(0.0, frozen_wall - baseline_epoch):.3f} s later: DISCONNECTED for {seconds:g} s"
-        )
-        confirm_deadline = time.monotonic() + FREEZE_CONFIRM_TIMEOUT
-        while (stopped := all_stopped(agent.pid)) is False and time.monotonic() < confirm_deadline:
-            time.sleep(0.01)
-        states = thread_states(agent.pid)
-        if stopped is None:
-            say("agent threads: not verifiable (no /proc)")
-        elif stopped:
-            say(f"agent threads: all {len(states or {})} in state T (stopped)")
-        else:
-            raise CheckFailure(f"the agent's threads did not all stop after SIGSTOP: {states}")
-        stopped_wall = time.time()  # from here to SIGCONT the agent surely cannot send anything
-
-        # the disconnected window -----------------------------------------------------------
-        say("disconnected window (seconds since SIGSTOP, GET /api/v1/admin/nodes/{id} each second):")
-        # at once, then every second half-way between whole seconds (the thresholds are whole
-        # seconds after a heartbeat that came just before the freeze, so each reading falls
-        # clearly inside one status's range), and at the end of the window
-        schedule = [0.0]
-        while schedule[-1] + POLL_SECONDS < seconds:
-            schedule.append(POLL_SECONDS / 2 if len(schedule) == 1 else schedule[-1] + POLL_SECONDS)
-        schedule.append(seconds)
-        for offset in schedule:
-            time.sleep(max(0.0, frozen_at + offset - time.monotonic()))
-            for child in both:
-                code = child.exited()
-                if code is not None:
-                    raise CheckFailure(f"the {child.name} (PID {child.pid}) {exit_description(code)} while frozen")
-            sample = _read_sample(admin, node_id, frozen_at, stale_after, offline_after, agent.pid)
-            result.samples.append(sample)
-            beat = sample.last_heartbeat_at
-            moved = beat is not None and beat != baseline
-            if beat is not None and moved and beat not in result.heartbeat_values_while_disconnected:
-                result.heartbeat_values_while_disconnected.append(beat)
-            say(_describe(sample, moved), stamp=False)
-        # the times are taken before SIGCONT: on a busy host the agent may run (and heartbeat)
-        # before this process gets the CPU back
-        resumed_at = time.monotonic()
-        resumed_wall = time.time()
-        result.heartbeat_age_at_end = resumed_wall - baseline_epoch
-        os.kill(agent.pid, signal.SIGCONT)
-        frozen.value = False
-        say(f"SIGCONT to the agent after {resumed_at - frozen_at:.1f} s: reconnecting")
-
-        # back online ---------------------------------------------------------------------------
-        beats_after: list[str] = []
-
-        def advancing_again() -> dict[str, Any] | None:
-            node = admin.node(node_id)
-            beat = node.get("last_heartbeat_at")
-            if beat and beat != baseline and (not beats_after or beats_after[-1] != beat):
-                beats_after.append(beat)
-            return node if len(beats_after) >= 2 and node.get("status") == ONLINE else None
-
-        try:
-            node = _wait_for(advancing_again, RESUME_TIMEOUT, both, "two new heartbeats and online after SIGCONT", 0.05)
-        except CheckFailure as failure:
-            result.problems.append(f"after resuming: {failure}")
-            say(f"after resuming: {failure}")
-        else:
-            result.resumed = True
-            result.resumed_after_seconds = _epoch(beats_after[0]) - resumed_wall
-            result.heartbeat_after_resume = node["last_heartbeat_at"]
-            result.status_after_resume = node["status"]
-            say(
-                f"heartbeat advancing again: {baseline} -> {beats_after[0]} (recorded"
-                f" {result.resumed_after_seconds:.2f} s after SIGCONT) -> {beats_after[1]}; status {node['status']}"
-            )
-            if result.resumed_after_seconds < -0.002:  # the server rounds its times to milliseconds
-                result.problems.append(
-                    f"a heartbeat ({beats_after[0]}) was recorded after the last reading but before SIGCONT"
-                )
-
-        # the control plane's own records -----------------------------------------------------
-        _check_access_log(result, say, control_plane, baseline_epoch, resumed_wall)
-        _check_state_log(result, say, emulator_url, node_id, baseline_epoch, frozen_wall, stopped_wall, resumed_wall)
-        failures = sorted({r.get("message", "?") for r in agent.records() if r.get("event") == "publish_failed"})
-        if failures:
-            say(f"agent publish failures (retried with backoff): {'; '.join(failures)}")
-    finally:
-        admin.close()
+        node = _wait_for(advancing_again, RESUME_TIMEOUT, both, "two new heartbeats and online after SIGCONT", 0.05)
+    except CheckFailure as failure:
+        result.problems.append(f"after resuming: {failure}")
+        say(f"after resuming: {failure}")
+        return
+    result.resumed = True
+    result.resumed_after_seconds = _epoch(beats_after[0]) - resumed_wall
+    result.heartbeat_after_resume = node["last_heartbeat_at"]
+    result.status_after_resume = node["status"]
+    say(
+        f"heartbeat advancing again: {baseline} -> {beats_after[0]} (recorded"
+        f" {result.resumed_after_seconds:.2f} s after SIGCONT) -> {beats_after[1]}; status {node['status']}"
+    )
+    if result.resumed_after_seconds < -0.002:  # the server rounds its times to milliseconds
+        result.problems.append(f"a heartbeat ({beats_after[0]}) was recorded after the last reading but before SIGCONT")
 
 
 def _read_sample(
@@ -666,7 +724,34 @@ def _check_state_log(
     ``frozen_wall`` is when SIGSTOP was sent (the origin of the times shown), ``stopped_wall`` when
     every agent thread was seen stopped, ``resumed_wall`` just before SIGCONT.
     """
-    stale_after, offline_after = result.stale_after, result.offline_after
+    events = _settled_transitions(result, say, emulator_url, node_id)
+    if events is None:
+        return
+    result.persisted_transitions = [
+        (e["subject"]["from"], e["subject"]["to"], e["subject"]["cause"], e["occurred_at"] - frozen_wall)
+        for e in events
+    ]
+    shown = ", ".join(f"{a}->{b} ({cause}) at {at:+.1f} s" for a, b, cause, at in result.persisted_transitions)
+    say(f"liveness transitions in the S3 state log (seconds since SIGSTOP): {shown or 'none'}")
+    for event in events:
+        subject, at = event["subject"], event["occurred_at"]
+        if subject["cause"] == "heartbeat" and stopped_wall <= at < resumed_wall:
+            result.problems.append(f"state log: a heartbeat moved the node {subject['from']}->online while frozen")
+        if subject["cause"] == "sweep" and frozen_wall <= at < resumed_wall:
+            threshold = result.stale_after if subject["to"] == STALE else result.offline_after
+            if at - baseline_epoch < threshold - 0.01:
+                result.problems.append(
+                    f"state log: the sweep persisted {subject['to']} {at - baseline_epoch:.2f} s after the last"
+                    f" heartbeat, before the {threshold} s threshold"
+                )
+    _check_sweep_reached(result, events, frozen_wall, resumed_wall - baseline_epoch)
+
+
+def _settled_transitions(
+    result: CheckResult, say: Callable[..., None], emulator_url: str, node_id: str
+) -> list[dict[str, Any]] | None:
+    """The node's liveness transitions in the S3 state log, once the way back to online is shipped
+    (or what there is after a timeout); None when the state log cannot be read."""
 
     def settled() -> list[dict[str, Any]] | None:
         events = state_log_transitions(emulator_url, node_id)
@@ -676,7 +761,9 @@ def _check_state_log(
 
     try:
         try:
-            events = _wait_for(settled, STATE_LOG_TIMEOUT, [], "state-log transition back to online", poll=0.2)
+            events: list[dict[str, Any]] = _wait_for(
+                settled, STATE_LOG_TIMEOUT, [], "state-log transition back to online", poll=0.2
+            )
         except CheckFailure as failure:
             events = state_log_transitions(emulator_url, node_id)
             if result.resumed:  # otherwise the missing resume is the problem already reported
@@ -684,27 +771,16 @@ def _check_state_log(
     except Exception as error:  # noqa: BLE001 - boto3's errors are not OSErrors
         result.problems.append(f"the S3 state log could not be read: {type(error).__name__}: {error}")
         say(f"the S3 state log could not be read: {type(error).__name__}: {error}")
-        return
-    result.persisted_transitions = [
-        (e["subject"]["from"], e["subject"]["to"], e["subject"]["cause"], e["occurred_at"] - frozen_wall)
-        for e in events
-    ]
-    shown = ", ".join(f"{a}->{b} ({cause}) at {at:+.1f} s" for a, b, cause, at in result.persisted_transitions)
-    say(f"liveness transitions in the S3 state log (seconds since SIGSTOP): {shown or 'none'}")
-    window_end_age = resumed_wall - baseline_epoch
-    for event in events:
-        subject, at = event["subject"], event["occurred_at"]
-        if subject["cause"] == "heartbeat" and stopped_wall <= at < resumed_wall:
-            result.problems.append(f"state log: a heartbeat moved the node {subject['from']}->online while frozen")
-        if subject["cause"] == "sweep" and frozen_wall <= at < resumed_wall:
-            threshold = stale_after if subject["to"] == STALE else offline_after
-            if at - baseline_epoch < threshold - 0.01:
-                result.problems.append(
-                    f"state log: the sweep persisted {subject['to']} {at - baseline_epoch:.2f} s after the last"
-                    f" heartbeat, before the {threshold} s threshold"
-                )
+        return None
+    return events
+
+
+def _check_sweep_reached(
+    result: CheckResult, events: list[dict[str, Any]], frozen_wall: float, window_end_age: float
+) -> None:
+    """Each status the window was long enough for was persisted by the sweep."""
     swept = [e["subject"] for e in events if e["subject"]["cause"] == "sweep" and frozen_wall <= e["occurred_at"]]
-    for target, threshold in ((STALE, stale_after), (OFFLINE, offline_after)):
+    for target, threshold in ((STALE, result.stale_after), (OFFLINE, result.offline_after)):
         if window_end_age < threshold + SWEEP_INTERVAL_SECONDS + PERSIST_MARGIN:
             continue  # the window is too short to require it
         reached = any(s["to"] == target or (target == STALE and s["from"] == ONLINE) for s in swept)
