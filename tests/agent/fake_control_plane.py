@@ -28,7 +28,7 @@ from modelforge_node_agent.control_plane import ENROLL, HEARTBEAT, INVENTORY, WO
 from modelforge_node_agent.gpu_source import NoGpus
 from modelforge_node_agent.identity import StateVolume, new_identity
 from modelforge_node_agent.transport import base_url, build_session
-from modelforge_node_agent.work_runner import WorkRunner, for_config
+from modelforge_node_agent.work import WorkRunner, for_config
 
 TOKEN = "mfe.enr_" + "0" * 32 + "." + "A" * 43
 NODE_ID = "node_" + "c" * 32
@@ -225,7 +225,7 @@ def in_process_agent(
     """The real Agent, configured from ``env`` as the process would be, with an injected stop,
     clock and jitter; ``client`` defaults to the real HTTP client and session, ``gpus`` to a CPU
     node; with ``MODELFORGE_AGENT_WORKER_URL``, ``work`` defaults to the real work loop
-    (``work_runner.for_config`` with ``work_options``). The one place tests build an agent
+    (``work.for_config`` with ``work_options``). The one place tests build an agent
     in-process."""
     config = load_config(env)
     state = StateVolume(config.state_volume)

@@ -22,14 +22,9 @@ from modelforge_node_agent.control_plane import COMPLETE, ENROLL, HEARTBEAT, INV
 from modelforge_node_agent.exit_codes import CONFIGURATION_INVALID, IDENTITY_REFUSED, exit_for
 from modelforge_node_agent.failures import RedirectRefused
 from modelforge_node_agent.main import run_agent
-from modelforge_node_agent.work_runner import (
-    TransferFailed,
-    WorkRunner,
-    canonical,
-    check_presigned_url,
-    default_renew_interval,
-    for_config,
-)
+from modelforge_node_agent.work import WorkRunner, for_config
+from modelforge_node_agent.work.claimed import default_renew_interval
+from modelforge_node_agent.work.transfers import TransferFailed, canonical, check_presigned_url
 from modelforge_protocol import schemas, work
 
 from tests.agent.fake_control_plane import (
