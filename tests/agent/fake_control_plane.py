@@ -277,6 +277,54 @@ class ObjectRequest:
     body: bytes
 
 
+class _ObjectHandler(BaseHTTPRequestHandler):
+    """Serves one ``ObjectServer`` (``store``, set on a subclass per server)."""
+
+    store: ObjectServer
+
+    protocol_version = "HTTP/1.1"
+
+    def _key(self) -> str | None:
+        parts = urlsplit(self.path)
+        if parse_qs(parts.query).get("X-Amz-Signature") != [SIGNATURE] or not parts.path.startswith("/bucket/"):
+            return None
+        return parts.path[len("/bucket/") :]
+
+    def _send(self, status: int, body: bytes = b"", headers: dict[str, str] | None = None) -> None:
+        self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _handle(self, method: str) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length", "0") or 0)) if method == "PUT" else b""
+        key = self._key()
+        self.store.requests.append(ObjectRequest(method, key or "", dict(self.headers), body))
+        if key is None:
+            return self._send(403, b"<Error>SignatureDoesNotMatch</Error>")
+        if key in self.store.redirects:
+            return self._send(307, b"", {"Location": self.store.redirects[key]})
+        if (method, key) in self.store.statuses:
+            return self._send(self.store.statuses[(method, key)], b"<Error/>")
+        if method == "PUT":
+            self.store.objects[key] = body
+            return self._send(200)
+        if key not in self.store.objects:
+            return self._send(404, b"<Error>NoSuchKey</Error>")
+        return self._send(200, self.store.objects[key], {"Content-Type": "application/json"})
+
+    def do_GET(self) -> None:
+        self._handle("GET")
+
+    def do_PUT(self) -> None:
+        self._handle("PUT")
+
+    def log_message(self, *_: Any) -> None:
+        """Quiet."""
+
+
 class ObjectServer:
     """A presigned-URL object store on 127.0.0.1: ``GET``/``PUT /bucket/<key>?X-Amz-Signature=...``
     (403 without the signature). ``redirects[key]`` answers that key with a 307 to another URL;
@@ -287,52 +335,8 @@ class ObjectServer:
         self.requests: list[ObjectRequest] = []
         self.redirects: dict[str, str] = {}
         self.statuses: dict[tuple[str, str], int] = {}
-        store = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def _key(self) -> str | None:
-                parts = urlsplit(self.path)
-                if parse_qs(parts.query).get("X-Amz-Signature") != [SIGNATURE] or not parts.path.startswith("/bucket/"):
-                    return None
-                return parts.path[len("/bucket/") :]
-
-            def _send(self, status: int, body: bytes = b"", headers: dict[str, str] | None = None) -> None:
-                self.send_response(status)
-                for name, value in (headers or {}).items():
-                    self.send_header(name, value)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def _handle(self, method: str) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", "0") or 0)) if method == "PUT" else b""
-                key = self._key()
-                store.requests.append(ObjectRequest(method, key or "", dict(self.headers), body))
-                if key is None:
-                    return self._send(403, b"<Error>SignatureDoesNotMatch</Error>")
-                if key in store.redirects:
-                    return self._send(307, b"", {"Location": store.redirects[key]})
-                if (method, key) in store.statuses:
-                    return self._send(store.statuses[(method, key)], b"<Error/>")
-                if method == "PUT":
-                    store.objects[key] = body
-                    return self._send(200)
-                if key not in store.objects:
-                    return self._send(404, b"<Error>NoSuchKey</Error>")
-                return self._send(200, store.objects[key], {"Content-Type": "application/json"})
-
-            def do_GET(self) -> None:
-                self._handle("GET")
-
-            def do_PUT(self) -> None:
-                self._handle("PUT")
-
-            def log_message(self, *_: Any) -> None:
-                """Quiet."""
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        handler = type("ObjectHandler", (_ObjectHandler,), {"store": self})
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self._thread.start()
