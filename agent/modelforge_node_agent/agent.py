@@ -21,12 +21,12 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from modelforge_protocol.backoff import CAP, Backoff
 from modelforge_protocol.schemas import MAX_ANSWER_INTERVAL_SECONDS, MIN_ANSWER_INTERVAL_SECONDS
 from modelforge_protocol.versions import AGENT_PROTOCOL_VERSION
 
 from . import AGENT_VERSION
 from .answers import clamp
-from .backoff import CAP, Backoff
 from .config import NO_IDENTITY_NO_TOKEN, AgentConfig
 from .control_plane import ENROLL, HEARTBEAT, INVENTORY, ControlPlaneClient, TransientFailure
 from .failures import ConfigurationInvalid, IdentityRefused

@@ -7,20 +7,12 @@ whose reason names the failing field or rule, never a value from the body.
 
 from __future__ import annotations
 
-import json
-import math
-import re
 from collections.abc import Mapping
 from typing import Any
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
-from modelforge_protocol import schemas, work
-
-#: Strings (which may hold brackets) are removed before the nesting depth is counted.
-_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
-_BRACKETS = re.compile(rb"[\[\]{}]")
-_OPENERS = frozenset(b"[{")
+from modelforge_protocol import schemas, strict_json, work
 
 
 class MalformedAnswer(Exception):
@@ -47,36 +39,15 @@ WORKER_STATUS = _validator(work.WORKER_STATUS)
 WORKER_RUN_ANSWER = _validator(work.WORKER_RUN_ANSWER)
 
 
-def _refuse_constant(name: str) -> Any:
-    raise MalformedAnswer(f"JSON constant {name} is not allowed")
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise MalformedAnswer("number out of range")
-    return value
-
-
-def _depth(raw: bytes) -> int:
-    deepest = level = 0
-    for bracket in _BRACKETS.findall(_JSON_STRING.sub(b'""', raw)):
-        level += 1 if bracket[0] in _OPENERS else -1
-        deepest = max(deepest, level)
-    return deepest
-
-
 def parse(raw: bytes, *, max_bytes: int = schemas.MAX_ANSWER_BYTES, max_depth: int = schemas.MAX_ANSWER_DEPTH) -> Any:
     """Strict JSON: at most ``max_bytes`` (``MAX_ANSWER_BYTES``), ``max_depth`` (``MAX_ANSWER_DEPTH``)
     deep, finite numbers. Larger limits are for work documents (inputs, the worker's results)."""
-    if len(raw) > max_bytes:
-        raise MalformedAnswer(f"answer larger than {max_bytes} bytes")
-    if _depth(raw) > max_depth:
-        raise MalformedAnswer(f"answer nested deeper than {max_depth} levels")
     try:
-        return json.loads(raw, parse_constant=_refuse_constant, parse_float=_finite_float)
-    except (ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
-        raise MalformedAnswer("answer is not JSON") from None
+        return strict_json.loads(raw, max_depth=max_depth, max_bytes=max_bytes)
+    except (strict_json.RefusedConstant, strict_json.RefusedNumber) as refused:
+        raise MalformedAnswer(refused.reason) from None
+    except strict_json.StrictJsonError as refused:  # larger than, nested deeper than, not JSON
+        raise MalformedAnswer(f"answer {refused.reason}") from None
 
 
 def _where(error: Any) -> str:

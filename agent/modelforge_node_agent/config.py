@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 from modelforge_protocol.addresses import is_loopback_host
 from modelforge_protocol.credentials import ENROLLMENT_TOKEN_RE
+from modelforge_protocol.environment import Reader
 from modelforge_protocol.schemas import ACCELERATOR_MODES
 
 from .failures import ConfigurationInvalid
@@ -25,8 +26,7 @@ from .identity import StateVolume
 PLACEHOLDER_HOST = "modelforge.example.internal"
 INSECURE_SWITCH = "MODELFORGE_AGENT_INSECURE_SKIP_TLS_VERIFY_FOR_DEVELOPMENT"
 _HOSTNAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
-_TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
-_LOG_LEVELS = {"DEBUG", "INFO", "WARNING", "ERROR"}
+_LOG_LEVELS = ("DEBUG", "ERROR", "INFO", "WARNING")
 LOG_FORMAT = "MODELFORGE_AGENT_LOG_FORMAT"
 #: ``json`` (the default: one object per line, for log collectors) or ``text`` (for a person).
 LOG_FORMATS = ("json", "text")
@@ -61,37 +61,9 @@ class AgentConfig:
         return urlsplit(self.control_plane_url).hostname or ""
 
 
-def _flag(env: Mapping[str, str], name: str, default: bool, problems: list[str]) -> bool:
-    raw = env.get(name, "").strip().lower()
-    if not raw:
-        return default
-    if raw in _TRUE:
-        return True
-    if raw in _FALSE:
-        return False
-    problems.append(f"{name} must be true or false")
-    return default
-
-
-def _number(
-    env: Mapping[str, str], name: str, default: float | None, low: float, high: float, problems: list[str]
-) -> float | None:
-    raw = env.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        problems.append(f"{name} must be a number")
-        return default
-    if not low <= value <= high:
-        problems.append(f"{name} must be between {low:g} and {high:g}")
-    return value
-
-
-def _url(env: Mapping[str, str], problems: list[str]) -> str:
+def _url(reader: Reader, problems: list[str]) -> str:
     name = "MODELFORGE_AGENT_CONTROL_PLANE_URL"
-    raw = env.get(name, "").strip().rstrip("/")
+    raw = reader.text(name).rstrip("/")
     if not raw:
         problems.append(f"{name} is required")
         return raw
@@ -115,9 +87,9 @@ WORKER_URL = "MODELFORGE_AGENT_WORKER_URL"
 MAX_SOCKET_PATH_BYTES = 107
 
 
-def _worker_url(env: Mapping[str, str], problems: list[str]) -> str | None:
+def _worker_url(reader: Reader, problems: list[str]) -> str | None:
     """``unix:///absolute/path`` or ``http://<loopback address or localhost>:<port>``, else a problem."""
-    raw = env.get(WORKER_URL, "").strip()
+    raw = reader.text(WORKER_URL)
     if not raw:
         return None
     shape = f"{WORKER_URL} must be unix:///absolute/path/worker.sock or http://127.0.0.1:PORT (a loopback address)"
@@ -147,21 +119,21 @@ def _worker_url(env: Mapping[str, str], problems: list[str]) -> str | None:
     return raw.rstrip("/")
 
 
-def _token(env: Mapping[str, str], problems: list[str]) -> str | None:
-    token = env.get("MODELFORGE_AGENT_ENROLLMENT_TOKEN", "").strip() or None
+def _token(reader: Reader, problems: list[str]) -> str | None:
+    token = reader.optional("MODELFORGE_AGENT_ENROLLMENT_TOKEN")
     if token is not None and not ENROLLMENT_TOKEN_RE.fullmatch(token):
         problems.append("MODELFORGE_AGENT_ENROLLMENT_TOKEN is not an enrollment token (expected mfe.<id>.<secret>)")
     return token
 
 
-def _tls(env: Mapping[str, str], problems: list[str]) -> tuple[bool, Path | None, str | None]:
-    verify = _flag(env, "MODELFORGE_AGENT_TLS_VERIFY", True, problems)
-    if not verify and not _flag(env, INSECURE_SWITCH, False, problems):
+def _tls(reader: Reader, problems: list[str]) -> tuple[bool, Path | None, str | None]:
+    verify = reader.flag("MODELFORGE_AGENT_TLS_VERIFY", True)
+    if not verify and not reader.flag(INSECURE_SWITCH, False):
         problems.append(
             "MODELFORGE_AGENT_TLS_VERIFY=false is refused: configure MODELFORGE_AGENT_CA_CERT_PATH for a private CA "
             f"(only for development, {INSECURE_SWITCH}=true also allows it)"
         )
-    ca_raw = env.get("MODELFORGE_AGENT_CA_CERT_PATH", "").strip()
+    ca_raw = reader.text("MODELFORGE_AGENT_CA_CERT_PATH")
     ca = Path(ca_raw) if ca_raw else None
     if ca is not None:
         try:
@@ -169,42 +141,39 @@ def _tls(env: Mapping[str, str], problems: list[str]) -> tuple[bool, Path | None
                 problems.append("MODELFORGE_AGENT_CA_CERT_PATH is not a PEM certificate file")
         except OSError:
             problems.append("MODELFORGE_AGENT_CA_CERT_PATH is not a readable file")
-    address = env.get("MODELFORGE_AGENT_CONTROL_PLANE_HOST_ADDRESS", "").strip() or None
+    address = reader.optional("MODELFORGE_AGENT_CONTROL_PLANE_HOST_ADDRESS")
     if address is not None and not _HOSTNAME_RE.fullmatch(address.strip("[]")) and ":" not in address:
         problems.append("MODELFORGE_AGENT_CONTROL_PLANE_HOST_ADDRESS must be an IP address or host name")
     return verify, ca, address
 
 
 def load_config(env: Mapping[str, str]) -> AgentConfig:
-    problems: list[str] = []
-    url = _url(env, problems)
-    token = _token(env, problems)
-    hostname = env.get("MODELFORGE_AGENT_HOSTNAME", "").strip() or socket.gethostname()
+    reader = Reader(env)
+    problems = reader.problems
+    url = _url(reader, problems)
+    token = _token(reader, problems)
+    hostname = reader.text("MODELFORGE_AGENT_HOSTNAME") or socket.gethostname()
     if not _HOSTNAME_RE.fullmatch(hostname):
         problems.append("MODELFORGE_AGENT_HOSTNAME must be 1-253 letters, digits, '.', '_' or '-'")
-    mode = env.get("MODELFORGE_AGENT_ACCELERATOR_MODE", "nvidia").strip().lower()
-    if mode not in ACCELERATOR_MODES:
-        problems.append(f"MODELFORGE_AGENT_ACCELERATOR_MODE must be one of {', '.join(ACCELERATOR_MODES)}")
-    verify, ca, address = _tls(env, problems)
-    state_raw = env.get("MODELFORGE_AGENT_STATE_VOLUME", "").strip()
+    mode = reader.choice("MODELFORGE_AGENT_ACCELERATOR_MODE", "nvidia", ACCELERATOR_MODES)
+    verify, ca, address = _tls(reader, problems)
+    state_raw = reader.text("MODELFORGE_AGENT_STATE_VOLUME")
     if not state_raw:
         problems.append("MODELFORGE_AGENT_STATE_VOLUME is required (a durable directory for the node's identity)")
     elif token is None and not StateVolume(Path(state_raw)).has_identity():
         problems.append(NO_IDENTITY_NO_TOKEN)
-    identity_mode = env.get("MODELFORGE_AGENT_IDENTITY_MODE", "persisted").strip().lower()
+    identity_mode = reader.text("MODELFORGE_AGENT_IDENTITY_MODE", "persisted").lower()
     if identity_mode != "persisted":
         problems.append("MODELFORGE_AGENT_IDENTITY_MODE must be persisted")
-    interval = _number(env, "MODELFORGE_AGENT_HEARTBEAT_INTERVAL_SECONDS", None, 0.1, 3600, problems)
-    refresh = _number(env, "MODELFORGE_AGENT_INVENTORY_REFRESH_SECONDS", 3600.0, 10, 86400, problems)
-    preflight_timeout = _number(env, "MODELFORGE_AGENT_PREFLIGHT_TIMEOUT_SECONDS", 10.0, 0.1, 300, problems)
-    request_timeout = _number(env, "MODELFORGE_AGENT_REQUEST_TIMEOUT_SECONDS", 10.0, 0.5, 120, problems)
-    level = env.get("MODELFORGE_AGENT_LOG_LEVEL", "INFO").strip().upper()
-    if level not in _LOG_LEVELS:
-        problems.append(f"MODELFORGE_AGENT_LOG_LEVEL must be one of {', '.join(sorted(_LOG_LEVELS))}")
+    interval = reader.number("MODELFORGE_AGENT_HEARTBEAT_INTERVAL_SECONDS", None, 0.1, 3600)
+    refresh = reader.number("MODELFORGE_AGENT_INVENTORY_REFRESH_SECONDS", 3600.0, 10, 86400)
+    preflight_timeout = reader.number("MODELFORGE_AGENT_PREFLIGHT_TIMEOUT_SECONDS", 10.0, 0.1, 300)
+    request_timeout = reader.number("MODELFORGE_AGENT_REQUEST_TIMEOUT_SECONDS", 10.0, 0.5, 120)
+    level = reader.choice("MODELFORGE_AGENT_LOG_LEVEL", "INFO", _LOG_LEVELS, normalise=str.upper)
     log_format = log_format_of(env)
     if log_format is None:
         problems.append(f"{LOG_FORMAT} must be {' or '.join(LOG_FORMATS)}")
-    worker_url = _worker_url(env, problems)
+    worker_url = _worker_url(reader, problems)
     if problems:
         raise ConfigurationInvalid(problems)
     return AgentConfig(
@@ -229,17 +198,15 @@ def load_config(env: Mapping[str, str]) -> AgentConfig:
 
 def log_format_of(env: Mapping[str, str]) -> str | None:
     """``MODELFORGE_AGENT_LOG_FORMAT`` (``json`` when unset), or None when it is neither format."""
-    raw = env.get(LOG_FORMAT, "").strip().lower() or "json"
+    raw = Reader(env).text(LOG_FORMAT, "json").lower()
     return raw if raw in LOG_FORMATS else None
 
 
 def load_preflight_config(env: Mapping[str, str]) -> tuple[str, float]:
     """`--preflight` needs only the mode and the time bound, never the network or state."""
-    problems: list[str] = []
-    mode = env.get("MODELFORGE_AGENT_ACCELERATOR_MODE", "nvidia").strip().lower()
-    if mode not in ACCELERATOR_MODES:
-        problems.append(f"MODELFORGE_AGENT_ACCELERATOR_MODE must be one of {', '.join(ACCELERATOR_MODES)}")
-    timeout = _number(env, "MODELFORGE_AGENT_PREFLIGHT_TIMEOUT_SECONDS", 10.0, 0.1, 300, problems)
-    if problems:
-        raise ConfigurationInvalid(problems)
+    reader = Reader(env)
+    mode = reader.choice("MODELFORGE_AGENT_ACCELERATOR_MODE", "nvidia", ACCELERATOR_MODES)
+    timeout = reader.number("MODELFORGE_AGENT_PREFLIGHT_TIMEOUT_SECONDS", 10.0, 0.1, 300)
+    if reader.problems:
+        raise ConfigurationInvalid(reader.problems)
     return mode, float(timeout or 10.0)

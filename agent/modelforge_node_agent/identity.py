@@ -21,7 +21,7 @@ import tempfile
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from modelforge_protocol import credentials
+from modelforge_protocol import credentials, files
 
 from .failures import IdentityRefused
 
@@ -178,21 +178,9 @@ class StateVolume:
         except ValueError as invalid:  # a bug upstream: never persist what ``load`` would refuse
             raise ValueError(f"refusing to persist an identity with a malformed {invalid}") from None
         payload = json.dumps({"format_version": _FORMAT_VERSION, **asdict(identity)}, indent=2).encode()
-        descriptor, temp_name = tempfile.mkstemp(dir=self.path, prefix=".identity-", suffix=".tmp")
         try:
-            os.fchmod(descriptor, 0o600)
-            with os.fdopen(descriptor, "wb") as temp:
-                temp.write(payload)
-                temp.flush()
-                os.fsync(temp.fileno())
-            os.replace(temp_name, self.identity_path)
-            directory = os.open(self.path, os.O_RDONLY)
-            try:
-                os.fsync(directory)
-            finally:
-                os.close(directory)
+            files.atomic_write(self.identity_path, payload, mode=0o600)
         except OSError as error:
-            Path(temp_name).unlink(missing_ok=True)
             raise StateVolumeError(
                 f"cannot write identity file {self.identity_path} ({error.strerror or error})"
             ) from None

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 from modelforge_logging import jsonlog
+from modelforge_protocol import environment
 
 from . import AGENT_VERSION, exit_codes
 from .agent import Agent
@@ -105,7 +106,11 @@ def start(
     probe_factory: Callable[[], GpuProbe] = PynvmlProbe,
     stop: threading.Event | None = None,
 ) -> int:
-    """Validate the whole configuration, then run the agent; nothing is touched before it is valid."""
+    """Validate the whole configuration, then run the agent; nothing is touched before it is valid.
+    A ``MODELFORGE_*`` variable no part of ModelForge reads gets one warning line first (a
+    misspelled name is often why a setting is missing)."""
+    for name, warning in environment.unknown_variable_warnings(env):
+        log.warning(warning, extra={"event": "unknown_setting", "variable": name})
     try:
         config = load_config(env)
     except ConfigurationInvalid as invalid:

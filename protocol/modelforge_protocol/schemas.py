@@ -12,6 +12,9 @@ from typing import Any
 
 #: Largest request body any endpoint accepts.
 MAX_BODY_BYTES = 64 * 1024
+#: Deepest nesting of arrays and objects in a request body: a work submission's input may nest
+#: ``work.MAX_INPUT_DEPTH`` (64) levels inside the body's own object.
+MAX_BODY_DEPTH = 65
 MAX_GPUS = 64
 MAX_CAPABILITIES = 64
 MIN_ENROLLMENT_TTL_SECONDS = 60

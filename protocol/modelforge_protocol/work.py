@@ -28,6 +28,8 @@ MIN_LEASE_SECONDS, MAX_LEASE_SECONDS, DEFAULT_LEASE_SECONDS = 10, 3600, 60
 #: invocation, event envelope included; 5 MiB of JSON leaves room for the envelope, and base64
 #: makes that about 3.7 MiB of image.
 MAX_SUBMIT_BODY_BYTES = 5 * 1024 * 1024
+#: Deepest nesting of arrays and objects in a work input or result document.
+MAX_INPUT_DEPTH = 64
 #: Largest result object the control plane accepts at completion (it reads the object to check it).
 MAX_RESULT_BYTES = 16 * 1024 * 1024
 #: Longest failure reason kept per attempt.

@@ -56,3 +56,27 @@ def test_start_without_token_lists_every_other_problem_in_the_same_error(
     assert start(env, probe_factory=NeverOpened()) == CONFIGURATION_INVALID
     (exit_line,) = [record.getMessage() for record in caplog.records if getattr(record, "event", "") == "agent_exit"]
     assert "MODELFORGE_AGENT_ACCELERATOR_MODE" in exit_line and "MODELFORGE_AGENT_ENROLLMENT_TOKEN" in exit_line
+
+
+def test_start_unknown_and_misspelled_variables_warn_one_line_each_then_starts(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A misspelled token variable: the warning names the right one, then the start goes on (here
+    to the configuration check, which misses the token)."""
+    env = _env(tmp_path / "state", MODELFORGE_AGENT_BANANA="1", MODELFORGE_AGENT_ENROLMENT_TOKEN="mfe.not.shown")
+    assert start(env, probe_factory=NeverOpened()) == CONFIGURATION_INVALID
+    warned = {
+        record.variable: record.getMessage()
+        for record in caplog.records
+        if record.__dict__.get("event") == "unknown_setting"
+    }
+    assert warned == {
+        "MODELFORGE_AGENT_BANANA": "MODELFORGE_AGENT_BANANA is not a ModelForge setting and is ignored",
+        "MODELFORGE_AGENT_ENROLMENT_TOKEN": "MODELFORGE_AGENT_ENROLMENT_TOKEN is not a ModelForge setting and is "
+        "ignored (did you mean MODELFORGE_AGENT_ENROLLMENT_TOKEN?)",
+    }
+    assert "mfe.not.shown" not in caplog.text
+    assert [record.levelname for record in caplog.records if record.__dict__.get("event") == "unknown_setting"] == [
+        "WARNING",
+        "WARNING",
+    ]

@@ -122,7 +122,7 @@ def test_check_with_a_wrong_manifest_entry_says_what_is_missing_or_wrong(entry: 
         ("   ", "missing"),
         ('{"tag": ', "not valid JSON"),
         ('{"tag": NaN}', "not valid JSON"),
-        ("[" * 10_000 + "]" * 10_000, "JSON"),  # nested beyond the parser: refused, not a crash
+        ("[" * 10_000 + "]" * 10_000, "nested deeper"),  # nested beyond the parser: refused, not a crash
         ("[" * 20 + "]" * 20, "nested deeper than a manifest entry is"),
         ('"modelforge-node-agent": {}', "not valid JSON"),
         ("[]", "entry: not a JSON object"),

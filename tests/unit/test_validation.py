@@ -59,3 +59,27 @@ def test_parse_json_object_lone_surrogate_is_refused_as_invalid_json(raw: bytes)
 
 def test_parse_json_object_paired_surrogates_are_ordinary_text() -> None:
     assert parse_json_object(b'{"display_name": "GPU \\ud83d\\ude80"}') == {"display_name": "GPU \U0001f680"}
+
+
+def test_parse_json_object_nested_at_the_body_depth_is_parsed_and_deeper_is_invalid_json() -> None:
+    from modelforge_protocol.schemas import MAX_BODY_DEPTH
+
+    at_limit = b'{"a":' + b"[" * (MAX_BODY_DEPTH - 1) + b"]" * (MAX_BODY_DEPTH - 1) + b"}"
+    assert parse_json_object(at_limit)["a"] is not None
+    with pytest.raises(Invalid) as refused:
+        parse_json_object(b'{"a":' + b"[" * MAX_BODY_DEPTH + b"]" * MAX_BODY_DEPTH + b"}")
+    assert (refused.value.code, refused.value.message) == ("invalid_json", "request body is not valid JSON")
+
+
+def test_parse_json_object_number_beyond_a_float_is_invalid_json() -> None:
+    with pytest.raises(Invalid) as refused:
+        parse_json_object(b'{"a": 1e999}')
+    assert refused.value.code == "invalid_json"
+
+
+def test_paging_decode_deeply_nested_token_is_refused_not_a_crash() -> None:
+    import base64
+
+    token = base64.urlsafe_b64encode(b"[" * 50_000 + b"]" * 50_000).decode().rstrip("=")
+    with pytest.raises(DomainError, match="next_token is not a token this API issued"):
+        decode(token, "node_id")

@@ -20,6 +20,7 @@ from chalicelib.services import work
 from chalicelib.services.known_callers import KnownCallers
 from chalicelib.stores.contract import ObjectStore, Stores, WorkGuard, WorkStore
 from modelforge_protocol import work as protocol
+from modelforge_protocol.canonical import canonical_bytes
 
 from tests.support.memory_stores import MemoryObjectStore, MemoryStores, memory_stores
 from tests.unit.service_bodies import NOW, SETTINGS, Agent, node_record
@@ -382,7 +383,7 @@ def test_a_concurrent_submit_with_other_input_cannot_replace_the_winners_input(s
 
     def loser_puts_its_input() -> None:
         # the loser read no item yet and puts its input after the winner's put, before its create
-        document = work._canonical(loser["input"])
+        document = canonical_bytes(loser["input"])
         stores.objects.put(work.input_key(work_id, hashlib.sha256(document).hexdigest()), document, "application/json")
 
     stores.journal.before_next("work.create", loser_puts_its_input)

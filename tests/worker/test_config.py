@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from modelforge_runtime_worker.config import DEFAULTS, load_config, parse_listen, unknown_variables
+from modelforge_runtime_worker.config import DEFAULTS, load_config, parse_listen
 from modelforge_runtime_worker.errors import ConfigurationInvalid
 
 from tests.worker.worker_support import run_worker_to_exit, worker_env
@@ -127,11 +127,6 @@ def test_values_are_normalised() -> None:
 def test_the_two_roots_must_be_apart(artifacts: str, quarantine: str) -> None:
     with pytest.raises(ConfigurationInvalid, match="separate directories"):
         load_config({"MODELFORGE_WORKER_ARTIFACT_ROOT": artifacts, "MODELFORGE_WORKER_QUARANTINE_ROOT": quarantine})
-
-
-def test_unknown_worker_variables_are_found() -> None:
-    env = {"MODELFORGE_WORKER_DEVICES": "cpu", "MODELFORGE_WORKER_DEVICE": "cpu", "MODELFORGE_AGENT_X": "1"}
-    assert unknown_variables(env) == ["MODELFORGE_WORKER_DEVICES"]
 
 
 def test_the_process_refuses_a_non_loopback_address_with_exit_2_and_one_line(tmp_path: Path) -> None:

@@ -28,8 +28,15 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def quick(root: Path) -> Iterator[Worker]:
-    """A worker with a 1 s job deadline, on a free loopback port."""
-    env = worker_env(root, MODELFORGE_WORKER_LISTEN="http://127.0.0.1:0", MODELFORGE_WORKER_JOB_TIMEOUT_SECONDS="1")
+    """A worker with a 1 s job deadline, on a free loopback port; its environment also holds an
+    unknown and a misspelled variable."""
+    env = worker_env(
+        root,
+        MODELFORGE_WORKER_LISTEN="http://127.0.0.1:0",
+        MODELFORGE_WORKER_JOB_TIMEOUT_SECONDS="1",
+        MODELFORGE_WORKER_BANANA="1",
+        MODELFORGE_WORKER_DEVISE="cpu",
+    )
     with start_worker(root / "quick.log", env) as running:
         yield running
 
@@ -40,6 +47,16 @@ def records(worker: Worker, event: str) -> list[dict]:
 
 def test_it_listens_on_a_loopback_port(quick: Worker) -> None:
     assert quick.address.startswith("http://127.0.0.1:") and not quick.address.endswith(":0")
+    assert quick.client().status().body["healthy"] is True
+
+
+def test_worker_unknown_and_misspelled_variables_warn_one_line_each_and_it_starts(quick: Worker) -> None:
+    warned = {record["variable"]: record["message"] for record in records(quick, "unknown_setting")}
+    assert warned == {
+        "MODELFORGE_WORKER_BANANA": "MODELFORGE_WORKER_BANANA is not a ModelForge setting and is ignored",
+        "MODELFORGE_WORKER_DEVISE": "MODELFORGE_WORKER_DEVISE is not a ModelForge setting and is ignored "
+        "(did you mean MODELFORGE_WORKER_DEVICE?)",
+    }
     assert quick.client().status().body["healthy"] is True
 
 

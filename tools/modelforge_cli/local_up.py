@@ -12,6 +12,8 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from modelforge_protocol import environment
+
 from .persistence import DEFAULT_SNAPSHOT_INTERVAL_SECONDS
 
 if TYPE_CHECKING:
@@ -107,6 +109,8 @@ def add_arguments(up: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from .local_stack import LocalOptions
 
+    for _name, warning in environment.unknown_variable_warnings(os.environ):
+        print(f"modelforge: warning: {warning}", file=sys.stderr)
     if args.aws_endpoint_url and args.data_dir:
         print("modelforge: --data-dir applies to the embedded emulator only, not --aws-endpoint-url", file=sys.stderr)
         return EXIT_CONFIG

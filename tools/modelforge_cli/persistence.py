@@ -41,6 +41,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from modelforge_protocol import files
+
 from .emulator import POLLER_USER_AGENT, READ_OPERATIONS, Emulator
 from .periodic import Periodic
 
@@ -167,27 +169,6 @@ class Restored:
             f"restored {self.tables} tables ({self.items} items) and {self.objects} objects from "
             f"{data_dir / SNAPSHOT_FILE}{age}; {self.unshipped} state-log events still to ship"
         )
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    temporary = path.with_name(f".{path.name}.tmp")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(temporary, path)
 
 
 def _create_request(description: dict[str, Any]) -> dict[str, Any]:
@@ -495,13 +476,15 @@ class Persistence:
         self.objects_dir.mkdir(exist_ok=True, mode=0o700)
         for digest, body in bodies.items():
             if not (self.objects_dir / digest).exists():
-                _write_atomically(self.objects_dir / digest, body)
-        _fsync_dir(self.objects_dir)
+                files.atomic_write(self.objects_dir / digest, body, sync_directory=False)
+        files.fsync_directory(self.objects_dir)
         snapshot = {"format": SNAPSHOT_FORMAT, "taken_at": round(time.time(), 3), "tables": tables, "buckets": buckets}
-        _write_atomically(
-            self.snapshot_path, json.dumps(snapshot, separators=(",", ":"), default=_bytes_as_base64).encode()
+        files.atomic_write(
+            self.snapshot_path,
+            json.dumps(snapshot, separators=(",", ":"), default=_bytes_as_base64).encode(),
+            sync_directory=False,
         )
-        _fsync_dir(self.data_dir)
+        files.fsync_directory(self.data_dir)
         named = {entry["sha256"] for bucket in buckets for entry in bucket["objects"]}
         for path in self._object_files():
             if path.name not in named:

@@ -31,13 +31,14 @@ import logging
 import os
 import shutil
 import stat
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
+
+from modelforge_protocol import files
 
 log = logging.getLogger("modelforge.worker.artifacts")
 
@@ -277,7 +278,7 @@ class Artifacts:
             "source": f"rapidocr {RAPIDOCR_VERSION} wheel (rapidocr/models/)",
             "files": [model.entry() for model in self.models],
         }
-        _atomic_write(self.root / MANIFEST_NAME, (json.dumps(body, indent=2) + "\n").encode(), 0o644)
+        files.atomic_write(self.root / MANIFEST_NAME, (json.dumps(body, indent=2) + "\n").encode(), mode=0o644)
 
     # --- the files ------------------------------------------------------------------------------
 
@@ -328,22 +329,16 @@ class Artifacts:
                 },
             )
             return False
-        temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
         digest = hashlib.sha256()
         try:
-            with open(source, "rb") as reader, open(temporary, "wb") as writer:
+            with open(source, "rb") as reader, files.atomic_file(target, mode=0o444) as writer:
                 while chunk := reader.read(CHUNK):
                     digest.update(chunk)
                     writer.write(chunk)
-                writer.flush()
-                os.fsync(writer.fileno())
-            if digest.hexdigest() != model.sha256:  # changed while it was copied
-                return False
-            os.chmod(temporary, 0o444)
-            os.replace(temporary, target)
-            _fsync_dir(target.parent)
-        finally:
-            temporary.unlink(missing_ok=True)
+                if digest.hexdigest() != model.sha256:  # changed while it was copied: keep nothing
+                    raise _ChangedWhileCopied
+        except _ChangedWhileCopied:
+            return False
         return True
 
     # --- quarantine -----------------------------------------------------------------------------
@@ -378,7 +373,7 @@ class Artifacts:
                 "artifact_root": str(self.root),
                 "moved_to": str(moved_to) if moved_to is not None else None,
             }
-            _atomic_write(note, (json.dumps(body, indent=2) + "\n").encode(), 0o640)
+            files.atomic_write(note, (json.dumps(body, indent=2) + "\n").encode(), mode=0o640)
         log.error(
             f"artifact {name} quarantined ({reason})",
             extra={
@@ -422,23 +417,5 @@ def _free_name(folder: Path, name: str) -> Path:
     return candidate
 
 
-def _atomic_write(path: Path, data: bytes, mode: int) -> None:
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.{time.monotonic_ns()}.tmp")
-    try:
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
-        _fsync_dir(path.parent)
-    finally:
-        temporary.unlink(missing_ok=True)
-
-
-def _fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+class _ChangedWhileCopied(Exception):
+    """The bundled model's bytes differ from its digest: the copy is abandoned."""

@@ -9,10 +9,11 @@ available and why not) and runs one job's input into a result. Input problems ar
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import time
 from typing import Any, Protocol
+
+from modelforge_protocol.canonical import canonical_bytes
 
 from .artifacts import QUARANTINED, RAPIDOCR_VERSION, Artifacts, ArtifactState
 from .errors import WorkerError, invalid_input
@@ -64,11 +65,6 @@ def refuse_unavailable(capability: Capability) -> WorkerError:
     return WorkerError(409, code, f"{capability.name} is unavailable ({reason}): {REASONS.get(reason, reason)}")
 
 
-def canonical_json(value: Any) -> bytes:
-    """The canonical JSON ``diagnostic.echo`` hashes: sorted keys, no spaces, ASCII escapes."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
-
-
 class Echo:
     """``diagnostic.echo``: the SHA-256 of the input's canonical JSON. Proves the path from the
     agent to the worker and back without a model."""
@@ -81,7 +77,7 @@ class Echo:
     reason: str | None = None
 
     def run(self, payload: dict[str, Any], cancel: Cancel) -> dict[str, Any]:
-        return {"sha256": hashlib.sha256(canonical_json(payload)).hexdigest(), "device": "cpu"}
+        return {"sha256": hashlib.sha256(canonical_bytes(payload, ascii_only=True)).hexdigest(), "device": "cpu"}
 
 
 class Ocr:

@@ -13,6 +13,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from modelforge_protocol.addresses import is_loopback_host
+from modelforge_protocol.environment import Reader
 
 from .errors import ConfigurationInvalid
 
@@ -64,10 +65,6 @@ class WorkerConfig:
     log_level: str
 
 
-def _value(env: Mapping[str, str], name: str) -> str:
-    return env.get(name, "").strip() or DEFAULTS[name]
-
-
 def parse_listen(raw: str, problems: list[str]) -> Listen | None:
     """``unix:///absolute/path`` or ``http://<loopback>:<port>``; anything else is a problem."""
     parts = urlsplit(raw)
@@ -108,8 +105,8 @@ def parse_listen(raw: str, problems: list[str]) -> Listen | None:
     return None
 
 
-def _absolute_dir(env: Mapping[str, str], name: str, problems: list[str]) -> Path | None:
-    raw = _value(env, name)
+def _absolute_dir(reader: Reader, name: str, problems: list[str]) -> Path | None:
+    raw = reader.text(name, DEFAULTS[name])
     path = Path(raw)
     if not path.is_absolute():
         problems.append(f"{name} must be an absolute path")
@@ -126,26 +123,24 @@ def _inside(child: Path, parent: Path) -> bool:
 
 def load_config(env: Mapping[str, str]) -> WorkerConfig:
     """The validated configuration, or ``ConfigurationInvalid`` naming every bad variable."""
-    problems: list[str] = []
-    listen = parse_listen(_value(env, LISTEN), problems)
-    artifact_root = _absolute_dir(env, ARTIFACT_ROOT, problems)
-    quarantine_root = _absolute_dir(env, QUARANTINE_ROOT, problems)
+    reader = Reader(env)
+    problems = reader.problems
+    listen = parse_listen(reader.text(LISTEN, DEFAULTS[LISTEN]), problems)
+    artifact_root = _absolute_dir(reader, ARTIFACT_ROOT, problems)
+    quarantine_root = _absolute_dir(reader, QUARANTINE_ROOT, problems)
     if (
         artifact_root is not None
         and quarantine_root is not None
         and (_inside(artifact_root, quarantine_root) or _inside(quarantine_root, artifact_root))
     ):
         problems.append(f"{ARTIFACT_ROOT} and {QUARANTINE_ROOT} must be separate directories, neither inside the other")
-    device = _value(env, DEVICE).lower()
-    if device not in DEVICES:
-        problems.append(f"{DEVICE} must be one of {', '.join(DEVICES)}")
-    timeout = _timeout(_value(env, JOB_TIMEOUT), problems)
-    level = _value(env, LOG_LEVEL).upper()
-    if level not in LOG_LEVELS:
-        problems.append(f"{LOG_LEVEL} must be one of {', '.join(LOG_LEVELS)}")
+    device = reader.choice(DEVICE, DEFAULTS[DEVICE], DEVICES)
+    low, high = JOB_TIMEOUT_RANGE
+    timeout = reader.number(JOB_TIMEOUT, float(DEFAULTS[JOB_TIMEOUT]), low, high, what="a number of seconds")
+    level = reader.choice(LOG_LEVEL, DEFAULTS[LOG_LEVEL], LOG_LEVELS, normalise=str.upper)
     if problems:
         raise ConfigurationInvalid(problems)
-    assert listen is not None and artifact_root is not None and quarantine_root is not None
+    assert listen is not None and artifact_root is not None and quarantine_root is not None and timeout is not None
     return WorkerConfig(
         listen=listen,
         artifact_root=artifact_root,
@@ -154,20 +149,3 @@ def load_config(env: Mapping[str, str]) -> WorkerConfig:
         job_timeout_seconds=timeout,
         log_level=level,
     )
-
-
-def _timeout(raw: str, problems: list[str]) -> float:
-    low, high = JOB_TIMEOUT_RANGE
-    try:
-        value = float(raw)
-    except ValueError:
-        problems.append(f"{JOB_TIMEOUT} must be a number of seconds")
-        return 0.0
-    if not low <= value <= high:  # also refuses nan and inf
-        problems.append(f"{JOB_TIMEOUT} must be between {low:g} and {high:g}")
-    return value
-
-
-def unknown_variables(env: Mapping[str, str]) -> list[str]:
-    """``MODELFORGE_WORKER_*`` names the worker does not read (a typo goes unnoticed otherwise)."""
-    return sorted(name for name in env if name.startswith("MODELFORGE_WORKER_") and name not in DEFAULTS)

@@ -24,11 +24,12 @@ import threading
 from collections.abc import Mapping, Sequence
 
 from modelforge_logging import jsonlog
+from modelforge_protocol import environment
 
 from . import WORKER_PROTOCOL_VERSION, WORKER_VERSION
 from .artifacts import Artifacts, StorageUnusable, bundled_models_dir
 from .capabilities import Capability, Echo, Ocr
-from .config import DEFAULTS, LOG_LEVEL, WorkerConfig, load_config, unknown_variables
+from .config import DEFAULTS, LOG_LEVEL, WorkerConfig, load_config
 from .errors import ConfigurationInvalid, ListenFailed
 from .jobs import JobRunner
 from .server import Listener, WorkerApp
@@ -112,13 +113,13 @@ def serve(config: WorkerConfig, stop: threading.Event) -> int:
 
 def start(env: Mapping[str, str], stop: threading.Event) -> int:
     """Validate the whole configuration, then serve; nothing is touched before it is valid."""
+    for name, warning in environment.unknown_variable_warnings(env):  # a misspelling may be why one is missing
+        log.warning(warning, extra={"event": "unknown_setting", "variable": name})
     try:
         config = load_config(env)
     except ConfigurationInvalid as invalid:
         return _exit(CONFIGURATION_INVALID, invalid.message)
     jsonlog.configure(config.log_level)
-    for name in unknown_variables(env):
-        log.warning(f"{name} is not a worker setting and is ignored", extra={"event": "unknown_setting", "name": name})
     try:
         return serve(config, stop)
     except Exception as error:  # noqa: BLE001 - reported with its traceback, exit 1

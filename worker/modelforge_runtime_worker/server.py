@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import Any, cast
 from urllib.parse import urlsplit
 
+from modelforge_protocol import strict_json
+
 from . import WORKER_PROTOCOL_VERSION, WORKER_VERSION
 from .capabilities import Capability, describe, refuse_unavailable
 from .config import LISTEN, Listen
@@ -242,12 +244,11 @@ class Handler(BaseHTTPRequestHandler):
             raise WorkerError(411, "length_required", "POST /v1/run needs a Content-Length")
         body = self._read_exactly(length)
         try:
-            value = json.loads(body, parse_constant=_refuse_constant)
-        except (ValueError, UnicodeDecodeError, RecursionError):
+            return strict_json.loads(body, max_depth=MAX_JSON_DEPTH)
+        except strict_json.TooDeep:
+            raise WorkerError(400, "invalid_json", f"the body is nested deeper than {MAX_JSON_DEPTH} levels") from None
+        except strict_json.StrictJsonError:
             raise WorkerError(400, "invalid_json", "the body is not valid JSON (UTF-8, no NaN or Infinity)") from None
-        if _too_deep(value, MAX_JSON_DEPTH):
-            raise WorkerError(400, "invalid_json", f"the body is nested deeper than {MAX_JSON_DEPTH} levels")
-        return value
 
     # --- writing --------------------------------------------------------------------------------
 
@@ -299,22 +300,6 @@ class Handler(BaseHTTPRequestHandler):
 
     def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
         """Each request is logged once, by ``_answer``."""
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def _too_deep(value: Any, limit: int) -> bool:
-    stack = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, (dict, list)):
-            if depth > limit:
-                return True
-            children = item.values() if isinstance(item, dict) else item
-            stack.extend((child, depth + 1) for child in children)
-    return False
 
 
 # --- servers ---------------------------------------------------------------------------------

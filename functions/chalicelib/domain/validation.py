@@ -7,7 +7,7 @@ import re
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from modelforge_protocol import schemas
+from modelforge_protocol import schemas, strict_json
 
 from chalicelib.domain.errors import Invalid, TooLarge, invalid_request
 
@@ -18,17 +18,13 @@ if TYPE_CHECKING:
 _ASCII_DIGITS = re.compile(r"[0-9]{1,9}")
 
 
-def _refuse_constant(name: str) -> None:
-    raise ValueError(f"{name} is not JSON")
-
-
 def parse_json_object(
     raw_body: bytes | None, *, allow_empty: bool = False, max_bytes: int = schemas.MAX_BODY_BYTES
 ) -> dict[str, Any]:
     """Decode a request body that must be one JSON object of at most ``max_bytes``.
 
-    NaN and Infinity are refused (they are not JSON, and every range check passes NaN), and
-    so is nesting deep enough to exhaust the parser.
+    Strict JSON (``modelforge_protocol.strict_json``): NaN and Infinity are refused (they are
+    not JSON, and every range check passes NaN), and so is nesting deeper than ``MAX_BODY_DEPTH``.
     """
     if raw_body is not None and len(raw_body) > max_bytes:
         raise TooLarge("payload_too_large", f"request body exceeds {max_bytes} bytes")
@@ -37,8 +33,8 @@ def parse_json_object(
             return {}
         raise invalid_request("request body must be a JSON object")
     try:
-        parsed = json.loads(raw_body, parse_constant=_refuse_constant)
-    except (ValueError, UnicodeDecodeError, RecursionError):
+        parsed = strict_json.loads(raw_body, max_depth=schemas.MAX_BODY_DEPTH)
+    except strict_json.StrictJsonError:
         raise Invalid("invalid_json", "request body is not valid JSON") from None
     if not isinstance(parsed, dict):
         raise invalid_request("request body must be a JSON object")

@@ -11,13 +11,12 @@ node's start script reads it from the terminal.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from modelforge_protocol import schemas
+from modelforge_protocol import schemas, strict_json
 from modelforge_protocol.agent_env import agent_settings
 from modelforge_protocol.image_reference import check_pinned_reference
 from modelforge_protocol.release_bundle import NODE_AGENT_IMAGE, check_image_entry, release_tag
@@ -130,27 +129,11 @@ def _parse_entry(text: str, problems: list[Problem]) -> Any:
         problems.append(Problem("manifest_entry", f"missing: paste the value of {where}"))
         return None
     try:
-        entry = json.loads(text, parse_constant=_refuse_constant)
-    except (ValueError, RecursionError):
-        problems.append(Problem("manifest_entry", f"not valid JSON: paste the value of {where}, braces included"))
-        return None
-    if _depth(entry) > _MAX_DEPTH:
+        return strict_json.loads(text, max_depth=_MAX_DEPTH)
+    except strict_json.TooDeep:
         problems.append(
             Problem("manifest_entry", f"nested deeper than a manifest entry is: paste the value of {where}")
         )
-        return None
-    return entry
-
-
-def _refuse_constant(name: str) -> None:
-    raise ValueError(f"{name} is not JSON")
-
-
-def _depth(value: Any, level: int = 1) -> int:
-    if level > _MAX_DEPTH:
-        return level
-    if isinstance(value, dict):
-        return max((_depth(item, level + 1) for item in value.values()), default=level)
-    if isinstance(value, list):
-        return max((_depth(item, level + 1) for item in value), default=level)
-    return level
+    except strict_json.StrictJsonError:
+        problems.append(Problem("manifest_entry", f"not valid JSON: paste the value of {where}, braces included"))
+    return None

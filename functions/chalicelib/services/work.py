@@ -15,7 +15,6 @@ import base64
 import binascii
 import dataclasses
 import hashlib
-import json
 import random
 import re
 import uuid
@@ -23,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from modelforge_protocol import work as protocol
+from modelforge_protocol.canonical import canonical_bytes
 
 from chalicelib.config.resources import WORK_INPUT_PREFIX, WORK_RESULT_PREFIX
 from chalicelib.config.settings import Settings
@@ -64,10 +64,6 @@ def result_key(work_id: str, epoch: int) -> str:
     return f"{WORK_RESULT_PREFIX}{work_id}/{epoch}.json"
 
 
-def _canonical(document: dict[str, Any]) -> bytes:
-    return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-
-
 # --- submitting, reading, cancelling (admin) ----------------------------------------------
 
 
@@ -100,7 +96,7 @@ def submit(stores: Stores, body: dict[str, Any], now: float) -> Submitted:
     validate_with(body, protocol.SUBMIT_WORK)
     capability = body["capability"]
     _check_input(capability, body["input"])
-    document = _canonical(body["input"])
+    document = canonical_bytes(body["input"])
     input_sha256 = hashlib.sha256(document).hexdigest()
     key = body.get("idempotency_key")
     key_sha256 = hashlib.sha256(key.encode("utf-8")).hexdigest() if key else None

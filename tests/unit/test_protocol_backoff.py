@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from modelforge_node_agent.backoff import Backoff
+from modelforge_protocol.backoff import Backoff, jittered
 
 
 def test_backoff_doubles_from_one_to_sixteen_seconds_and_stays_capped() -> None:
@@ -19,3 +19,7 @@ def test_backoff_resets_after_a_success() -> None:
 def test_backoff_jitter_stays_between_eighty_percent_and_the_step() -> None:
     assert Backoff(jitter=lambda: 0.0).jittered(16) == 16 * 0.8
     assert Backoff(jitter=lambda: 1.0).jittered(16) == 16
+
+
+def test_jittered_never_exceeds_the_cap() -> None:
+    assert jittered(32, lambda: 1.0) == 16
