@@ -21,6 +21,7 @@ import contextlib
 from typing import Any
 
 import requests
+from modelforge_protocol import capped_read
 from modelforge_protocol.credentials import NODE_ID_HEADER
 from modelforge_protocol.schemas import MAX_ANSWER_BYTES, MAX_RETRY_AFTER_SECONDS, MIN_RETRY_AFTER_SECONDS
 
@@ -29,7 +30,7 @@ from .answers import MalformedAnswer
 from .deadline import Deadline
 from .failures import RedirectRefused, Refused, TransientFailure
 from .identity import Identity
-from .transport import DEADLINE_EXCEEDED, NETWORK_ERRORS, UnreadableAnswerError, network_label, read_capped
+from .transport import DEADLINE_EXCEEDED, NETWORK_ERRORS, network_label, read_capped
 
 ENROLL = "/api/v1/agent/enroll"
 HEARTBEAT = "/api/v1/agent/heartbeat"
@@ -62,11 +63,9 @@ def _read_answer(response: requests.Response) -> bytes:
     """The whole body, or MalformedAnswer as soon as it is known to exceed the cap."""
     try:
         return read_capped(response, MAX_ANSWER_BYTES)
-    except UnreadableAnswerError as unreadable:
-        if unreadable.compressed:
-            raise MalformedAnswer(
-                "answer is compressed; the agent asks for and reads only uncompressed answers"
-            ) from None
+    except capped_read.Compressed:
+        raise MalformedAnswer("answer is compressed; the agent asks for and reads only uncompressed answers") from None
+    except capped_read.TooLarge:
         raise MalformedAnswer(f"answer larger than {MAX_ANSWER_BYTES} bytes") from None
 
 

@@ -15,11 +15,12 @@ URL or a body) and how an answer is read under a cap (``read_capped``)."""
 from __future__ import annotations
 
 import ssl
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit, urlunsplit
 
 import requests
 import urllib3
+from modelforge_protocol import capped_read
 from requests.adapters import HTTPAdapter
 
 from .config import AgentConfig
@@ -61,25 +62,11 @@ def network_label(error: BaseException) -> tuple[str, str]:
     return type(error).__name__, ""
 
 
-class UnreadableAnswerError(Exception):
-    """An answer ``read_capped`` will not read: ``compressed``, or larger than the cap."""
-
-    def __init__(self, compressed: bool) -> None:
-        super().__init__("the answer is compressed" if compressed else "the answer is larger than its cap")
-        self.compressed = compressed
-
-
 def read_capped(response: requests.Response, max_bytes: int) -> bytes:
-    """The whole (uncompressed) body, or ``UnreadableAnswerError`` as soon as it is known to exceed ``max_bytes``."""
-    if response.headers.get("Content-Encoding", "identity").strip().lower() not in ("", "identity"):
-        raise UnreadableAnswerError(compressed=True)
-    length = response.headers.get("Content-Length", "").strip()
-    if length.isascii() and length.isdigit() and int(length) > max_bytes:
-        raise UnreadableAnswerError(compressed=False)
-    body = response.raw.read(max_bytes + 1, decode_content=False)
-    if len(body) > max_bytes:
-        raise UnreadableAnswerError(compressed=False)
-    return bytes(body)
+    """The whole raw body of a streamed answer, or ``capped_read.Compressed`` / ``TooLarge`` as soon
+    as it is known to be compressed or to exceed ``max_bytes`` (``modelforge_protocol.capped_read``)."""
+    headers = cast(capped_read.Headers, response.headers)  # a Mapping[str, str]: its get has overloads
+    return capped_read.read_capped(lambda size: response.raw.read(size, decode_content=False), headers, max_bytes)
 
 
 class _AgentAdapter(HTTPAdapter):

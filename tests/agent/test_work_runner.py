@@ -24,8 +24,9 @@ from modelforge_node_agent.failures import RedirectRefused
 from modelforge_node_agent.main import run_agent
 from modelforge_node_agent.work import WorkRunner, for_config
 from modelforge_node_agent.work.claimed import default_renew_interval
-from modelforge_node_agent.work.transfers import TransferFailed, canonical, check_presigned_url
+from modelforge_node_agent.work.transfers import TransferFailed, check_presigned_url
 from modelforge_protocol import schemas, work
+from modelforge_protocol.canonical import canonical_bytes
 
 from tests.agent.fake_control_plane import (
     SIGNATURE,
@@ -195,7 +196,7 @@ def test_work_complete_carries_the_sha256_and_size_of_the_uploaded_canonical_res
         item = running.work.submit(ECHO_CAPABILITY, document)
         assert running.wait_outcomes(1) == ["succeeded"]
     (upload,) = running.objects.puts()
-    expected = canonical(echo_result(document))
+    expected = canonical_bytes(echo_result(document))
     assert upload.key == f"results/{item.work_id}/1.json" and upload.body == expected
     assert upload.headers["Content-Type"] == "application/json"
     (completed,) = running.work.completions

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from modelforge_protocol import work
+from modelforge_protocol.canonical import canonical_bytes
 
 from .. import answers
 from ..answers import MalformedAnswer
@@ -29,7 +30,7 @@ from .run import RunCall
 from .settle import Settler
 from .signals import Signals
 from .timing import Timing
-from .transfers import PresignedObjects, TransferFailed, canonical
+from .transfers import PresignedObjects, TransferFailed
 from .worker_view import WorkerView
 
 log = logging.getLogger("modelforge.agent")
@@ -98,7 +99,7 @@ class Job:
         result = self._run(payload)
         if isinstance(result, Failed):
             return result
-        return self._upload(canonical(result))
+        return self._upload(canonical_bytes(result))  # as the control plane writes the input
 
     def _input(self) -> dict[str, Any] | Failed:
         try:

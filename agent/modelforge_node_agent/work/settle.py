@@ -7,6 +7,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from modelforge_protocol import backoff
+
 from ..control_plane import ControlPlaneClient, work_path
 from ..failures import CONTROL_PLANE_FAILURES, Kind, classify
 from ..identity import Identity
@@ -17,7 +19,7 @@ from .timing import Timing
 log = logging.getLogger("modelforge.agent")
 
 #: Waits between attempts to complete or fail when the control plane cannot be reached.
-SETTLE_BACKOFF = (1.0, 2.0, 4.0, 8.0, 16.0)
+SETTLE_BACKOFF = backoff.STEPS
 #: What ``settle`` answers when the control plane could not be reached before the lease ran out.
 UNSETTLED = "unsettled"
 

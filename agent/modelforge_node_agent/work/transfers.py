@@ -6,26 +6,19 @@ the node's; one whole-transfer deadline bounds each, and answers are read up to 
 from __future__ import annotations
 
 import contextlib
-import json
-from typing import Any
 from urllib.parse import urlsplit
 
 import requests
+from modelforge_protocol import capped_read
 from modelforge_protocol.addresses import is_loopback_host
 
 from ..deadline import Deadline
-from ..transport import DEADLINE_EXCEEDED, NETWORK_ERRORS, UnreadableAnswerError, network_label, read_capped
+from ..transport import DEADLINE_EXCEEDED, NETWORK_ERRORS, network_label, read_capped
 
 #: Whole-transfer deadline of one presigned GET (input, at most 5 MiB) or PUT (result, 16 MiB).
 TRANSFER_TIMEOUT_SECONDS = 120.0
 #: What is read of a PUT's answer.
 MAX_PUT_ANSWER_BYTES = 64 * 1024
-
-
-def canonical(document: Any) -> bytes:
-    """The result's bytes as uploaded: sorted keys, no spaces, UTF-8 (as the control plane
-    writes the input)."""
-    return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
 class TransferFailed(Exception):
@@ -97,7 +90,7 @@ class PresignedObjects:
 def _read(response: requests.Response, method: str, what: str, max_bytes: int) -> bytes:
     try:
         return read_capped(response, max_bytes)
-    except UnreadableAnswerError as unreadable:
-        if unreadable.compressed:
-            raise TransferFailed(f"{method} {what}: the answer is compressed") from None
+    except capped_read.Compressed:
+        raise TransferFailed(f"{method} {what}: the answer is compressed") from None
+    except capped_read.TooLarge:
         raise TransferFailed(f"{what} larger than {max_bytes} bytes", retryable=False) from None
