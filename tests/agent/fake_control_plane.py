@@ -29,6 +29,7 @@ from modelforge_node_agent.gpu_source import NoGpus
 from modelforge_node_agent.identity import StateVolume, new_identity
 from modelforge_node_agent.transport import base_url, build_session
 from modelforge_node_agent.work import WorkRunner, for_config
+from modelforge_protocol.canonical import canonical_bytes
 
 TOKEN = "mfe.enr_" + "0" * 32 + "." + "A" * 43
 NODE_ID = "node_" + "c" * 32
@@ -352,10 +353,6 @@ class ObjectServer:
         self._server.server_close()
 
 
-def canonical(document: Any) -> bytes:
-    return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-
-
 @dataclass
 class FakeItem:
     work_id: str
@@ -400,7 +397,7 @@ class FakeWork:
     ) -> FakeItem:
         with self._lock:
             item = FakeItem(f"work_{len(self.items) + 1:032x}", capability, lease_seconds, on_renew=on_renew)
-            self.objects.objects[item.input_key] = canonical(document)
+            self.objects.objects[item.input_key] = canonical_bytes(document)
             self.items[item.work_id] = item
             return item
 

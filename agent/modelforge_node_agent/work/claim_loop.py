@@ -122,7 +122,8 @@ class WorkRunner:
             job = Job(self._station, lease, identity)
             keep_draining = job.run()
             self._abandoned = job.abandoned
-            self.outcomes.append(job.outcome or "unknown")
+            assert job.outcome is not None  # every job ends in one ``work_finished``
+            self.outcomes.append(job.outcome)
             if not keep_draining:
                 return
 
