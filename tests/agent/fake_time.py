@@ -27,3 +27,12 @@ class FakeTime:
 
     def timing(self) -> Timing:
         return Timing(clock=self.clock, wait=self.wait)
+
+
+class StillTime(FakeTime):
+    """Fake time that moves only when a test moves it: ``wait`` returns when its event is set
+    (a thread waiting on a renewal interval waits until it is stopped), never by timing out."""
+
+    def wait(self, event: threading.Event, seconds: float) -> bool:
+        self.waits.append(seconds)
+        return event.wait(10.0)  # a bound on a broken test, not a timing

@@ -1,6 +1,6 @@
 """The work loop's pieces on their own, in fake time (``FakeTime``): the lease keeper's schedule
-and what each renewal answer does, settling's backoff bounded by the lease, and the signals a
-fatal answer raises. No thread is started and no test waits on real time."""
+and what each renewal answer does, settling's backoff bounded by the lease, the signals a fatal
+answer raises, and one job timed on the injected clock. No test waits on real time."""
 
 from __future__ import annotations
 
@@ -9,15 +9,20 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+import requests
 from modelforge_node_agent.control_plane import COMPLETE, FAIL, RENEW, ControlPlaneClient
 from modelforge_node_agent.failures import RedirectRefused, Refused, TransientFailure
 from modelforge_node_agent.identity import Identity, new_identity
 from modelforge_node_agent.work.claimed import Lease
+from modelforge_node_agent.work.job import Job, Station
 from modelforge_node_agent.work.lease_keeper import LeaseKeeper
 from modelforge_node_agent.work.settle import SETTLE_BACKOFF, UNSETTLED, Settler
 from modelforge_node_agent.work.signals import Signals
+from modelforge_node_agent.work.transfers import PresignedObjects
+from modelforge_node_agent.work.worker_view import WorkerView
+from modelforge_node_agent.worker_client import WorkerClient
 
-from tests.agent.fake_time import FakeTime
+from tests.agent.fake_time import FakeTime, StillTime
 
 LEASE = Lease("w-1", "diagnostic.echo", 3, 60, "https://objects.example/in", "https://objects.example/out")
 Answer = Exception | None
@@ -202,3 +207,49 @@ def test_signals_halt_keeps_the_first_fatal_failure() -> None:
     signals.halt(first)
     signals.halt(second)
     assert signals.fatal is first and signals.stopping()
+
+
+# --- one job -------------------------------------------------------------------------------------
+
+
+class AdvancingPlane(ScriptedPlane):
+    """Each lease call takes ``seconds`` of fake time."""
+
+    def __init__(self, time: FakeTime, seconds: float) -> None:
+        super().__init__(time.clock, [])
+        self._time, self._seconds = time, seconds
+        self.bodies: list[dict[str, Any]] = []
+
+    def lease(self, work_id: str, action: str, body: dict[str, Any], identity: Identity) -> dict[str, Any]:
+        self.bodies.append(body)
+        answer = super().lease(work_id, action, body, identity)
+        self._time.now += self._seconds
+        return answer
+
+
+def test_job_for_a_capability_the_worker_does_not_offer_fails_it_and_times_itself_on_the_injected_clock(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    time = StillTime(now=1000.0)
+    plane = AdvancingPlane(time, 2.5)
+    worker = WorkerClient("unix:///nonexistent/worker.sock")
+    view = WorkerView(worker)
+    station = Station(
+        plane,
+        worker,
+        PresignedObjects(requests.Session(), 1.0),
+        view,
+        Signals(),
+        time.timing(),
+        renew_interval=lambda lease_seconds: 20.0,
+        poll_seconds=0.05,
+    )
+    job = Job(station, LEASE, new_identity("https://cp.example"))
+    with caplog.at_level(logging.INFO, logger="modelforge.agent"):
+        keep_draining = job.run()
+    assert keep_draining is False and job.outcome == "failed" and view.stale
+    assert plane.calls == [(FAIL, 1000.0)] and plane.bodies[0]["retryable"] is True
+    assert plane.bodies[0]["reason"].startswith("capability_unavailable")
+    finished = [record for record in caplog.records if getattr(record, "event", None) == "work_finished"]
+    assert len(finished) == 1 and getattr(finished[0], "duration_ms", None) == 2500.0
+    assert getattr(finished[0], "renewals", None) == 0
