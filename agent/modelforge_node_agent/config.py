@@ -155,21 +155,21 @@ def load_config(env: Mapping[str, str]) -> AgentConfig:
     hostname = reader.text("MODELFORGE_AGENT_HOSTNAME") or socket.gethostname()
     if not _HOSTNAME_RE.fullmatch(hostname):
         problems.append("MODELFORGE_AGENT_HOSTNAME must be 1-253 letters, digits, '.', '_' or '-'")
-    mode = reader.choice("MODELFORGE_AGENT_ACCELERATOR_MODE", "nvidia", ACCELERATOR_MODES)
+    mode = reader.choice("MODELFORGE_AGENT_ACCELERATOR_MODE", "nvidia", ACCELERATOR_MODES, blank_is_unset=False)
     verify, ca, address = _tls(reader, problems)
     state_raw = reader.text("MODELFORGE_AGENT_STATE_VOLUME")
     if not state_raw:
         problems.append("MODELFORGE_AGENT_STATE_VOLUME is required (a durable directory for the node's identity)")
     elif token is None and not StateVolume(Path(state_raw)).has_identity():
         problems.append(NO_IDENTITY_NO_TOKEN)
-    identity_mode = reader.text("MODELFORGE_AGENT_IDENTITY_MODE", "persisted").lower()
+    identity_mode = env.get("MODELFORGE_AGENT_IDENTITY_MODE", "persisted").strip().lower()  # blank: refused
     if identity_mode != "persisted":
         problems.append("MODELFORGE_AGENT_IDENTITY_MODE must be persisted")
     interval = reader.number("MODELFORGE_AGENT_HEARTBEAT_INTERVAL_SECONDS", None, 0.1, 3600)
     refresh = reader.number("MODELFORGE_AGENT_INVENTORY_REFRESH_SECONDS", 3600.0, 10, 86400)
     preflight_timeout = reader.number("MODELFORGE_AGENT_PREFLIGHT_TIMEOUT_SECONDS", 10.0, 0.1, 300)
     request_timeout = reader.number("MODELFORGE_AGENT_REQUEST_TIMEOUT_SECONDS", 10.0, 0.5, 120)
-    level = reader.choice("MODELFORGE_AGENT_LOG_LEVEL", "INFO", _LOG_LEVELS, normalise=str.upper)
+    level = reader.choice("MODELFORGE_AGENT_LOG_LEVEL", "INFO", _LOG_LEVELS, normalise=str.upper, blank_is_unset=False)
     log_format = log_format_of(env)
     if log_format is None:
         problems.append(f"{LOG_FORMAT} must be {' or '.join(LOG_FORMATS)}")
@@ -205,7 +205,7 @@ def log_format_of(env: Mapping[str, str]) -> str | None:
 def load_preflight_config(env: Mapping[str, str]) -> tuple[str, float]:
     """`--preflight` needs only the mode and the time bound, never the network or state."""
     reader = Reader(env)
-    mode = reader.choice("MODELFORGE_AGENT_ACCELERATOR_MODE", "nvidia", ACCELERATOR_MODES)
+    mode = reader.choice("MODELFORGE_AGENT_ACCELERATOR_MODE", "nvidia", ACCELERATOR_MODES, blank_is_unset=False)
     timeout = reader.number("MODELFORGE_AGENT_PREFLIGHT_TIMEOUT_SECONDS", 10.0, 0.1, 300)
     if reader.problems:
         raise ConfigurationInvalid(reader.problems)

@@ -136,9 +136,10 @@ class Reader:
     """Reads settings from ``env`` (values stripped, empty means unset), collecting every problem
     in ``problems`` by variable name. Each reader returns a usable value even on a problem."""
 
-    def __init__(self, env: Mapping[str, str]) -> None:
+    def __init__(self, env: Mapping[str, str], problems: list[str] | None = None) -> None:
+        """``problems``: a list to add to (a new one when None)."""
         self.env = env
-        self.problems: list[str] = []
+        self.problems: list[str] = [] if problems is None else problems
 
     def text(self, name: str, default: str = "") -> str:
         """The stripped value, or ``default`` when unset or blank."""
@@ -176,11 +177,34 @@ class Reader:
             self.problems.append(f"{name} must be between {low:g} and {high:g}")
         return value
 
+    def integer(self, name: str, default: int, low: int, high: int) -> int:
+        """A whole number between ``low`` and ``high``; the problem shows the number given. Only an
+        unset or empty variable takes ``default``: one of blanks is not a number."""
+        raw = self.env.get(name, "")
+        if raw == "":
+            return default
+        try:
+            value = int(raw.strip())
+        except ValueError:
+            self.problems.append(f"{name} must be an integer")
+            return default
+        if not low <= value <= high:
+            self.problems.append(f"{name} must be between {low} and {high} (got {value})")
+        return value
+
     def choice(
-        self, name: str, default: str, choices: Sequence[str], *, normalise: Callable[[str], str] = str.lower
+        self,
+        name: str,
+        default: str,
+        choices: Sequence[str],
+        *,
+        normalise: Callable[[str], str] = str.lower,
+        blank_is_unset: bool = True,
     ) -> str:
-        """One of ``choices`` (compared after ``normalise``); the problem lists them in order."""
-        value = normalise(self.text(name, default))
+        """One of ``choices`` (compared after ``normalise``); the problem lists them in order.
+        ``blank_is_unset`` False: only an unset variable takes ``default``, a blank one is refused."""
+        raw = self.env.get(name, default) if not blank_is_unset else self.text(name, default)
+        value = normalise(raw.strip())
         if value not in choices:
             self.problems.append(f"{name} must be one of {', '.join(choices)}")
         return value

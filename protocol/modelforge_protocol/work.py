@@ -104,6 +104,11 @@ _WORKER_CAPABILITY_NAME = {"type": "string", "pattern": r"^[a-z0-9][a-z0-9._:/-]
 #: Why a capability is unavailable (``artifact_quarantined``, ``model_load_failed``, ...).
 _WORKER_REASON = {"type": "string", "pattern": r"^[a-z0-9_]{1,64}\Z"}
 
+#: ``POST /v1/run`` (what the agent asks its worker): the capability to run and its input.
+WORKER_RUN_REQUEST = _obj(
+    {"capability": {"type": "string", "minLength": 1}, "input": {"type": "object"}}, ["capability", "input"]
+)
+
 #: ``GET /v1/status``.
 WORKER_STATUS = _answer(
     {

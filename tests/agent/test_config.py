@@ -102,3 +102,11 @@ def test_config_without_token_is_valid_once_an_identity_file_exists(tmp_path: Pa
     (tmp_path / "state").mkdir()
     (tmp_path / "state" / "identity.json").write_text("{}")  # its contents are checked when it is loaded
     assert load_config(_env(tmp_path, MODELFORGE_AGENT_ENROLLMENT_TOKEN="")).enrollment_token is None
+
+
+@pytest.mark.parametrize(
+    "name", ["MODELFORGE_AGENT_ACCELERATOR_MODE", "MODELFORGE_AGENT_LOG_LEVEL", "MODELFORGE_AGENT_IDENTITY_MODE"]
+)
+def test_config_blank_choice_is_refused_not_defaulted(name: str) -> None:
+    with pytest.raises(ConfigurationInvalid, match=name):
+        load_config({"MODELFORGE_AGENT_CONTROL_PLANE_URL": "https://cp.example.com", name: " "})

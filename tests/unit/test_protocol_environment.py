@@ -98,3 +98,24 @@ def test_reader_choice_normalises_and_lists_the_choices() -> None:
     assert reader.choice("C", "auto", ("auto", "cpu")) == "auto"
     reader.choice("B", "auto", ("auto", "cpu"))
     assert reader.problems == ["B must be one of auto, cpu"]
+
+
+def test_reader_integer_out_of_range_shows_the_number_and_bad_text_does_not() -> None:
+    problems = ["earlier"]
+    reader = Reader({"A": " 7 ", "B": "x", "C": "99", "E": " ", "F": ""}, problems)
+    assert (reader.integer("A", 1, 1, 10), reader.integer("B", 2, 1, 10), reader.integer("D", 3, 1, 10)) == (7, 2, 3)
+    assert (reader.integer("E", 4, 1, 10), reader.integer("F", 5, 1, 10)) == (4, 5)
+    reader.integer("C", 1, 1, 10)
+    assert problems == [
+        "earlier",
+        "B must be an integer",
+        "E must be an integer",
+        "C must be between 1 and 10 (got 99)",
+    ]
+
+
+def test_reader_choice_blank_is_refused_when_blank_is_not_unset() -> None:
+    reader = Reader({"A": " ", "B": " "})
+    assert reader.choice("A", "auto", ("auto", "cpu")) == "auto"
+    reader.choice("B", "auto", ("auto", "cpu"), blank_is_unset=False)
+    assert reader.problems == ["B must be one of auto, cpu"]

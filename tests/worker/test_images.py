@@ -8,7 +8,8 @@ import io
 
 import pytest
 from modelforge_runtime_worker import images
-from modelforge_runtime_worker.errors import WorkerError
+from modelforge_runtime_worker.errors import InvalidInput
+from modelforge_runtime_worker.server import http_error
 from PIL import Image
 
 from tests.worker.worker_support import b64, text_png
@@ -20,10 +21,11 @@ def encoded(image: Image.Image, kind: str) -> str:
     return b64(buffer.getvalue())
 
 
-def refusal(value: object) -> WorkerError:
-    with pytest.raises(WorkerError) as refused:
+def refusal(value: object) -> InvalidInput:
+    with pytest.raises(InvalidInput) as refused:
         images.decode_image(value)
-    assert (refused.value.status, refused.value.code, refused.value.retryable) == (422, "invalid_input", False)
+    answer = http_error(refused.value)
+    assert (answer.status, answer.code, answer.retryable) == (422, "invalid_input", False)
     return refused.value
 
 

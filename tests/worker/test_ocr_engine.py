@@ -17,6 +17,7 @@ from modelforge_runtime_worker.ocr import (
     OcrEngine,
     refuse_downloads,
 )
+from modelforge_runtime_worker.server import http_error
 
 
 def test_rapidocr_cannot_download_anything(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -49,7 +50,7 @@ def test_cuda_asked_for_but_not_offered_makes_ocr_unavailable(tmp_path: Path) ->
     state = artifacts.prepare()  # the real models, copied from the wheel
     ocr = Ocr(state, artifacts, "cuda")
     assert (ocr.available, ocr.reason, ocr.device) == (False, "cuda_unavailable", "cuda")
-    refusal = refuse_unavailable(ocr)
+    refusal = http_error(refuse_unavailable(ocr))
     assert (refusal.status, refusal.code, refusal.retryable) == (409, "capability_unavailable", False)
 
 

@@ -265,13 +265,19 @@ def test_keep_alive_serves_several_requests_on_one_connection(served: Served) ->
     assert answers[1].body == b"" and int(answers[1].headers["content-length"]) > 0
 
 
-def test_a_client_that_trickles_its_request_is_cut_off(served: Served, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(server_module, "READ_TIMEOUT_SECONDS", 0.5)
-    with served.connect() as sock:
-        closed_after = closed_within(sock, within=5, trickle=b"GET /v1/status HTTP/1.1\r\nX-Slow: " + b"a" * 100)
-    assert closed_after is not None and closed_after < 3
-    with served.connect() as idle:  # an idle connection is closed after the same time
-        assert closed_within(idle, within=5) is not None
+def test_a_client_that_trickles_its_request_is_cut_off(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(server_module, "READ_TIMEOUT_SECONDS", 0.5)  # read when the server is made
+    served = Served(tmp_path_factory.mktemp("srv"), [Fixed("echoish")])
+    try:
+        with served.connect() as sock:
+            closed_after = closed_within(sock, within=5, trickle=b"GET /v1/status HTTP/1.1\r\nX-Slow: " + b"a" * 100)
+        assert closed_after is not None and closed_after < 3
+        with served.connect() as idle:  # an idle connection is closed after the same time
+            assert closed_within(idle, within=5) is not None
+    finally:
+        served.listener.close()
 
 
 def test_connections_past_the_limit_get_503_at_once(

@@ -3,7 +3,8 @@
 chalice local's server has a listen queue of 5 (60 concurrent clients get resets) and
 answers keep-alive clients slowly (Nagle + delayed ACK). This server reuses chalice's
 API Gateway emulation (``LocalGateway``) with a deep listen queue and TCP_NODELAY, and it
-is hardened against hostile clients:
+is hardened against hostile clients (the deadlines, the cap and the framing rules come from the
+bottom layer's ``modelforge_protocol.http_server``, which the runtime worker's server shares):
 
 - every connection has a deadline (TLS handshake, idle keep-alive wait, request line,
   headers and body all count; the app's own work does not). The serve loop shuts down
@@ -27,18 +28,15 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
-import re
 import socket
 import ssl
 import sys
 import threading
 import time
 import traceback
-from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import HTTPServer
 from pathlib import Path
-from socketserver import ThreadingMixIn
 from types import ModuleType
 from typing import Any
 from urllib.parse import urlsplit
@@ -53,6 +51,8 @@ from chalice.local import (
     RouteMatcher,
 )
 from chalicelib.api import console  # importable once .catalogue put functions/ on the path
+from modelforge_protocol import http_server as hardened
+from modelforge_protocol.http_server import BodyRefused, Framing, HardenedServer, request_body_length
 from modelforge_protocol.schemas import MAX_BODY_BYTES
 from modelforge_protocol.work import MAX_SUBMIT_BODY_BYTES
 
@@ -70,7 +70,28 @@ DEFAULT_MAX_CONNECTIONS = 256
 #: at most this long, so that the client can read the answer before the socket closes.
 LINGER_BYTES = 1024 * 1024
 LINGER_SECONDS = 2.0
-_CONTENT_LENGTH = re.compile(r"[0-9]{1,9}")
+#: Content-Length: at most 9 digits; the same value repeated in several fields is one length.
+_FRAMING = Framing(max_digits=9, repeated_identical_lengths=True)
+#: The answer to each framing refusal: status, code, message (a too-large body names its limit).
+_REFUSALS = {
+    hardened.TRANSFER_ENCODING_MALFORMED: (
+        HTTPStatus.BAD_REQUEST,
+        "invalid_transfer_encoding",
+        "Transfer-Encoding names no coding",
+    ),
+    hardened.CHUNKED: (HTTPStatus.LENGTH_REQUIRED, "length_required", "send the body with a Content-Length"),
+    hardened.TRANSFER_ENCODING: (HTTPStatus.NOT_IMPLEMENTED, "not_implemented", "Transfer-Encoding is not supported"),
+    hardened.CONTENT_LENGTH_INVALID: (
+        HTTPStatus.BAD_REQUEST,
+        "invalid_content_length",
+        "Content-Length must be one decimal number",
+    ),
+    hardened.TOO_LARGE: (
+        HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+        "payload_too_large",
+        "request body exceeds {limit} bytes",
+    ),
+}
 
 log = logging.getLogger("modelforge.local.http")
 
@@ -105,15 +126,12 @@ def error_body(code: str, message: str) -> bytes:
     return json.dumps({"error": {"code": code, "message": message}}).encode()
 
 
-@dataclass
-class _Connection:
-    """One accepted connection: the socket to shut down and when (None: the app is working)."""
-
-    sock: socket.socket
-    client: str
-    deadline: float | None
-    phase: str
-    reaped: bool = False
+_BUSY_BODY = error_body("server_busy", "too many connections; retry later")
+_BUSY_RESPONSE = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+    + f"Content-Length: {len(_BUSY_BODY)}\r\nRetry-After: 1\r\nConnection: close\r\n\r\n".encode()
+    + _BUSY_BODY
+)
 
 
 class _Refusal(Exception):
@@ -209,29 +227,12 @@ class _Handler(ChaliceRequestHandler):
 
     def _content_length(self) -> int:
         """The body's length, from exactly one valid Content-Length, or the refusal to send."""
-        if self.headers.get_all("Transfer-Encoding"):
-            codings = ",".join(self.headers.get_all("Transfer-Encoding") or []).lower()
-            if not codings.replace(",", "").strip(" \t"):  # the field names no coding at all: malformed
-                raise _Refusal(HTTPStatus.BAD_REQUEST, "invalid_transfer_encoding", "Transfer-Encoding names no coding")
-            if "chunked" in codings:
-                raise _Refusal(HTTPStatus.LENGTH_REQUIRED, "length_required", "send the body with a Content-Length")
-            raise _Refusal(HTTPStatus.NOT_IMPLEMENTED, "not_implemented", "Transfer-Encoding is not supported")
-        values = {value.strip(" \t") for value in self.headers.get_all("Content-Length") or []}
-        if not values:
-            return 0
-        if len(values) > 1 or not _CONTENT_LENGTH.fullmatch(next(iter(values))):
-            raise _Refusal(
-                HTTPStatus.BAD_REQUEST, "invalid_content_length", "Content-Length must be one decimal number"
-            )
-        length = int(next(iter(values)))
         limit = LARGER_BODIES.get((self.command, urlsplit(self.path).path), MAX_REQUEST_BYTES)
-        if length > limit:
-            raise _Refusal(
-                HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
-                "payload_too_large",
-                f"request body exceeds {limit} bytes",
-            )
-        return length
+        try:
+            return request_body_length(self.headers, limit, _FRAMING)
+        except BodyRefused as refused:
+            status, code, message = _REFUSALS[refused.kind]
+            raise _Refusal(status, code, message.format(limit=limit)) from None
 
     def _refuse(self, status: HTTPStatus, code: str, message: str) -> None:
         """Answer in the API's error shape, unread body and all, then close the connection."""
@@ -291,8 +292,8 @@ class _Handler(ChaliceRequestHandler):
         """Access lines come from the app's structured log, not from http.server."""
 
 
-class ApiServer(ThreadingMixIn, HTTPServer):
-    daemon_threads = True
+class ApiServer(HardenedServer, HTTPServer):
+    log = log
     request_queue_size = 128
     allow_reuse_address = True
 
@@ -306,18 +307,11 @@ class ApiServer(ThreadingMixIn, HTTPServer):
         connection_timeout_seconds: float = DEFAULT_CONNECTION_TIMEOUT_SECONDS,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
     ) -> None:
-        if connection_timeout_seconds <= 0 or max_connections < 1:
-            raise ValueError("connection_timeout_seconds must be > 0 and max_connections >= 1")
+        self.init_hardening(max_connections=max_connections, connection_timeout_seconds=connection_timeout_seconds)
         self.tls = tls
+        self.busy_response = None if tls else _BUSY_RESPONSE  # TLS: closed, a plain-text answer would not be read
         self._routes: dict[str, dict[str, Any]] = app.routes
         self._route_matcher = RouteMatcher(list(app.routes))
-        self.connection_timeout_seconds = connection_timeout_seconds
-        self.max_connections = max_connections
-        self._connections: dict[socket.socket, _Connection] = {}
-        self._lock = threading.Lock()
-        self._local = threading.local()
-        self._busy_refusals = 0
-        self._busy_logged_at = 0.0
 
         def handler(request: Any, client_address: Any, server: ApiServer) -> _Handler:
             return _Handler(request, client_address, server, app_object=app, config=Config(chalice_stage="dev"))
@@ -332,116 +326,8 @@ class ApiServer(ThreadingMixIn, HTTPServer):
             return None
         return list(self._routes[matched.route])
 
-    # --- connection cap ---------------------------------------------------------------
-
-    @property
-    def open_connections(self) -> int:
-        """Connections accepted and not yet finished (what ``max_connections`` bounds)."""
-        with self._lock:
-            return len(self._connections)
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        """Runs on the accept loop: count the connection in, or refuse it without a thread."""
-        phase = "handshake" if self.tls else "request"
-        record = _Connection(request, str(client_address[0]), time.monotonic() + self.connection_timeout_seconds, phase)
-        with self._lock:
-            admitted = len(self._connections) < self.max_connections
-            if admitted:
-                self._connections[request] = record
-        if not admitted:
-            self._refuse_busy(request)
-            return
-        try:
-            super().process_request(request, client_address)
-        except BaseException:
-            self._forget(request)
-            raise
-
-    def _refuse_busy(self, request: socket.socket) -> None:
-        """Answer 503 without blocking the accept loop (TLS: just close), and log at most once a second."""
-        try:
-            request.setblocking(False)
-            if self.tls is None:
-                body = error_body("server_busy", "too many connections; retry later")
-                head = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-                head += f"Content-Length: {len(body)}\r\nRetry-After: 1\r\nConnection: close\r\n\r\n"
-                request.send(head.encode() + body)  # fits in an empty send buffer
-            for _ in range(16):  # what already arrived, so that closing does not reset the answer
-                if not request.recv(64 * 1024):
-                    break
-        except OSError:
-            pass
-        self.shutdown_request(request)
-        self._busy_refusals += 1
-        now = time.monotonic()
-        if now - self._busy_logged_at >= 1.0:
-            log.warning(
-                "connection refused: server busy",
-                extra={"event": "server_busy", "refused": self._busy_refusals, "max_connections": self.max_connections},
-            )
-            self._busy_refusals, self._busy_logged_at = 0, now
-
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        with self._lock:
-            self._local.connection = self._connections.get(request)
-        try:
-            self.finish_request(request, client_address)
-        except Exception:  # noqa: BLE001 - as socketserver does; handle_error logs it as one line
-            self.handle_error(request, client_address)
-        finally:
-            self._forget(request)
-            self.shutdown_request(request)
-
-    def _forget(self, request: socket.socket) -> None:
-        with self._lock:
-            self._connections.pop(request, None)
-
-    # --- deadlines ----------------------------------------------------------------------
-
-    def arm_deadline(self, phase: str) -> None:
-        """The calling connection's next step (writing, waiting, reading) must end in time."""
-        record: _Connection | None = getattr(self._local, "connection", None)
-        if record is not None:
-            with self._lock:
-                record.deadline, record.phase = time.monotonic() + self.connection_timeout_seconds, phase
-
-    def pause_deadline(self) -> bool:
-        """The request is read: no deadline while the app works. False if it was already cut off."""
-        record: _Connection | None = getattr(self._local, "connection", None)
-        if record is None:
-            return True
-        with self._lock:
-            record.deadline, record.phase = None, "app"
-            return not record.reaped
-
-    def service_actions(self) -> None:
-        """Runs on the serve loop about twice a second: shut down connections past their deadline."""
-        now = time.monotonic()
-        with self._lock:
-            late = [
-                c for c in self._connections.values() if not c.reaped and c.deadline is not None and now >= c.deadline
-            ]
-            for record in late:
-                record.reaped = True
-                try:  # the socket's own shutdown, not SSLSocket's: it wakes the blocked thread, TLS or not
-                    socket.socket.shutdown(record.sock, socket.SHUT_RDWR)
-                except OSError:
-                    pass
-        for record in late:
-            log.info(
-                "connection timed out",
-                extra={"event": "connection_timeout", "client": record.client, "phase": record.phase},
-            )
-
-    def server_close(self) -> None:
-        super().server_close()
-        with self._lock:
-            for record in self._connections.values():
-                record.reaped = True
-                try:
-                    socket.socket.shutdown(record.sock, socket.SHUT_RDWR)
-                except OSError:
-                    pass
+    def first_phase(self) -> str:
+        return "handshake" if self.tls else "request"
 
     # --- TLS and errors -----------------------------------------------------------------
 
@@ -449,11 +335,10 @@ class ApiServer(ThreadingMixIn, HTTPServer):
         if self.tls is None:
             super().finish_request(request, client_address)
             return
-        record: _Connection | None = getattr(self._local, "connection", None)
-        with self._lock:  # the reaper must see the socket that now owns the file descriptor
-            secure = self.tls.wrap_socket(request, server_side=True, do_handshake_on_connect=False)
-            if record is not None:
-                record.sock = secure
+        record = self.current_connection
+        secure = self.tls.wrap_socket(request, server_side=True, do_handshake_on_connect=False)
+        if record is not None:  # the reaper must see the socket that now owns the file descriptor
+            self.replace_socket(record, secure)
         try:
             try:
                 secure.do_handshake()  # under the connection's deadline
@@ -463,7 +348,7 @@ class ApiServer(ThreadingMixIn, HTTPServer):
             self.arm_deadline("request")
             super().finish_request(secure, client_address)
         finally:
-            self._forget(request)
+            self.forget(request)
             secure.close()
 
     def handle_error(self, request: Any, client_address: Any) -> None:

@@ -1,9 +1,10 @@
 """What the worker can run: ``ocr`` (RapidOCR) and ``diagnostic.echo`` (no model, always there).
 
 A capability reports what ``GET /v1/status`` shows (model, model digest, device, whether it is
-available and why not) and runs one job's input into a result. Input problems are 422
-``invalid_input``; an unavailable capability refuses every run with 409, never retryable
-(``artifact_quarantined`` when its files were quarantined, ``capability_unavailable`` otherwise).
+available and why not) and runs one job's input into a result. Input problems are
+``InvalidInput``; an unavailable capability refuses every run (``CapabilityUnavailable``), never
+retryable (``artifact_quarantined`` when its files were quarantined, ``capability_unavailable``
+otherwise).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any, Protocol
 from modelforge_protocol.canonical import canonical_bytes
 
 from .artifacts import QUARANTINED, RAPIDOCR_VERSION, Artifacts, ArtifactState
-from .errors import WorkerError, invalid_input
+from .errors import CapabilityUnavailable, invalid_input
 from .images import decode_image
 from .ocr import Cancel, ModelLoadFailed, OcrEngine
 
@@ -59,10 +60,10 @@ def describe(capability: Capability) -> dict[str, Any]:
     }
 
 
-def refuse_unavailable(capability: Capability) -> WorkerError:
+def refuse_unavailable(capability: Capability) -> CapabilityUnavailable:
     reason = capability.reason or "unavailable"
     code = QUARANTINED if reason == QUARANTINED else "capability_unavailable"
-    return WorkerError(409, code, f"{capability.name} is unavailable ({reason}): {REASONS.get(reason, reason)}")
+    return CapabilityUnavailable(f"{capability.name} is unavailable ({reason}): {REASONS.get(reason, reason)}", code)
 
 
 class Echo:

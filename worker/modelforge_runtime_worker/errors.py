@@ -1,32 +1,75 @@
-"""The failures the worker answers with, and the ones it stops on.
+"""The failures the worker refuses or ends a run with, and the ones it stops on.
 
-Every HTTP error has the same shape, ``{"error": {"code", "message", "retryable"}}``: ``code`` is
-stable (callers branch on it), ``message`` says what to change, ``retryable`` says whether the
-same request may succeed later unchanged.
+A ``RunError`` says what went wrong in the worker's own terms: ``code`` is stable (callers branch
+on it), ``message`` says what to change, ``retryable`` says whether the same request may succeed
+later unchanged. Only the HTTP layer (``server.py``) turns one into a status code.
 """
 
 from __future__ import annotations
 
-from typing import Any
 
+class RunError(Exception):
+    """A run refused or failed."""
 
-class WorkerError(Exception):
-    """An answer other than 200, with its HTTP status."""
+    code = "job_failed"
+    retryable = False
 
-    def __init__(self, status: int, code: str, message: str, *, retryable: bool = False) -> None:
+    def __init__(self, message: str) -> None:
         super().__init__(message)
-        self.status = status
-        self.code = code
         self.message = message
-        self.retryable = retryable
-
-    def body(self) -> dict[str, Any]:
-        return {"error": {"code": self.code, "message": self.message, "retryable": self.retryable}}
 
 
-def invalid_input(message: str) -> WorkerError:
+class InvalidRequest(RunError):
+    """The request is not ``{"capability": ..., "input": {...}}``."""
+
+    code = "invalid_request"
+
+
+class UnknownCapability(RunError):
+    code = "unknown_capability"
+
+
+class InvalidInput(RunError):
     """The input of a run cannot be used as given: sending it again will not help."""
-    return WorkerError(422, "invalid_input", message, retryable=False)
+
+    code = "invalid_input"
+
+
+class CapabilityUnavailable(RunError):
+    """The capability cannot run (``artifact_quarantined``, or ``capability_unavailable``)."""
+
+    def __init__(self, message: str, code: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class WorkerBusy(RunError):
+    """Another job is running: one at a time."""
+
+    code = "worker_busy"
+    retryable = True
+
+
+class ShuttingDown(RunError):
+    code = "shutting_down"
+    retryable = True
+
+
+class JobTimedOut(RunError):
+    """The job ran over its deadline and was aborted."""
+
+    code = "job_timeout"
+    retryable = True
+
+
+class JobFailed(RunError):
+    """The capability raised: a bug or a broken model, not the input's fault."""
+
+    code = "job_failed"
+
+
+def invalid_input(message: str) -> InvalidInput:
+    return InvalidInput(message)
 
 
 class ConfigurationInvalid(Exception):

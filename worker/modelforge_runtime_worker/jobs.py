@@ -2,8 +2,9 @@
 
 The busy lock is taken when a job starts and released by the job's own thread when it has really
 ended, not when its caller stopped waiting: a job past its deadline is aborted (``Cancel``) and
-answered 504 ``job_timeout`` at once, and the worker stays busy (503 ``worker_busy``) until the
-aborted run has unwound, so two jobs never run together.
+its caller gets ``JobTimedOut`` at once, and the worker stays busy (``WorkerBusy``) until the
+aborted run has unwound, so two jobs never run together. The errors are the worker's own
+(``errors.py``); the HTTP layer gives them their status codes.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import time
 from typing import Any
 
 from .capabilities import Capability
-from .errors import WorkerError
+from .errors import JobFailed, JobTimedOut, RunError, ShuttingDown, WorkerBusy
 from .ocr import Cancel, JobCancelled
 
 log = logging.getLogger("modelforge.worker")
@@ -30,13 +31,13 @@ class JobRunner:
         self._sequence = 0
 
     def run(self, capability: Capability, payload: dict[str, Any]) -> dict[str, Any]:
-        """``capability``'s result for ``payload``, or a ``WorkerError``."""
+        """``capability``'s result for ``payload``, or a ``RunError``."""
         if not self._busy.acquire(blocking=False):
-            raise WorkerError(503, "worker_busy", "another job is running; retry when it is done", retryable=True)
+            raise WorkerBusy("another job is running; retry when it is done")
         with self._guard:
             if self._stopping:
                 self._busy.release()
-                raise WorkerError(503, "shutting_down", "the worker is stopping", retryable=True)
+                raise ShuttingDown("the worker is stopping")
             cancel = self._cancel = Cancel()
             self._sequence += 1
             job = self._sequence
@@ -79,21 +80,19 @@ class JobRunner:
                 f"job exceeded {self.timeout_seconds:g} s and is being aborted",
                 extra={"event": "job_timeout", "job": job, "capability": capability.name},
             )
-            raise WorkerError(
-                504, "job_timeout", f"the job ran over {self.timeout_seconds:g} s and was aborted", retryable=True
-            )
+            raise JobTimedOut(f"the job ran over {self.timeout_seconds:g} s and was aborted")
         error = outcome.get("error")
-        if isinstance(error, WorkerError):
+        if isinstance(error, RunError):
             raise error
         if isinstance(error, JobCancelled):
-            raise WorkerError(503, "shutting_down", "the job was aborted: the worker is stopping", retryable=True)
+            raise ShuttingDown("the job was aborted: the worker is stopping")
         if error is not None:
             log.error(
                 "job failed",
                 exc_info=error,
                 extra={"event": "job_failed", "job": job, "capability": capability.name},
             )
-            raise WorkerError(500, "job_failed", f"{capability.name} failed ({type(error).__name__})", retryable=False)
+            raise JobFailed(f"{capability.name} failed ({type(error).__name__})")
         return outcome["result"]
 
     def stop(self, grace_seconds: float) -> bool:

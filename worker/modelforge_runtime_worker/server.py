@@ -1,4 +1,5 @@
-"""The worker's HTTP API on a unix socket or a loopback port (standard library ``http.server``).
+"""The worker's HTTP API on a unix socket or a loopback port (standard library ``http.server`` on
+the bottom layer's hardened base, ``modelforge_protocol.http_server``).
 
 ``GET /v1/status`` and ``POST /v1/run``, JSON in and out. Bounded: a body needs one
 ``Content-Length`` of at most ``MAX_BODY_BYTES`` (413 before it is read; chunked bodies get 411);
@@ -7,11 +8,13 @@ each request must arrive whole within ``READ_TIMEOUT_SECONDS`` of its first byte
 keep-alive connection is closed after the same time; at most ``MAX_CONNECTIONS`` are served at
 once, the next gets 503 ``server_busy`` at once. Every error is
 ``{"error": {"code", "message", "retryable"}}``, also for what ``http.server`` itself refuses.
+
+This is the only part of the worker that knows HTTP status codes: ``STATUS`` maps the worker's
+own errors (``errors.RunError``) to them.
 """
 
 from __future__ import annotations
 
-import io
 import json
 import logging
 import os
@@ -26,13 +29,25 @@ from pathlib import Path
 from typing import Any, cast
 from urllib.parse import urlsplit
 
-from modelforge_protocol import strict_json
+from modelforge_protocol import http_server, strict_json
+from modelforge_protocol.http_server import BodyRefused, Framing, HardenedServer, request_body_length
 
-from . import WORKER_PROTOCOL_VERSION, WORKER_VERSION
-from .capabilities import Capability, describe, refuse_unavailable
+from .app import WorkerApp
 from .config import LISTEN, Listen
-from .errors import ListenFailed, WorkerError
-from .jobs import JobRunner
+from .errors import (
+    CapabilityUnavailable,
+    InvalidInput,
+    InvalidRequest,
+    JobFailed,
+    JobTimedOut,
+    ListenFailed,
+    RunError,
+    ShuttingDown,
+    UnknownCapability,
+    WorkerBusy,
+)
+
+__all__ = ["STATUS", "Listener", "WorkerApp", "WorkerError", "http_error"]
 
 log = logging.getLogger("modelforge.worker.http")
 
@@ -41,6 +56,18 @@ READ_TIMEOUT_SECONDS = 30.0
 MAX_CONNECTIONS = 32
 MAX_JSON_DEPTH = 64
 SOCKET_MODE = 0o660
+
+#: The status of each of the worker's own errors.
+STATUS: dict[type[RunError], int] = {
+    InvalidRequest: 400,
+    UnknownCapability: 404,
+    CapabilityUnavailable: 409,
+    InvalidInput: 422,
+    JobFailed: 500,
+    WorkerBusy: 503,
+    ShuttingDown: 503,
+    JobTimedOut: 504,
+}
 _HTTP_ERROR_CODES = {
     400: "bad_request",
     408: "request_timeout",
@@ -49,6 +76,24 @@ _HTTP_ERROR_CODES = {
     431: "headers_too_large",
     501: "method_not_implemented",
     505: "http_version_not_supported",
+}
+#: Content-Length: one field of at most 12 digits (a repeated field is refused, even with one value).
+_FRAMING = Framing(max_digits=12, repeated_identical_lengths=False)
+#: The worker's answer to each framing refusal: status, code, message.
+_REFUSALS = {
+    http_server.TRANSFER_ENCODING_MALFORMED: (
+        501,
+        "transfer_encoding_not_supported",
+        "Transfer-Encoding is not supported",
+    ),
+    http_server.CHUNKED: (411, "length_required", "send the body with a Content-Length, not chunked"),
+    http_server.TRANSFER_ENCODING: (501, "transfer_encoding_not_supported", "Transfer-Encoding is not supported"),
+    http_server.CONTENT_LENGTH_INVALID: (
+        400,
+        "invalid_content_length",
+        "Content-Length must be one non-negative integer",
+    ),
+    http_server.TOO_LARGE: (413, "payload_too_large", "the body is too large"),
 }
 _BUSY = json.dumps(
     {"error": {"code": "server_busy", "message": "too many connections; retry shortly", "retryable": True}}
@@ -60,80 +105,27 @@ BUSY_RESPONSE = (
 )
 
 
-class WorkerApp:
-    """What the HTTP layer serves: the capabilities and the one job runner."""
+class WorkerError(Exception):
+    """An answer other than 200, with its HTTP status."""
 
-    def __init__(self, capabilities: list[Capability], jobs: JobRunner) -> None:
-        self.capabilities = {capability.name: capability for capability in capabilities}
-        self.jobs = jobs
-        self.stopping = False
-        self._requests = 0
-        self._idle = threading.Condition()
+    def __init__(self, status: int, code: str, message: str, *, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.retryable = retryable
 
-    def request_started(self) -> None:
-        with self._idle:
-            self._requests += 1
-
-    def request_finished(self) -> None:
-        with self._idle:
-            self._requests -= 1
-            self._idle.notify_all()
-
-    def wait_answered(self, timeout: float) -> bool:
-        """Wait until every request being handled has been answered (idle keep-alive connections
-        do not count); False after ``timeout``."""
-        with self._idle:
-            return self._idle.wait_for(lambda: self._requests == 0, timeout)
-
-    def status(self) -> dict[str, Any]:
-        listed = [describe(capability) for capability in self.capabilities.values()]
-        return {
-            "protocol_version": WORKER_PROTOCOL_VERSION,
-            "worker_version": WORKER_VERSION,
-            "healthy": not self.stopping and all(entry["available"] for entry in listed),
-            "capabilities": listed,
-        }
-
-    def run(self, request: Any) -> dict[str, Any]:
-        if not isinstance(request, dict):
-            raise WorkerError(
-                400, "invalid_request", 'the body must be a JSON object {"capability": ..., "input": {...}}'
-            )
-        name, payload = request.get("capability"), request.get("input")
-        if not isinstance(name, str) or not name:
-            raise WorkerError(400, "invalid_request", "capability is required (a string)")
-        unknown = sorted(set(request) - {"capability", "input"})
-        if unknown:
-            raise WorkerError(400, "invalid_request", f"unknown fields: {', '.join(unknown)}")
-        capability = self.capabilities.get(name)
-        if capability is None:
-            known = ", ".join(sorted(self.capabilities))
-            raise WorkerError(404, "unknown_capability", f"no capability {name[:64]!r} here; this worker runs: {known}")
-        if not isinstance(payload, dict):
-            raise WorkerError(422, "invalid_input", "input is required (a JSON object)")
-        if not capability.available:
-            raise refuse_unavailable(capability)
-        if self.stopping:
-            raise WorkerError(503, "shutting_down", "the worker is stopping", retryable=True)
-        return {"result": self.jobs.run(capability, payload)}
+    def body(self) -> dict[str, Any]:
+        return {"error": {"code": self.code, "message": self.message, "retryable": self.retryable}}
 
 
-class _DeadlineReader(io.RawIOBase):
-    """The connection's read side; every read fails with TimeoutError once ``deadline`` passed."""
+def http_error(error: RunError) -> WorkerError:
+    """The answer to one of the worker's own errors."""
+    return WorkerError(STATUS[type(error)], error.code, error.message, retryable=error.retryable)
 
-    def __init__(self, sock: socket.socket) -> None:
-        self._sock = sock
-        self.deadline = time.monotonic() + READ_TIMEOUT_SECONDS
 
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        left = self.deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError("request not received in time")
-        self._sock.settimeout(left)
-        return self._sock.recv_into(buffer)
+class _CutOff(Exception):
+    """The connection passed its deadline while its request was read: nobody to answer."""
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -142,13 +134,8 @@ class Handler(BaseHTTPRequestHandler):
     sys_version = ""
     server: _Server
 
-    def setup(self) -> None:
-        super().setup()
-        self._reader = _DeadlineReader(self.connection)
-        self.rfile = io.BufferedReader(self._reader, 64 * 1024)  # type: ignore[assignment]
-
     def handle_one_request(self) -> None:
-        self._reader.deadline = time.monotonic() + READ_TIMEOUT_SECONDS
+        self.server.arm_deadline("request")  # the idle wait, the request line, headers and body
         self._started = time.monotonic()
         self._capability: str | None = None
         super().handle_one_request()
@@ -178,6 +165,8 @@ class Handler(BaseHTTPRequestHandler):
         app.request_started()
         try:
             self._serve(app, method)
+        except _CutOff:
+            self.close_connection = True
         finally:
             app.request_finished()
 
@@ -191,7 +180,7 @@ class Handler(BaseHTTPRequestHandler):
                 request = self._read_json()
                 if isinstance(request, dict) and isinstance(request.get("capability"), str):
                     self._capability = request["capability"][:64]
-                self._answer(200, app.run(request))
+                self._answer(200, self._run(app, request))
             elif path in ("/v1/status", "/v1/run"):
                 self.close_connection = True
                 allowed = "GET, HEAD" if path == "/v1/status" else "POST"
@@ -202,33 +191,30 @@ class Handler(BaseHTTPRequestHandler):
         except WorkerError as error:
             self._answer(error.status, error.body(), error=error.code)
 
+    @staticmethod
+    def _run(app: WorkerApp, request: Any) -> dict[str, Any]:
+        try:
+            return app.run(request)
+        except RunError as error:
+            raise http_error(error) from None
+
     # --- reading --------------------------------------------------------------------------------
 
     def _content_length(self) -> int:
-        if self.headers.get("Transfer-Encoding") is not None:
-            self.close_connection = True
-            if self.headers["Transfer-Encoding"].strip().lower() == "chunked":
-                raise WorkerError(411, "length_required", "send the body with a Content-Length, not chunked")
-            raise WorkerError(501, "transfer_encoding_not_supported", "Transfer-Encoding is not supported")
-        values = self.headers.get_all("Content-Length") or []
-        if not values:
-            return 0
-        raw = values[0].strip()
-        if len(values) != 1 or not raw.isascii() or not raw.isdigit() or len(raw) > 12:
-            self.close_connection = True
-            raise WorkerError(400, "invalid_content_length", "Content-Length must be one non-negative integer")
-        length = int(raw)
-        if length > MAX_BODY_BYTES:
+        try:
+            return request_body_length(self.headers, MAX_BODY_BYTES, _FRAMING)
+        except BodyRefused as refused:
             self.close_connection = True  # the body is never read
-            raise WorkerError(
-                413, "payload_too_large", f"the body is {length} bytes; at most {MAX_BODY_BYTES} are accepted"
-            )
-        return length
+            status, code, message = _REFUSALS[refused.kind]
+            if refused.kind == http_server.TOO_LARGE:
+                message = f"the body is {refused.length} bytes; at most {MAX_BODY_BYTES} are accepted"
+            raise WorkerError(status, code, message) from None
 
     def _discard_body(self) -> None:
         length = self._content_length()
         if length:
             self._read_exactly(length)
+        self._request_read()
 
     def _read_exactly(self, length: int) -> bytes:
         data = self.rfile.read(length)
@@ -237,12 +223,18 @@ class Handler(BaseHTTPRequestHandler):
             raise WorkerError(400, "incomplete_body", "the connection ended before the whole body arrived")
         return data
 
+    def _request_read(self) -> None:
+        """No deadline while the application works; a connection already cut off gets no answer."""
+        if not self.server.pause_deadline():
+            raise _CutOff
+
     def _read_json(self) -> Any:
         length = self._content_length()
         if self.headers.get("Content-Length") is None:
             self.close_connection = True
             raise WorkerError(411, "length_required", "POST /v1/run needs a Content-Length")
         body = self._read_exactly(length)
+        self._request_read()
         try:
             return strict_json.loads(body, max_depth=MAX_JSON_DEPTH)
         except strict_json.TooDeep:
@@ -254,8 +246,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def _answer(self, status: int, body: dict[str, Any], *, error: str | None = None) -> None:
         data = json.dumps(body, separators=(",", ":")).encode()
+        self.server.arm_deadline("responding")  # a client that does not read cannot hold the thread
         try:
-            self.connection.settimeout(READ_TIMEOUT_SECONDS)  # a client that does not read cannot hold the thread
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
@@ -305,37 +297,17 @@ class Handler(BaseHTTPRequestHandler):
 # --- servers ---------------------------------------------------------------------------------
 
 
-class _Bounded(socketserver.ThreadingMixIn):
-    """At most ``MAX_CONNECTIONS`` connections at once; one more is answered 503 and closed."""
+class _Bounded(HardenedServer):
+    """The hardened base with the worker's limits (read when the server is made) and answers."""
 
-    daemon_threads = True
-    block_on_close = False
+    log = log
+    busy_response = BUSY_RESPONSE
+    busy_message = "connection refused: too many connections"
+    close_working_connections = False  # a request whose job is aborted on stop still gets its 503
     app: WorkerApp
 
     def init_bounds(self) -> None:
-        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        if not self._slots.acquire(blocking=False):
-            try:
-                request.settimeout(1.0)
-                request.sendall(BUSY_RESPONSE)
-            except OSError:
-                pass
-            self.shutdown_request(request)  # type: ignore[attr-defined]
-            log.warning("connection refused: too many connections", extra={"event": "server_busy"})
-            return
-        try:
-            super().process_request(request, client_address)
-        except BaseException:
-            self._slots.release()
-            raise
-
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self._slots.release()
+        self.init_hardening(max_connections=MAX_CONNECTIONS, connection_timeout_seconds=READ_TIMEOUT_SECONDS)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A client that resets or breaks its connection: one line, never a traceback."""

@@ -14,6 +14,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from modelforge_protocol.environment import Reader
+
 from chalicelib.config import resources
 
 
@@ -69,19 +71,9 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9._-]{3,255}\Z")
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 
 
-def _read_int(env: Mapping[str, str], name: str, problems: list[str]) -> int:
+def _read_int(reader: Reader, name: str) -> int:
     default, low, high = _INTEGERS[name]
-    raw = env.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        problems.append(f"{name} must be an integer")
-        return default
-    if not low <= value <= high:
-        problems.append(f"{name} must be between {low} and {high} (got {value})")
-    return value
+    return reader.integer(name, default, low, high)
 
 
 STALE_VAR = "MODELFORGE_NODE_STALE_AFTER_SECONDS"
@@ -116,8 +108,8 @@ def _liveness_thresholds(env: Mapping[str, str], problems: list[str]) -> tuple[i
     return stale, offline
 
 
-def _read_fraction(env: Mapping[str, str], name: str, default: float, problems: list[str]) -> float:
-    raw = (env.get(name) or "").strip()
+def _read_fraction(reader: Reader, name: str, default: float) -> float:
+    raw = reader.text(name)
     if not raw:
         return default
     try:
@@ -125,7 +117,7 @@ def _read_fraction(env: Mapping[str, str], name: str, default: float, problems: 
     except ValueError:
         value = -1.0
     if not 0 < value <= 1:
-        problems.append(f"{name} must be a number greater than 0 and at most 1")
+        reader.problems.append(f"{name} must be a number greater than 0 and at most 1")
         return default
     return value
 
@@ -181,12 +173,12 @@ def _admin_token_sha256(env: Mapping[str, str], problems: list[str]) -> str:
     return ""
 
 
-def _resource_names(env: Mapping[str, str], problems: list[str]) -> dict[str, str]:
+def _resource_names(reader: Reader, problems: list[str]) -> dict[str, str]:
     """Every table and the bucket must be named: a missing name is a configuration error, never a
     silent default (the deployed stack sets them all; `modelforge local up` sets its own)."""
     names = {}
     for resource in resources.ALL:
-        value = (env.get(resource.env_var) or "").strip()
+        value = reader.text(resource.env_var)
         if not value:
             problems.append(
                 f"{resource.env_var} is required (the physical name of the {resource.name} {resource.kind})"
@@ -199,15 +191,16 @@ def _resource_names(env: Mapping[str, str], problems: list[str]) -> dict[str, st
 
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     env = os.environ if env is None else env
-    problems: list[str] = []
-    names = _resource_names(env, problems)
+    reader = Reader(env)
+    problems = reader.problems
+    names = _resource_names(reader, problems)
     admin = _admin_token_sha256(env, problems)
-    interval = _read_int(env, "MODELFORGE_HEARTBEAT_INTERVAL_SECONDS", problems)
+    interval = _read_int(reader, "MODELFORGE_HEARTBEAT_INTERVAL_SECONDS")
     stale, offline = _liveness_thresholds(env, problems)
-    retention = _read_int(env, "MODELFORGE_OUTBOX_RETENTION_SECONDS", problems)
-    inventory_age = _read_int(env, "MODELFORGE_READINESS_INVENTORY_MAX_AGE_SECONDS", problems)
-    fraction = _read_fraction(env, "MODELFORGE_SWEEP_MASS_STALE_FRACTION", 0.5, problems)
-    inventory_rate = _read_int(env, "MODELFORGE_INVENTORY_RATE_LIMIT", problems)
+    retention = _read_int(reader, "MODELFORGE_OUTBOX_RETENTION_SECONDS")
+    inventory_age = _read_int(reader, "MODELFORGE_READINESS_INVENTORY_MAX_AGE_SECONDS")
+    fraction = _read_fraction(reader, "MODELFORGE_SWEEP_MASS_STALE_FRACTION", 0.5)
+    inventory_rate = _read_int(reader, "MODELFORGE_INVENTORY_RATE_LIMIT")
     if stale and stale <= interval:
         problems.append(
             "MODELFORGE_NODE_STALE_AFTER_SECONDS must exceed MODELFORGE_HEARTBEAT_INTERVAL_SECONDS "
