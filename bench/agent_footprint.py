@@ -45,11 +45,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-if str(Path(__file__).resolve().parent) not in sys.path:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/_support, also when loaded by a test
-
-import _support
-from _support import (
+from modelforge_bench import support as _support
+from modelforge_bench.support import (
     LOOPBACK,
     MAX_KEPT_LINES,
     BenchFailure,

@@ -42,14 +42,10 @@ import uuid
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-if str(Path(__file__).resolve().parent) not in sys.path:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/_support, also when loaded by a test
-
-import _support
-from _support import LOOPBACK, BenchFailure
+from modelforge_bench import support as _support
+from modelforge_bench.support import LOOPBACK, BenchFailure
 
 REGION = "us-east-1"
 ECHO = "diagnostic.echo"
@@ -306,7 +302,7 @@ def complete_all(nodes: list[Node], claims: list[Claimed], base_url: str) -> lis
 
 def run_level(stack: Any, nodes: list[Node], items: int) -> LevelResult:
     from chalicelib import instance
-    from modelforge_cli.emulator import operations_delta
+    from modelforge_local_stack.emulator import operations_delta
 
     print(f"\n{len(nodes)} concurrent node(s), {items} items", flush=True)
     admin = nodes[0].client
@@ -610,7 +606,7 @@ def run(args: argparse.Namespace) -> int:
     _support.prepare_stack_environment("WARNING", keep_thresholds=False)
     os.environ["MODELFORGE_NODE_STALE_AFTER_SECONDS"] = str(STALE_AFTER_SECONDS)
     os.environ["MODELFORGE_NODE_OFFLINE_AFTER_SECONDS"] = str(OFFLINE_AFTER_SECONDS)
-    from modelforge_cli.local_stack import LocalOptions, LocalStack
+    from modelforge_local_stack.local_stack import LocalOptions, LocalStack
 
     wall_started = time.perf_counter()
     print(

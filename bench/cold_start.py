@@ -21,8 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _support  # noqa: E402
+from modelforge_bench import support as _support
 
 REPO = Path(__file__).resolve().parents[1]
 FUNCTIONS = REPO / "functions"

@@ -9,7 +9,7 @@ Every count it prices is measured in this run: it starts the control plane in th
 (``LocalStack``: the deployed Chalice app, its sweep and its state-log handler, on the embedded
 moto emulator, all on 127.0.0.1), drives it through the HTTP API with a simulated clock, and
 prices each AWS request the emulator handles by DynamoDB's and S3's billing rules
-(``_cost_model``): write request units from the items' sizes before and after each write, the
+(``modelforge_bench.cost_model``): write request units from the items' sizes before and after each write, the
 global secondary index writes included, read request units from the items read. Only the prices
 are written down, in one table (bench/aws_prices.json, with the date and source of each).
 
@@ -37,12 +37,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-if str(Path(__file__).resolve().parent) not in sys.path:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/_support, also when loaded by a test
-
-import _cost_model as model
-import _support
-from _support import LOOPBACK, BenchFailure
+from modelforge_bench import cost_model as model
+from modelforge_bench import support as _support
+from modelforge_bench.support import LOOPBACK, BenchFailure
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CHALICE_CONFIG = REPO_ROOT / "functions" / ".chalice" / "config.json"
@@ -500,7 +497,7 @@ class SweepRun:
 def sweep_phase(rig: Rig, sizes: list[int], settings: Any, keep_fresh: list[Node]) -> list[SweepRun]:
     """One scheduled sweep over a healthy fleet of each size (nodes seeded into the table)."""
     import sweep as sweep_bench
-    from modelforge_cli.scheduler import scheduled_event
+    from modelforge_local_stack.scheduler import scheduled_event
 
     client = sweep_bench.dynamodb_client(rig.stack.aws_endpoint_url)
     table = rig.stack.names["MODELFORGE_NODES_TABLE"]
@@ -581,7 +578,7 @@ def inventory_refresh_seconds() -> float:
 
 def table_shapes(names: dict[str, str]) -> dict[str, model.TableShape]:
     """The shape of each table of the stack, from infra/resources.json (the one catalogue)."""
-    from modelforge_cli import provision
+    from modelforge_local_stack import provision
 
     shapes = {}
     for logical_id, resource in provision.load_resources().items():
@@ -654,7 +651,7 @@ def run(args: argparse.Namespace) -> int:
     _support.prepare_stack_environment("INFO", keep_thresholds=False)
     os.environ.pop("MODELFORGE_HEARTBEAT_INTERVAL_SECONDS", None)
     from modelforge_cli.api_client import cpu_inventory, gpu_inventory
-    from modelforge_cli.local_stack import LocalOptions, LocalStack
+    from modelforge_local_stack.local_stack import LocalOptions, LocalStack
 
     wall_started = time.perf_counter()
     memory_mb = lambda_memory_mb()

@@ -56,11 +56,16 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-if str(Path(__file__).resolve().parent) not in sys.path:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/_support, also when loaded by a test
-
-import _support
-from _support import LOOPBACK, BenchFailure, Child, child_environment, exit_description, start_child, stop_child
+from modelforge_bench import support as _support
+from modelforge_bench.support import (
+    LOOPBACK,
+    BenchFailure,
+    Child,
+    child_environment,
+    exit_description,
+    start_child,
+    stop_child,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 READY_RE = re.compile(r"ready at (https?://\S+) \(AWS emulator (http://\S+)\)")

@@ -34,14 +34,10 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-if str(Path(__file__).resolve().parent) not in sys.path:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/_support, also when loaded by a test
-
-import _support
-from _support import LOOPBACK, BenchFailure
+from modelforge_bench import support as _support
+from modelforge_bench.support import LOOPBACK, BenchFailure
 from modelforge_cli.item_size import WRITE_UNIT_BYTES, item_size, item_size_breakdown, write_units
 
 HEARTBEAT_PATH = "/api/v1/agent/heartbeat"
@@ -337,7 +333,7 @@ HINT_TTL_SECONDS = 5.0
 
 def work_hint_reads(stack: Any, args: argparse.Namespace) -> list[str]:
     """AWS calls per heartbeat of nodes that serve work, without queued work and with it."""
-    from modelforge_cli.emulator import operations_delta
+    from modelforge_local_stack.emulator import operations_delta
 
     nodes = enroll_nodes(stack.api_url, HINT_NODES, args.gpus, WORKER_CAPABILITIES)
     admin = nodes[0].client
@@ -395,8 +391,8 @@ def work_hint_reads(stack: Any, args: argparse.Namespace) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     # the access log (INFO) carries the server-side latency
     _support.prepare_stack_environment("INFO", keep_thresholds=True)
-    from modelforge_cli.emulator import operations_delta
-    from modelforge_cli.local_stack import LocalOptions, LocalStack
+    from modelforge_local_stack.emulator import operations_delta
+    from modelforge_local_stack.local_stack import LocalOptions, LocalStack
 
     problems: list[str] = []
     wall_started = time.monotonic()

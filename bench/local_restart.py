@@ -44,16 +44,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-if str(Path(__file__).resolve().parent) not in sys.path:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/_support, also when loaded by a test
-
-import _support
-from _support import LOOPBACK, BenchFailure, Child, child_environment, start_child, stop_child, wait_for
+from modelforge_bench import support as _support
+from modelforge_bench.support import LOOPBACK, BenchFailure, Child, child_environment, start_child, stop_child, wait_for
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 READY_RE = re.compile(r"ready at (https?://\S+) \(AWS emulator (http://\S+)\)")
 TRACEBACK = "Traceback (most recent call last)"
-SOURCE_FOLDERS = ("tools", "functions", "protocol", "agent", "worker")
+#: the folders of a checkout that hold its packages, this layout's and the one before tools/ split
+#: into tools/cli and tools/local_stack (a folder a checkout lacks is harmless on PYTHONPATH)
+SOURCE_FOLDERS = ("tools/cli", "tools/local_stack", "tools", "functions", "protocol", "agent", "worker")
+#: the `modelforge` command's module in a checkout, in either layout
+CLI_FILES = ("tools/cli/modelforge_cli/cli.py", "tools/modelforge_cli/cli.py")
 START_TIMEOUT = 600  # an old data dir after a long run can take minutes to replay
 ONLINE_TIMEOUT = 120
 STOP_TIMEOUT = 60
@@ -272,7 +273,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if not 0 <= args.minutes <= MAX_MINUTES:
         parser.error(f"--minutes must be between 0 and {MAX_MINUTES}")
     args.checkout = args.checkout.resolve()
-    if not (args.checkout / "tools" / "modelforge_cli" / "cli.py").is_file():
+    if not any((args.checkout / name).is_file() for name in CLI_FILES):
         parser.error(f"--checkout {args.checkout} is not a checkout of this repository")
     return args
 

@@ -40,11 +40,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-if str(Path(__file__).resolve().parent) not in sys.path:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/_support, also when loaded by a test
-
-import _support
-from _support import BenchFailure, Child, child_environment, start_child, stop_child, wait_for
+from modelforge_bench import support as _support
+from modelforge_bench.support import BenchFailure, Child, child_environment, start_child, stop_child, wait_for
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 LISTENING_RE = re.compile(r"worker listening on (\S+), capabilities: ([^\"]*)\"")

@@ -1,7 +1,11 @@
 """ModelForge control plane: the Chalice app behind API Gateway.
 
-Routes parse the request, call one service function and shape the answer. Domain errors
-become JSON answers in one place (``_answer_errors``); nothing else reaches the caller.
+Each route is declared once: ``@endpoint(operations.NAME)`` registers the view at the operation's
+method and path, and the OpenAPI document is built from the operations the routes carry
+(``chalicelib/api/operations.py``). Routes parse the request into a typed request
+(``chalicelib/domain/requests.py``), call a service and shape the answer (``chalicelib/api/views.py``).
+Domain errors become JSON answers in one place (``_answer_errors``, by ``STATUS_OF``); nothing else
+reaches the caller.
 """
 
 from __future__ import annotations
@@ -14,8 +18,10 @@ from typing import Any
 
 from chalice import Chalice, Rate, Response
 from chalicelib import instance
-from chalicelib.api import console, paging, views
+from chalicelib.api import console, operations, paging, views
+from chalicelib.api.operation import Operation, declare, declared
 from chalicelib.config.settings import SettingsError
+from chalicelib.domain import requests
 from chalicelib.domain.errors import (
     Conflict,
     DomainError,
@@ -28,9 +34,9 @@ from chalicelib.domain.errors import (
     Unauthenticated,
     invalid_request,
 )
-from chalicelib.domain.records import MASS_STALE_HOLD
+from chalicelib.domain.records import WorkItem
 from chalicelib.domain.validation import ascii_int, parse_json_object, validate, validate_query
-from chalicelib.services import enrollments, node_agent_settings, nodes, readiness, sweep, work
+from chalicelib.services import enrollments, listing, node_agent_settings, nodes, readiness, sweep, work
 from chalicelib.services.auth import require_admin, require_node
 from chalicelib.stores import state_log_store
 from modelforge_logging import jsonlog
@@ -53,7 +59,7 @@ log = logging.getLogger("modelforge.api")
 OUTBOX_STREAM_ARN_PLACEHOLDER = (
     "arn:aws:dynamodb:us-east-1:000000000000:table/modelforge-outbox/stream/replaced-at-deploy"
 )
-MAX_PAGE = 100
+MAX_PAGE = paging.MAX_PAGE
 
 
 def _now() -> float:
@@ -107,9 +113,14 @@ def _answer_errors(view: Callable[..., Any]) -> Callable[..., Any]:
     return wrapped
 
 
-def endpoint(path: str, method: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def endpoint(operation: Operation, *, answer_errors: bool = True) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register the view as the route of ``operation`` (its method and path), carrying the operation
+    for the OpenAPI document: the one declaration of a route. ``answer_errors=False`` (the console's
+    static files) leaves failures to Chalice, as those routes always have."""
+
     def register(view: Callable[..., Any]) -> Callable[..., Any]:
-        return app.route(path, methods=[method], content_types=["application/json"])(_answer_errors(view))
+        handler = declare(_answer_errors(view) if answer_errors else view, operation)
+        return app.route(operation.path, methods=[operation.method], content_types=["application/json"])(handler)
 
     return register
 
@@ -151,9 +162,11 @@ def _request() -> Any:
     return app.current_request
 
 
-def _body(allow_empty: bool = False, max_bytes: int | None = None) -> dict[str, Any]:
-    """The JSON body of a POST; POST endpoints take no query parameters."""
-    validate_query(_request().query_params, set())
+def _body(max_bytes: int | None = None) -> dict[str, Any]:
+    """The JSON body of a POST (empty counts as ``{}`` where the operation says the body is optional);
+    POST endpoints take no query parameters."""
+    _query()
+    allow_empty = _served().body_optional
     if max_bytes is None:
         return parse_json_object(_request().raw_body, allow_empty=allow_empty)
     return parse_json_object(_request().raw_body, allow_empty=allow_empty, max_bytes=max_bytes)
@@ -165,8 +178,21 @@ def _admin() -> instance.Instance:
     return inst
 
 
+def _served() -> Operation:
+    """The operation of the route that took this request (``endpoint`` registered it)."""
+    request = _request()
+    operation = declared(app.routes[request.context["resourcePath"]][request.method].view_function)
+    assert operation is not None, "every route is registered by endpoint()"
+    return operation
+
+
+def _query() -> dict[str, str]:
+    """The request's query parameters, refused unless the route's operation declares each."""
+    return validate_query(_request().query_params, _served().query_names())
+
+
 def _page_params(key_name: str) -> tuple[int, dict | None]:
-    params = validate_query(_request().query_params, {"limit", "next_token"})
+    params = _query()
     limit = ascii_int(params.get("limit", str(MAX_PAGE)), 1, MAX_PAGE)
     if limit is None:
         raise invalid_request(f"limit must be an integer from 1 to {MAX_PAGE}")
@@ -176,9 +202,9 @@ def _page_params(key_name: str) -> tuple[int, dict | None]:
 # --- public ------------------------------------------------------------------------------
 
 
-@endpoint("/api/v1/health", "GET")
+@endpoint(operations.GET_HEALTH)
 def health() -> dict[str, Any]:
-    validate_query(_request().query_params, set())
+    _query()
     return {
         "status": "ok",
         "release": CONTROL_PLANE_RELEASE,
@@ -187,18 +213,9 @@ def health() -> dict[str, Any]:
     }
 
 
-@endpoint("/api/v1/openapi.json", "GET")
-def openapi_document() -> dict[str, Any]:
-    """The OpenAPI 3.1 document of this API (built on the first request for it, not at cold start)."""
-    validate_query(_request().query_params, set())
-    from chalicelib.api import openapi
-
-    return openapi.document()
-
-
-@endpoint("/api/v1/compatibility", "GET")
+@endpoint(operations.GET_COMPATIBILITY)
 def compatibility() -> dict[str, Any]:
-    params = validate_query(_request().query_params, {"component", "protocol_version"})
+    params = _query()
     names = [component.value for component in Component]
     if params.get("component") not in names:
         raise invalid_request(f"component must be one of {', '.join(names)}")
@@ -212,94 +229,188 @@ def compatibility() -> dict[str, Any]:
     }
 
 
+@endpoint(operations.GET_OPEN_API)
+def openapi_document() -> dict[str, Any]:
+    """The OpenAPI 3.1 document of this API (built on the first request for it, not at cold start)."""
+    _query()
+    from chalicelib.api import openapi
+
+    return openapi.document(app.routes)
+
+
 # --- admin: enrollments ------------------------------------------------------------------
 
 
-@endpoint("/api/v1/admin/node-enrollments", "POST")
+@endpoint(operations.CREATE_ENROLLMENT)
 def create_enrollment() -> Response:
     inst = _admin()
     now = _now()
-    minted = enrollments.create(inst.stores, _body(), now)
+    minted = enrollments.create(inst.stores, requests.create_enrollment(_body()), now)
     body = {**views.enrollment(minted.enrollment, now), "token": minted.token}
     return Response(body=body, status_code=201)
 
 
-@endpoint("/api/v1/admin/node-enrollments", "GET")
+@endpoint(operations.LIST_ENROLLMENTS)
 def list_enrollments() -> dict[str, Any]:
     inst = _admin()
     limit, start = _page_params("enrollment_id")
-    items, last = inst.stores.enrollments.list_page(limit, start)
+    page = listing.enrollments(inst.stores, limit, start)
     now = _now()
     return {
-        "enrollments": [views.enrollment(item, now) for item in items],
-        "next_token": paging.encode(last),
+        "enrollments": [views.enrollment(item, now) for item in page.items],
+        "next_token": paging.encode(page.last_key),
     }
 
 
-@endpoint("/api/v1/admin/node-enrollments/{enrollment_id}", "GET")
+@endpoint(operations.GET_ENROLLMENT)
 def get_enrollment(enrollment_id: str) -> dict[str, Any]:
     inst = _admin()
-    validate_query(_request().query_params, set())
+    _query()
     return views.enrollment(enrollments.get(inst.stores, enrollment_id), _now())
 
 
-@endpoint("/api/v1/admin/node-enrollments/{enrollment_id}/revoke", "POST")
+@endpoint(operations.REVOKE_ENROLLMENT)
 def revoke_enrollment(enrollment_id: str) -> dict[str, Any]:
     inst = _admin()
-    validate(_body(allow_empty=True), "EMPTY")
+    validate(_body(), "EMPTY")
     now = _now()
     return views.enrollment(enrollments.revoke(inst.stores, enrollment_id, now), now)
 
 
-@endpoint("/api/v1/admin/node-agent-settings/check", "POST")
+@endpoint(operations.CHECK_NODE_AGENT_SETTINGS)
 def check_node_agent_settings() -> dict[str, Any]:
     """The Enroll node wizard's check: what is wrong with its choices, or the node's .env settings."""
     _admin()
-    return views.node_agent_settings(node_agent_settings.check(_body()))
+    return views.node_agent_settings(node_agent_settings.check(requests.node_agent_settings(_body())))
 
 
 # --- admin: nodes ------------------------------------------------------------------------
 
 
-@endpoint("/api/v1/admin/nodes", "GET")
+@endpoint(operations.LIST_NODES)
 def list_nodes() -> dict[str, Any]:
     inst = _admin()
     limit, start = _page_params("node_id")
-    items, last = inst.stores.nodes.list_page(limit, start)
-    inventories = inst.stores.nodes.inventories_for([item.node_id for item in items])
-    hold = inst.stores.fleet.get(MASS_STALE_HOLD)
+    page = listing.nodes(inst.stores, limit, start)
     now = _now()
     return {
-        "nodes": [views.node(item, inventories.get(item.node_id), inst.settings, now, hold) for item in items],
-        "next_token": paging.encode(last),
+        "nodes": [views.node(details, inst.settings, now) for details in page.items],
+        "next_token": paging.encode(page.last_key),
     }
 
 
-@endpoint("/api/v1/admin/nodes/{node_id}", "GET")
+@endpoint(operations.GET_NODE)
 def get_node(node_id: str) -> dict[str, Any]:
     inst = _admin()
-    validate_query(_request().query_params, set())
-    node = nodes.get(inst.stores, node_id)
-    hold = inst.stores.fleet.get(MASS_STALE_HOLD)
-    return views.node(node, inst.stores.nodes.get_inventory(node_id), inst.settings, _now(), hold)
+    _query()
+    return views.node(listing.node(inst.stores, node_id), inst.settings, _now())
 
 
-@endpoint("/api/v1/admin/nodes/{node_id}/readiness", "GET")
+@endpoint(operations.GET_NODE_READINESS)
 def node_readiness(node_id: str) -> dict[str, Any]:
     """Readiness of the exact node an enrollment produced (its enrollment id is accepted too)."""
     inst = _admin()
-    validate_query(_request().query_params, set())
+    _query()
     now = _now()
     return views.readiness(readiness.check(inst.stores, inst.settings, node_id, now), now)
 
 
-@endpoint("/api/v1/admin/nodes/{node_id}/revoke-credential", "POST")
+@endpoint(operations.REVOKE_NODE_CREDENTIAL)
 def revoke_node_credential(node_id: str) -> dict[str, Any]:
     inst = _admin()
-    validate(_body(allow_empty=True), "EMPTY")
+    validate(_body(), "EMPTY")
     now = _now()
     node = nodes.revoke_credential(inst.stores, node_id, now)
-    return views.node(node, inst.stores.nodes.get_inventory(node_id), inst.settings, now)
+    return views.node(listing.with_inventory(inst.stores, node), inst.settings, now)
+
+
+# --- agents ------------------------------------------------------------------------------
+
+
+@endpoint(operations.ENROLL)
+def enroll() -> Response:
+    inst = instance.get()
+    enrolled = enrollments.enroll(inst.stores, inst.settings, requests.enroll(_body()), _now())
+    answer = {
+        "node_id": enrolled.node.node_id,
+        "enrollment_id": enrolled.node.enrollment_id,
+        "display_name": enrolled.node.display_name,
+        "production_eligible": enrolled.node.production_eligible,
+        "heartbeat_interval_seconds": inst.settings.heartbeat_interval_seconds,
+        "replayed": enrolled.replayed,
+        "auth": views.node_auth_hint(),
+    }
+    return Response(body=answer, status_code=200 if enrolled.replayed else 201)
+
+
+@endpoint(operations.HEARTBEAT)
+def heartbeat() -> dict[str, Any]:
+    inst = instance.get()
+    caller = require_node(_request().headers)
+    now = _now()
+    result = nodes.heartbeat(inst.stores, inst.settings, caller, requests.heartbeat(_body()), now, inst.known_callers)
+    waiting = inst.work_hint.waiting(result.node.capabilities or (), inst.stores.work.any_queued, now)
+    return {
+        "node_id": caller.node_id,
+        "status": result.node.liveness,
+        "heartbeat_interval_seconds": inst.settings.heartbeat_interval_seconds,
+        "work_waiting": waiting,
+    }
+
+
+@endpoint(operations.REPLACE_INVENTORY)
+def replace_inventory() -> dict[str, Any]:
+    inst = instance.get()
+    caller = require_node(_request().headers)
+    request = requests.replace_inventory(_body())
+    inventory = nodes.replace_inventory(inst.stores, inst.settings, caller, request, _now())
+    return {"node_id": caller.node_id, "inventory": views.inventory(inventory)}
+
+
+# --- work ----------------------------------------------------------------------------------
+
+
+def _work_view(inst: instance.Instance, item: WorkItem) -> dict[str, Any]:
+    return views.work_item(listing.shown(inst.stores, item))
+
+
+@endpoint(operations.SUBMIT_WORK)
+def submit_work() -> Response:
+    inst = _admin()
+    request = requests.submit_work(_body(max_bytes=work_protocol.MAX_SUBMIT_BODY_BYTES))
+    submitted = work.submit(inst.stores, request, _now())
+    return Response(body=_work_view(inst, submitted.item), status_code=201 if submitted.created else 200)
+
+
+@endpoint(operations.LIST_WORK)
+def list_work() -> dict[str, Any]:
+    inst = _admin()
+    params = _query()
+    status, capability = params.get("status"), params.get("capability")
+    if status is not None and status not in work_protocol.WORK_STATES:
+        raise invalid_request(f"status must be one of {', '.join(work_protocol.WORK_STATES)}")
+    if capability is not None and capability not in work_protocol.CAPABILITIES:
+        raise invalid_request(f"capability must be one of {', '.join(work_protocol.CAPABILITIES)}")
+    limit = ascii_int(params.get("limit", str(MAX_PAGE)), 1, MAX_PAGE)
+    if limit is None:
+        raise invalid_request(f"limit must be an integer from 1 to {MAX_PAGE}")
+    start = paging.decode(params.get("next_token"), "work_id")
+    page = listing.work(inst.stores, limit, start, status, capability)
+    return {"work": [views.work_item(shown) for shown in page.items], "next_token": paging.encode(page.last_key)}
+
+
+@endpoint(operations.GET_WORK)
+def get_work(work_id: str) -> dict[str, Any]:
+    inst = _admin()
+    _query()
+    return _work_view(inst, work.get(inst.stores, work_id))
+
+
+@endpoint(operations.CANCEL_WORK)
+def cancel_work(work_id: str) -> dict[str, Any]:
+    inst = _admin()
+    validate(_body(), "EMPTY")
+    return _work_view(inst, work.cancel(inst.stores, work_id, _now()))
 
 
 # --- the web console (static files; it calls the admin API above from the same origin) ----
@@ -317,7 +428,7 @@ def _console_file(found: console.ConsoleFile | None) -> Response:
     return _console_answer(200, found.body, found.content_type)
 
 
-@app.route("/console", methods=["GET"])
+@endpoint(operations.GET_CONSOLE, answer_errors=False)
 def console_page() -> Response:
     """The page at ``/console/``; ``/console`` is sent there, so that its files' relative URLs
     (and the API's, ``../api/v1/``) resolve under any stage prefix."""
@@ -326,132 +437,47 @@ def console_page() -> Response:
     return _console_file(console.page())
 
 
-@app.route("/console/{name}", methods=["GET"])
+@endpoint(operations.GET_CONSOLE_FILE, answer_errors=False)
 def console_asset(name: str) -> Response:
     return _console_file(console.find(name))
 
 
-# --- agents ------------------------------------------------------------------------------
+# --- agents: work --------------------------------------------------------------------------
 
 
-@endpoint("/api/v1/agent/enroll", "POST")
-def enroll() -> Response:
-    inst = instance.get()
-    body = _body()
-    enrolled = enrollments.enroll(inst.stores, inst.settings, body, _now())
-    answer = {
-        "node_id": enrolled.node.node_id,
-        "enrollment_id": enrolled.node.enrollment_id,
-        "display_name": enrolled.node.display_name,
-        "production_eligible": enrolled.node.production_eligible,
-        "heartbeat_interval_seconds": inst.settings.heartbeat_interval_seconds,
-        "replayed": enrolled.replayed,
-        "auth": views.node_auth_hint(),
-    }
-    return Response(body=answer, status_code=200 if enrolled.replayed else 201)
-
-
-@endpoint("/api/v1/agent/heartbeat", "POST")
-def heartbeat() -> dict[str, Any]:
-    inst = instance.get()
-    caller = require_node(_request().headers)
-    now = _now()
-    result = nodes.heartbeat(inst.stores, inst.settings, caller, _body(), now, inst.known_callers)
-    waiting = inst.work_hint.waiting(result.node.capabilities or (), inst.stores.work.any_queued, now)
-    return {
-        "node_id": caller.node_id,
-        "status": result.node.liveness,
-        "heartbeat_interval_seconds": inst.settings.heartbeat_interval_seconds,
-        "work_waiting": waiting,
-    }
-
-
-@endpoint("/api/v1/agent/inventory", "POST")
-def replace_inventory() -> dict[str, Any]:
-    inst = instance.get()
-    caller = require_node(_request().headers)
-    inventory = nodes.replace_inventory(inst.stores, inst.settings, caller, _body(), _now())
-    return {"node_id": caller.node_id, "inventory": views.inventory(inventory)}
-
-
-# --- work ----------------------------------------------------------------------------------
-
-
-def _work_view(inst: instance.Instance, item: Any) -> dict[str, Any]:
-    url = None
-    if item.result is not None:
-        url = inst.stores.objects.presigned_get(item.result["key"], work.RESULT_URL_SECONDS)
-    return views.work_item(item, url)
-
-
-@endpoint("/api/v1/admin/work", "POST")
-def submit_work() -> Response:
-    inst = _admin()
-    submitted = work.submit(inst.stores, _body(max_bytes=work_protocol.MAX_SUBMIT_BODY_BYTES), _now())
-    return Response(body=_work_view(inst, submitted.item), status_code=201 if submitted.created else 200)
-
-
-@endpoint("/api/v1/admin/work", "GET")
-def list_work() -> dict[str, Any]:
-    inst = _admin()
-    params = validate_query(_request().query_params, {"limit", "next_token", "status", "capability"})
-    status, capability = params.get("status"), params.get("capability")
-    if status is not None and status not in work_protocol.WORK_STATES:
-        raise invalid_request(f"status must be one of {', '.join(work_protocol.WORK_STATES)}")
-    if capability is not None and capability not in work_protocol.CAPABILITIES:
-        raise invalid_request(f"capability must be one of {', '.join(work_protocol.CAPABILITIES)}")
-    limit = ascii_int(params.get("limit", str(MAX_PAGE)), 1, MAX_PAGE)
-    if limit is None:
-        raise invalid_request(f"limit must be an integer from 1 to {MAX_PAGE}")
-    start = paging.decode(params.get("next_token"), "work_id")
-    items, last = inst.stores.work.list_page(limit, start, status, capability)
-    return {"work": [_work_view(inst, item) for item in items], "next_token": paging.encode(last)}
-
-
-@endpoint("/api/v1/admin/work/{work_id}", "GET")
-def get_work(work_id: str) -> dict[str, Any]:
-    inst = _admin()
-    validate_query(_request().query_params, set())
-    return _work_view(inst, work.get(inst.stores, work_id))
-
-
-@endpoint("/api/v1/admin/work/{work_id}/cancel", "POST")
-def cancel_work(work_id: str) -> dict[str, Any]:
-    inst = _admin()
-    validate(_body(allow_empty=True), "EMPTY")
-    return _work_view(inst, work.cancel(inst.stores, work_id, _now()))
-
-
-@endpoint("/api/v1/agent/work/claim", "POST")
+@endpoint(operations.CLAIM_WORK)
 def claim_work() -> Response:
     inst = instance.get()
     caller = require_node(_request().headers)
-    validate(_body(allow_empty=True), "EMPTY")
+    validate(_body(), "EMPTY")
     claimed = work.claim(inst.stores, inst.settings, caller, _now())
     if claimed is None:
         return Response(body="", status_code=204)
     return Response(body=views.work_claim(claimed.item, claimed.input_url, claimed.result_upload_url), status_code=200)
 
 
-@endpoint("/api/v1/agent/work/{work_id}/renew", "POST")
+@endpoint(operations.RENEW_LEASE)
 def renew_work(work_id: str) -> dict[str, Any]:
     inst = instance.get()
     caller = require_node(_request().headers)
-    return views.lease(work.renew(inst.stores, caller, work_id, _body(), _now(), inst.known_callers))
+    return views.lease(
+        work.renew(inst.stores, caller, work_id, requests.renew_work(_body()), _now(), inst.known_callers)
+    )
 
 
-@endpoint("/api/v1/agent/work/{work_id}/complete", "POST")
+@endpoint(operations.COMPLETE_WORK)
 def complete_work(work_id: str) -> dict[str, Any]:
     inst = instance.get()
     caller = require_node(_request().headers)
-    return views.lease(work.complete(inst.stores, caller, work_id, _body(), _now(), inst.known_callers))
+    request = requests.complete_work(_body())
+    return views.lease(work.complete(inst.stores, caller, work_id, request, _now(), inst.known_callers))
 
 
-@endpoint("/api/v1/agent/work/{work_id}/fail", "POST")
+@endpoint(operations.FAIL_WORK)
 def fail_work(work_id: str) -> dict[str, Any]:
     inst = instance.get()
     caller = require_node(_request().headers)
-    return views.lease(work.fail(inst.stores, caller, work_id, _body(), _now(), inst.known_callers))
+    return views.lease(work.fail(inst.stores, caller, work_id, requests.fail_work(_body()), _now(), inst.known_callers))
 
 
 # --- scheduled and stream functions ------------------------------------------------------

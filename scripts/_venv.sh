@@ -29,19 +29,24 @@ fi
 PIP_RANGE="pip>=23.1,<26.3"
 "$VENV/bin/python" -m pip install --quiet "$PIP_RANGE" "setuptools>=68" wheel >/dev/null
 # Before the split into three distributions, modelforge-compute itself shipped the agent's
-# console script; reinstalling it would delete the script the new modelforge-node-agent installs.
+# console script, and before modelforge-cli it shipped `modelforge`; reinstalling it would delete
+# the script modelforge-node-agent or modelforge-cli installs (and its old editable finder would
+# still map modelforge_cli to a folder that moved).
 for record in "$VENV"/lib/python3*/site-packages/modelforge_compute-*.dist-info/RECORD; do
-  if [ -f "$record" ] && grep -q '/modelforge-node-agent,' "$record"; then
+  if [ -f "$record" ] && grep -q -e '/modelforge-node-agent,' -e '/bin/modelforge,' "$record"; then
     "$VENV/bin/python" -m pip uninstall --quiet --yes modelforge-compute >/dev/null
   fi
 done
-# Five distributions, one per deployable, all editable from this checkout in one call: the shared
-# protocol, the node agent (what a GPU host installs), the runtime worker (beside it, with the
-# model runtime), the control plane's code and the tooling with the test extra. The agent's dependencies at the exact
+# Seven distributions, all editable from this checkout in one call: the shared protocol, the node
+# agent (what a GPU host installs), the runtime worker (beside it, with the model runtime), the
+# control plane's code, the admin CLI (with [aws] for --aws-sigv4), the local stack (which adds its
+# commands to the CLI's) and the developer's install itself with the test extra. The agent's dependencies at the exact
 # versions its image installs (agent/constraints.txt), so the suite tests what a node runs.
 "$VENV/bin/python" -m pip install --quiet --no-build-isolation -c "$ROOT/agent/constraints.txt" \
   -e "$ROOT/protocol" \
   -e "$ROOT/agent" \
   -e "$ROOT/worker" \
   -e "$ROOT/functions" \
+  -e "$ROOT/tools/cli[aws]" \
+  -e "$ROOT/tools/local_stack" \
   -e "$ROOT[${MODELFORGE_EXTRAS:-test}]"

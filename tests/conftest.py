@@ -36,7 +36,7 @@ def admin_token() -> str:
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:  # noqa: F821
     """The control plane in this process: same code as `modelforge local up`, with its
     emulator's request counters and the state-log poller within reach of the tests."""
-    from modelforge_cli.local_stack import LocalOptions, LocalStack
+    from modelforge_local_stack.local_stack import LocalOptions, LocalStack
 
     os.environ["MODELFORGE_ADMIN_TOKEN"] = ADMIN_TOKEN
     external = external_aws_endpoint()

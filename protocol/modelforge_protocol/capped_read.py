@@ -14,7 +14,7 @@ from typing import Protocol
 
 
 class Headers(Protocol):
-    def get(self, name: str, default: str = ..., /) -> str | None: ...
+    def get(self, name: str, /) -> str | None: ...
 
 
 class CappedReadError(Exception):

@@ -43,8 +43,8 @@ def atomic_file(path: Path, *, mode: int = 0o600, sync_directory: bool = True) -
     temporary = temporary_name(path)
     fd = os.open(temporary, _CREATE, mode)
     try:
-        os.fchmod(fd, mode)  # exactly ``mode``, whatever the umask
-        with os.fdopen(fd, "wb") as handle:
+        with os.fdopen(fd, "wb") as handle:  # closes ``fd`` whatever happens next
+            os.fchmod(handle.fileno(), mode)  # exactly ``mode``, whatever the umask
             yield handle
             handle.flush()
             os.fsync(handle.fileno())

@@ -17,6 +17,7 @@ standard status, and the server words the error in its own API's shape.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import socket
@@ -264,7 +265,5 @@ def _client(client_address: Any) -> str:
 
 def _shut_down(sock: socket.socket) -> None:
     """The socket's own shutdown, not SSLSocket's: it wakes a thread blocked on it, TLS or not."""
-    try:
+    with contextlib.suppress(OSError):
         socket.socket.shutdown(sock, socket.SHUT_RDWR)
-    except OSError:
-        pass

@@ -9,6 +9,7 @@ rule, never the value.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -123,11 +124,26 @@ def _object(schema: Mapping[str, Any], value: dict[str, Any], path: tuple[str | 
     return found
 
 
+def _identity(value: Any) -> str:
+    """Equal JSON values spell the same (``1`` and ``1.0`` are equal; ``true`` and ``1`` are not)."""
+
+    def plain(item: Any) -> Any:
+        if isinstance(item, float) and item.is_integer():
+            return int(item)
+        if isinstance(item, dict):
+            return {key: plain(inner) for key, inner in item.items()}
+        if isinstance(item, list):
+            return [plain(inner) for inner in item]
+        return item
+
+    return json.dumps(plain(value), sort_keys=True)
+
+
 def _array(schema: Mapping[str, Any], value: list[Any], path: tuple[str | int, ...]) -> list[Violation]:
     found = []
     if "maxItems" in schema and len(value) > schema["maxItems"]:
         found.append(Violation(path, "maxItems"))
-    if schema.get("uniqueItems") and len({repr(item) for item in value}) != len(value):
+    if schema.get("uniqueItems") and len({_identity(item) for item in value}) != len(value):
         found.append(Violation(path, "uniqueItems"))
     if "items" in schema:
         for index, item in enumerate(value):

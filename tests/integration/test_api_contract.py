@@ -28,7 +28,7 @@ def _error(response: requests.Response, status: int, code: str) -> None:
 
 
 def test_the_document_is_served_without_authentication_and_is_the_checked_in_one(cp: ControlPlane) -> None:
-    from modelforge_cli import openapi_doc
+    from modelforge_local_stack import openapi_doc
 
     response = cp.request("GET", "/api/v1/openapi.json")  # no admin token, no credential
     assert response.status_code == 200, response.text

@@ -33,7 +33,7 @@ from typing import Any
 import pytest
 import requests
 import schemathesis
-from modelforge_cli.emulator import operations_delta
+from modelforge_local_stack.emulator import operations_delta
 from modelforge_protocol.credentials import new_idempotency_key, new_node_credential
 
 from tests.conftest import ADMIN_TOKEN

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from chalicelib.api import console
 from chalicelib.stores import aws_permissions
-from modelforge_cli import infra_admin_iam
-from modelforge_cli.http_server import load_app
+from modelforge_local_stack import infra_admin_iam
+from modelforge_local_stack.http_server import load_app
 
 from tests.support import aws_calls, packaging
 from tests.support.cfn import resolve
@@ -151,7 +151,7 @@ def test_the_example_policies_are_the_stack_s_with_placeholders_and_no_wildcard_
     assert set(examples) == {path.name for path in infra_admin_iam.POLICIES_DIR.glob("*.json")}
     for name, document in examples.items():
         on_disk = json.loads((infra_admin_iam.POLICIES_DIR / name).read_text())
-        assert on_disk == document, f"infra/policies/{name} is stale: python -m modelforge_cli.infra_admin_iam"
+        assert on_disk == document, f"infra/policies/{name} is stale: python -m modelforge_local_stack.infra_admin_iam"
         for statement in on_disk["Statement"]:
             assert statement["Resource"] and "*" not in statement["Resource"]
             for arn in statement["Resource"]:

@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 
 import pytest
 import requests
-from modelforge_cli.emulator import operations_delta
+from modelforge_local_stack.emulator import operations_delta
 from modelforge_protocol import credentials, schemas, versions
 from modelforge_protocol.credentials import ADMIN_TOKEN_HEADER, NODE_ID_HEADER
 
@@ -348,7 +348,7 @@ def _shipped_state(plane: RunningProcess) -> dict[str, Any]:
     """The whole state of ``plane`` once its state log holds every outbox event (its stream
     poller ships them a fraction of a second after they are written)."""
     from chalicelib.stores.state_log import state_log_key
-    from modelforge_cli import provision
+    from modelforge_local_stack import provision
 
     names = provision.resource_names("modelforge")
 

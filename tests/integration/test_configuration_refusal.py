@@ -35,7 +35,7 @@ def test_api_answers_configuration_invalid_as_json_not_a_traceback(broken_thresh
 
 
 def test_sweep_and_state_log_functions_fail_with_one_clear_error(broken_thresholds) -> None:  # type: ignore[no-untyped-def]
-    from modelforge_cli.scheduler import scheduled_event
+    from modelforge_local_stack.scheduler import scheduled_event
 
     app = broken_thresholds.app_module
     with pytest.raises(app.ConfigurationInvalid) as sweep_error:

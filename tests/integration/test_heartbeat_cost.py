@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from modelforge_cli.emulator import operations_delta
+from modelforge_local_stack.emulator import operations_delta
 
 from tests.support.api import ControlPlane
 

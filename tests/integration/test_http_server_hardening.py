@@ -49,7 +49,7 @@ def _error(answer: raw_http.Answer, status: int, code: str) -> None:
 
 class _Server:
     def __init__(self, app: Any, **options: Any) -> None:
-        from modelforge_cli.http_server import ApiServer, ServerThread
+        from modelforge_local_stack.http_server import ApiServer, ServerThread
 
         self.thread = ServerThread(ApiServer("127.0.0.1", 0, app, **options))
         self.thread.start()
@@ -66,7 +66,7 @@ def small_server(stack: Any) -> Iterator[_Server]:
 
 @pytest.fixture()
 def tls_server(stack: Any, tmp_path: Path) -> Iterator[tuple[_Server, Path]]:
-    from modelforge_cli.http_server import tls_context
+    from modelforge_local_stack.http_server import tls_context
 
     cert_file, key_file, ca_file = write_server_pki(tmp_path, "127.0.0.1")
     tls = tls_context(cert_file, key_file)

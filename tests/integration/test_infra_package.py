@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from chalicelib.config import resources
 from chalicelib.stores.models import MODELS_BY_LOGICAL_NAME
-from modelforge_cli.provision import RESOURCE_ENV, load_resources
+from modelforge_local_stack.provision import RESOURCE_ENV, load_resources
 
 from tests.support import packaging
 from tests.support.cfn import resolve
@@ -52,7 +52,7 @@ def test_the_sweep_index_matches_the_deployed_definition() -> None:
 
 def test_deployable_liveness_thresholds_always_have_offline_above_stale() -> None:
     from chalicelib.config.settings import load_settings
-    from modelforge_cli.infra import PARAMETERS
+    from modelforge_local_stack.infra import PARAMETERS
 
     stale = PARAMETERS["StaleAfterSeconds"]["AllowedValues"]
     offline = PARAMETERS["OfflineAfterSeconds"]["AllowedValues"]
@@ -84,7 +84,10 @@ def test_lambda_bundle_carries_the_shared_protocol_package_and_no_agent_code(pac
     assert "modelforge_protocol/versions.py" in names and "modelforge_logging/jsonlog.py" in names
     assert "app.py" in names and "chalicelib/services/enrollments.py" in names
     assert not any(
-        name.startswith(("modelforge_node_agent/", "modelforge_runtime_worker/", "modelforge_cli/")) for name in names
+        name.startswith(
+            ("modelforge_node_agent/", "modelforge_runtime_worker/", "modelforge_cli/", "modelforge_local_stack/")
+        )
+        for name in names
     )
 
 
@@ -114,8 +117,8 @@ def test_template_passes_cfn_lint(packaged: Path) -> None:
 
 
 def test_template_throttles_the_stage_and_the_agent_routes_that_write(packaged: Path) -> None:
-    from modelforge_cli.http_server import load_app
-    from modelforge_cli.infra import THROTTLED_ROUTES
+    from modelforge_local_stack.http_server import load_app
+    from modelforge_local_stack.infra import THROTTLED_ROUTES
 
     template = json.loads((packaged / "sam.json").read_text())
     settings = template["Resources"]["RestAPI"]["Properties"]["MethodSettings"]
@@ -166,6 +169,7 @@ def test_gateway_refusals_answer_what_the_local_server_and_the_openapi_document_
     """An unknown path is 404 not_found deployed as locally (API Gateway answers a method a path
     lacks the same way: docs/ARCHITECTURE.md), and throttling is the 429 every operation lists."""
     from chalicelib.api import openapi
+    from modelforge_local_stack.http_server import load_app
 
     template = resolve(json.loads((packaged / "sam.json").read_text()), {"AdminRoutesUseIam": False})
     responses = template["Resources"]["RestAPI"]["Properties"]["GatewayResponses"]
@@ -175,7 +179,7 @@ def test_gateway_refusals_answer_what_the_local_server_and_the_openapi_document_
 
     assert code("MISSING_AUTHENTICATION_TOKEN") == "not_found"
     assert responses["THROTTLED"]["StatusCode"] == 429
-    for operation in openapi.OPERATIONS:
+    for operation in openapi.operations(load_app().app.routes):
         assert code("THROTTLED") in operation.errors()[429], operation.path
 
 
@@ -183,7 +187,7 @@ def test_gateway_refusals_answer_what_the_local_server_and_the_openapi_document_
 def test_functions_folder_carries_the_shared_packages_for_any_chalice_command(package: str) -> None:
     """`chalice package`/`deploy` run in functions/ directly bundle vendor/: each shared package is
     a committed link there, so no documented path deploys a bundle that cannot import it."""
-    from modelforge_cli.catalogue import FUNCTIONS_DIR, REPO_ROOT
+    from modelforge_local_stack.catalogue import FUNCTIONS_DIR, REPO_ROOT
 
     vendored = FUNCTIONS_DIR / "vendor" / package
     assert vendored.is_symlink()

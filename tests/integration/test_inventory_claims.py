@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import requests
-from modelforge_cli.emulator import operations_delta
+from modelforge_local_stack.emulator import operations_delta
 from modelforge_protocol import schemas
 
 from tests.support.api import AgentIdentity, ControlPlane, gpu_inventory

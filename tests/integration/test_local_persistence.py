@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from modelforge_cli import provision
+from modelforge_local_stack import provision
 
 from tests.conftest import ADMIN_TOKEN
 from tests.support.api import AgentIdentity, ControlPlane
@@ -28,7 +28,7 @@ ENV = {"MODELFORGE_ADMIN_TOKEN": ADMIN_TOKEN}
 _FIRST_RUN = """
 import json, sys
 from pathlib import Path
-from modelforge_cli.local_stack import LocalOptions, LocalStack
+from modelforge_local_stack.local_stack import LocalOptions, LocalStack
 from modelforge_cli.api_client import ControlPlane
 from tests.support.snapshots import TABLE_VARS, bucket_objects, scan_table
 
@@ -115,7 +115,7 @@ _OLD_RECORDING = """
 import os, sys
 os.environ["MOTO_ENABLE_RECORDING"] = "True"
 os.environ["MOTO_RECORDER_FILEPATH"] = sys.argv[1] + "/aws-requests.jsonl"
-from modelforge_cli.local_stack import LocalOptions, LocalStack
+from modelforge_local_stack.local_stack import LocalOptions, LocalStack
 from modelforge_cli.api_client import ControlPlane
 stack = LocalStack(LocalOptions(port=0, sweep_interval_seconds=3600))
 stack.start()

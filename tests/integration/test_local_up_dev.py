@@ -13,8 +13,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-from modelforge_cli import provision
-from modelforge_cli.replay import TABLE_ENV
+from modelforge_local_stack import provision
+from modelforge_local_stack.replay import TABLE_ENV
 from modelforge_node_agent.identity import StateVolume, new_identity
 
 from tests.conftest import ADMIN_TOKEN

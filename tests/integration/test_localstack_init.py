@@ -18,8 +18,8 @@ from typing import Any
 import boto3
 import pytest
 import yaml
-from modelforge_cli import provision
-from modelforge_cli.emulator import Emulator
+from modelforge_local_stack import provision
+from modelforge_local_stack.emulator import Emulator
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "localstack" / "docker-compose.yml"
@@ -165,7 +165,9 @@ def test_the_compose_file_resolves_pins_its_image_and_mounts_the_hook_and_the_ca
     assert binds == {
         f"/etc/localstack/init/ready.d/{HOOK.name}": str(HOOK),
         f"{MOUNTED_REPO}/infra/resources.json": str(REPO / "infra" / "resources.json"),
-        f"{MOUNTED_REPO}/tools/modelforge_cli": str(REPO / "tools" / "modelforge_cli"),
+        f"{MOUNTED_REPO}/tools/local_stack/modelforge_local_stack": str(
+            REPO / "tools" / "local_stack" / "modelforge_local_stack"
+        ),
         f"{MOUNTED_REPO}/functions/chalicelib": str(REPO / "functions" / "chalicelib"),
     }
     for target, source in binds.items():

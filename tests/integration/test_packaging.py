@@ -23,7 +23,17 @@ from tests.support.processes import run_to_exit
 
 REPO = Path(__file__).resolve().parents[2]
 #: What a node must never carry: control-plane, AWS and tooling code.
-NOT_ON_A_NODE = ("chalice", "chalicelib", "moto", "boto3", "botocore", "pynamodb", "werkzeug", "modelforge_cli")
+NOT_ON_A_NODE = (
+    "chalice",
+    "chalicelib",
+    "moto",
+    "boto3",
+    "botocore",
+    "pynamodb",
+    "werkzeug",
+    "modelforge_cli",
+    "modelforge_local_stack",
+)
 #: What the agent needs, by import name.
 ON_A_NODE = ("modelforge_node_agent", "modelforge_protocol", "modelforge_logging", "requests", "pynvml", "jsonschema")
 
@@ -124,20 +134,34 @@ def test_the_installed_agent_runs(node_env: Path) -> None:
 
 
 def test_every_distribution_reads_its_version_from_the_one_place() -> None:
-    for pyproject in (REPO / "pyproject.toml", REPO / "protocol" / "pyproject.toml", REPO / "agent" / "pyproject.toml"):
+    for pyproject in (
+        REPO / "pyproject.toml",
+        REPO / "protocol" / "pyproject.toml",
+        REPO / "agent" / "pyproject.toml",
+        REPO / "tools" / "cli" / "pyproject.toml",
+        REPO / "tools" / "local_stack" / "pyproject.toml",
+    ):
         project = tomllib.loads(pyproject.read_text())
         assert "version" not in project["project"] and "version" in project["project"]["dynamic"], pyproject
         assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "modelforge_protocol.versions.RELEASE"}
     from importlib.metadata import version
 
-    for distribution in ("modelforge-protocol", "modelforge-node-agent", "modelforge-compute"):
+    for distribution in (
+        "modelforge-protocol",
+        "modelforge-node-agent",
+        "modelforge-cli",
+        "modelforge-local-stack",
+        "modelforge-compute",
+    ):
         assert version(distribution) == RELEASE, f"{distribution}: reinstall with ./scripts/test"
 
 
 def test_the_tooling_runs_the_functions_on_what_the_lambda_bundle_installs() -> None:
     """functions/requirements.txt is what Chalice puts in the Lambda bundle; the local stack runs
-    the same functions, so the tooling's dependencies name the same distributions."""
-    dependencies = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    the same functions, so its dependencies name the same distributions."""
+    dependencies = tomllib.loads((REPO / "tools" / "local_stack" / "pyproject.toml").read_text())["project"][
+        "dependencies"
+    ]
     tooling = {Requirement(requirement).name.lower() for requirement in dependencies}
     lines = (REPO / "functions" / "requirements.txt").read_text().splitlines()
     functions = {Requirement(line).name.lower() for line in lines if line.strip() and not line.lstrip().startswith("#")}

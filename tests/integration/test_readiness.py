@@ -7,6 +7,7 @@ import time
 
 from chalicelib import instance
 from chalicelib.api import views
+from chalicelib.domain import requests as typed
 from chalicelib.services import nodes, readiness
 from chalicelib.services.auth import NodeCaller
 from modelforge_protocol.credentials import sha256_hex
@@ -142,7 +143,11 @@ def test_an_offline_node_is_not_a_duplicate(cp: ControlPlane) -> None:
     caller = NodeCaller(node_id=old.node_id, credential_sha256=sha256_hex(old.credential))  # type: ignore[arg-type]
     settings = instance.get().settings
     nodes.heartbeat(
-        stores(), settings, caller, cp.heartbeat_body(gpus=1), time.time() - settings.offline_after_seconds - 5
+        stores(),
+        settings,
+        caller,
+        typed.heartbeat(cp.heartbeat_body(gpus=1)),
+        time.time() - settings.offline_after_seconds - 5,
     )
     new = AgentIdentity()
     assert cp.enroll(cp.mint()["token"], new, accelerator_mode="nvidia", inventory=shared).status_code == 201

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from modelforge_cli import provision
+from modelforge_local_stack import provision
 
 from tests.conftest import ADMIN_TOKEN
 from tests.support.api import AgentIdentity, ControlPlane

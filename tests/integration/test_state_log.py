@@ -12,8 +12,8 @@ from typing import Any
 import boto3
 from chalicelib.domain.records import HEARTBEAT_FIELDS
 from chalicelib.stores.state_log import state_log_key
-from modelforge_cli import provision
-from modelforge_cli.replay import TABLE_ENV
+from modelforge_local_stack import provision
+from modelforge_local_stack.replay import TABLE_ENV
 
 from tests.support.api import AgentIdentity, ControlPlane, gpu_inventory
 from tests.support.polling import wait_until

@@ -12,6 +12,7 @@ import time
 import pytest
 from chalicelib import instance
 from chalicelib.domain import liveness
+from chalicelib.domain import requests as typed
 from chalicelib.domain.records import MASS_STALE_HOLD
 from chalicelib.services import nodes, sweep
 from chalicelib.services.auth import NodeCaller
@@ -54,7 +55,7 @@ def _past_clock() -> float:
 def _beat_at(identity: AgentIdentity, cp: ControlPlane, when: float) -> None:
     """A heartbeat through the real service at a chosen server time."""
     caller = NodeCaller(node_id=identity.node_id, credential_sha256=sha256_hex(identity.credential))  # type: ignore[arg-type]
-    nodes.heartbeat(stores(), instance.get().settings, caller, cp.heartbeat_body(), when)
+    nodes.heartbeat(stores(), instance.get().settings, caller, typed.heartbeat(cp.heartbeat_body()), when)
 
 
 def test_sweep_marks_silent_nodes_stale_then_offline_and_a_heartbeat_brings_them_back(stack, cp: ControlPlane) -> None:
@@ -211,7 +212,7 @@ def _hold_active() -> bool:
 
 
 def test_the_local_scheduler_event_runs_the_deployed_sweep_handler(stack, cp: ControlPlane, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    from modelforge_cli.scheduler import scheduled_event
+    from modelforge_local_stack.scheduler import scheduled_event
 
     settings = instance.get().settings
     clock = _past_clock()

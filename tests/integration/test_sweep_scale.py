@@ -1,10 +1,11 @@
 """The sweep reads the late nodes through its index, not the fleet: checked on a few hundred nodes
 by counting the emulator's requests.
 
-The nodes are written straight into the session stack's nodes table (as bench/sweep.py does at
-larger sizes), and the sweep runs on a clock far in the past, so that only this test's stale nodes
-are late at it (every other node of the session heartbeated later). This test's nodes are deleted
-afterwards, and the online-node counter, which they were never counted in, is repaired.
+The nodes are written straight into the session stack's nodes table (modelforge_bench.node_items,
+as bench/sweep.py does at larger sizes), and the sweep runs on a clock far in the past, so that only
+this test's stale nodes are late at it (every other node of the session heartbeated later). This
+test's nodes are deleted afterwards, and the online-node counter, which they were never counted in,
+is repaired.
 """
 
 from __future__ import annotations
@@ -12,23 +13,18 @@ from __future__ import annotations
 import dataclasses
 import secrets
 import time
-from types import ModuleType
 
 from chalicelib import instance
 from chalicelib.domain import liveness
 from chalicelib.services import sweep
-from modelforge_cli.emulator import operations_delta
+from modelforge_bench import node_items
+from modelforge_local_stack.emulator import operations_delta
 
-from tests.support import bench_scripts
 from tests.support.snapshots import scan_table
 from tests.support.stores import online_nodes, stores
 
 FLEET = 300
 STALE = 3
-
-
-def _load_bench() -> ModuleType:
-    return bench_scripts.load("sweep")
 
 
 def _app_operations(stack) -> dict[str, int]:  # type: ignore[no-untyped-def]
@@ -37,7 +33,6 @@ def _app_operations(stack) -> dict[str, int]:  # type: ignore[no-untyped-def]
 
 def test_sweep_reads_late_nodes_only_at_scale(counted_stack) -> None:  # type: ignore[no-untyped-def]
     stack = counted_stack
-    bench = _load_bench()
     settings = dataclasses.replace(instance.get().settings, mass_stale_fraction=1.0)  # never hold
     sweep_at = time.time() - 10_000_000  # older than any other test's clock
     # a prefix of our own; the shard (the last 8 hex digits) cycles evenly through the index partitions
@@ -45,7 +40,7 @@ def test_sweep_reads_late_nodes_only_at_scale(counted_stack) -> None:  # type: i
     node_ids = [f"node_{prefix}{index:024x}" for index in range(FLEET)]
     stale_ids, fresh_ids = set(node_ids[:STALE]), set(node_ids[STALE:])
     items = [
-        bench.node_item(
+        node_items.node_item(
             node_id,
             sweep_at - settings.stale_after_seconds - 5 if node_id in stale_ids else sweep_at - 5,
             settings.sweep_bucket_seconds,
@@ -54,8 +49,8 @@ def test_sweep_reads_late_nodes_only_at_scale(counted_stack) -> None:  # type: i
         for node_id in node_ids
     ]
     table = stack.names["MODELFORGE_NODES_TABLE"]
-    client = bench.dynamodb_client(stack.aws_endpoint_url)
-    bench.put_nodes(client, table, items)
+    client = node_items.dynamodb_client(stack.aws_endpoint_url)
+    node_items.put_nodes(client, table, items)
     try:
         stack.drain_state_log()  # nothing of earlier tests is shipped inside the count
         before = _app_operations(stack)
@@ -86,7 +81,7 @@ def test_sweep_reads_late_nodes_only_at_scale(counted_stack) -> None:  # type: i
             assert ours[node_id]["liveness_shard"]["S"] == liveness.index_partition(liveness.ONLINE, node_id)
     finally:
         # our nodes would be late for every later sweep
-        bench.delete_nodes(client, table, node_ids)
+        node_items.delete_nodes(client, table, node_ids)
         client.close()
         # the transitions took our never-counted nodes off the counter: count the index again
         sweep.repair_online_counter(stores(), time.time())

@@ -13,10 +13,11 @@ from typing import Any
 
 import pytest
 from chalicelib import instance
+from chalicelib.domain import requests as typed
 from chalicelib.services import nodes
 from chalicelib.services.auth import NodeCaller
 from chalicelib.services.known_callers import KnownCallers
-from modelforge_cli.emulator import operations_delta
+from modelforge_local_stack.emulator import operations_delta
 from modelforge_protocol.credentials import sha256_hex
 
 from tests.support.api import AgentIdentity, ControlPlane, gpu_inventory
@@ -75,11 +76,11 @@ def test_a_caller_known_to_this_instance_heartbeats_with_one_update_a_new_instan
     fresh = KnownCallers()  # what a newly started function instance knows: nobody
     stack.drain_state_log()  # the state-log function's S3 writes are not the heartbeat's
     before = _app_operations(stack)
-    nodes.heartbeat(stores(), settings, caller, cp.heartbeat_body(), time.time(), fresh)
+    nodes.heartbeat(stores(), settings, caller, typed.heartbeat(cp.heartbeat_body()), time.time(), fresh)
     assert operations_delta(before, _app_operations(stack)) == {"GetItem": 1, "UpdateItem": 1}
     before = _app_operations(stack)
     for _ in range(3):
-        nodes.heartbeat(stores(), settings, caller, cp.heartbeat_body(), time.time(), fresh)
+        nodes.heartbeat(stores(), settings, caller, typed.heartbeat(cp.heartbeat_body()), time.time(), fresh)
     assert operations_delta(before, _app_operations(stack)) == {"UpdateItem": 3}
 
 

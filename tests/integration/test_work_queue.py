@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import requests
 from chalicelib import instance
+from chalicelib.domain import requests as typed
 from chalicelib.domain.errors import GuardFailed
 from chalicelib.services import nodes, sweep
 from chalicelib.services.auth import NodeCaller
@@ -170,7 +171,9 @@ def test_a_node_marked_offline_loses_its_leases_at_once(stack, cp: ControlPlane)
     caller = NodeCaller(node_id=node.node_id, credential_sha256=sha256_hex(node.credential))  # type: ignore[arg-type]
     # the node goes silent: stale, then offline, long before its lease would expire
     then = time.time() - settings.offline_after_seconds - 10
-    nodes.heartbeat(stores(), settings, caller, cp.heartbeat_body(), then)  # an old heartbeat (still "online")
+    nodes.heartbeat(
+        stores(), settings, caller, typed.heartbeat(cp.heartbeat_body()), then
+    )  # an old heartbeat (still "online")
     sweep.run(stores(), settings, then + settings.stale_after_seconds + 1)
     report = sweep.run(stores(), settings, time.time())
     assert stores().nodes.get(node.node_id).liveness == "offline"  # type: ignore[union-attr]
@@ -186,7 +189,9 @@ def test_a_stale_node_gets_no_work_even_while_its_persisted_status_says_online(s
     submitted = _submitted(cp)
     node = cp.worker_node(("cpu", ECHO))
     caller = NodeCaller(node_id=node.node_id, credential_sha256=sha256_hex(node.credential))  # type: ignore[arg-type]
-    nodes.heartbeat(stores(), settings, caller, cp.heartbeat_body(), time.time() - settings.stale_after_seconds - 1)
+    nodes.heartbeat(
+        stores(), settings, caller, typed.heartbeat(cp.heartbeat_body()), time.time() - settings.stale_after_seconds - 1
+    )
     assert stores().nodes.get(node.node_id).liveness == "online"  # type: ignore[union-attr]  # no sweep ran
     refused = cp.claim(node)
     assert refused.status_code == 409 and refused.json()["error"]["code"] == "node_not_online"

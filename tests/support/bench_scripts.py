@@ -1,23 +1,24 @@
-"""Load a bench/ script as a module, so tests reuse its functions (bench/ is not a package)."""
+"""Run a bench/ script as its own process, as a developer does (``.venv/bin/python bench/<name>.py``).
+
+Tests never import a script: what they share with the scripts lives in the modelforge_bench
+package (bench/modelforge_bench)."""
 
 from __future__ import annotations
 
-import importlib.util
+import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
-BENCH_DIR = Path(__file__).resolve().parents[2] / "bench"
+REPO = Path(__file__).resolve().parents[2]
+BENCH_DIR = REPO / "bench"
 
 
-def load(script: str) -> ModuleType:
-    """``load("sweep")`` imports bench/sweep.py once per process."""
-    name = f"modelforge_bench_{script}"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, BENCH_DIR / f"{script}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
+def run(script: str, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    """``run("ocr", "--images", "1")``: bench/ocr.py to its exit, from the repository root, output as text."""
+    return subprocess.run(
+        [sys.executable, str(BENCH_DIR / f"{script}.py"), *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from modelforge_cli import emulator
+from modelforge_local_stack import emulator
 
 #: Credentials moto accepts; the emulator never checks them.
 CLIENT_OPTIONS = {"region_name": "us-east-1", "aws_access_key_id": "testing", "aws_secret_access_key": "testing"}

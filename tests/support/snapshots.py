@@ -6,7 +6,7 @@ from typing import Any
 
 import boto3
 from chalicelib.config import resources
-from modelforge_cli.emulator import READ_OPERATIONS
+from modelforge_local_stack.emulator import READ_OPERATIONS
 
 TABLE_VARS = tuple(table.env_var for table in resources.TABLES)
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 import sys
 
-from modelforge_cli.local_stack import LocalOptions
-from modelforge_cli.local_up import serve
+from modelforge_local_stack.local_stack import LocalOptions
+from modelforge_local_stack.local_up import serve
 
 if __name__ == "__main__":
     sys.setswitchinterval(float(os.environ.get("RACE_SWITCH_INTERVAL", "0.000001")))

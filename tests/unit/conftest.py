@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from modelforge_cli import emulator
+from modelforge_local_stack import emulator
 
 from tests.support.emulators import bare_emulator
 

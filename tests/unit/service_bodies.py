@@ -12,6 +12,7 @@ from typing import Any
 from chalicelib.config import resources
 from chalicelib.config.settings import Settings, load_settings
 from chalicelib.domain import liveness
+from chalicelib.domain import requests as typed
 from chalicelib.domain.records import Enrollment, Inventory, Node
 from chalicelib.services import enrollments
 from chalicelib.services.auth import NodeCaller
@@ -200,7 +201,9 @@ def enroll_agent(
     settings: Settings = SETTINGS,
 ) -> Agent:
     """Mint a token and enroll a node with it through the services; the agent's secrets."""
-    minted = enrollments.create(stores, {"display_name": "GPU Node", "expires_in_seconds": 900}, now)
+    minted = enrollments.create(
+        stores, typed.create_enrollment({"display_name": "GPU Node", "expires_in_seconds": 900}), now
+    )
     identity = AgentIdentity()
     body = enroll_body(
         minted.token,
@@ -208,5 +211,5 @@ def enroll_agent(
         accelerator_mode=accelerator_mode,
         inventory=inventory if inventory is not None else cpu_inventory(),
     )
-    node = enrollments.enroll(stores, settings, body, now).node
+    node = enrollments.enroll(stores, settings, typed.enroll(body), now).node
     return Agent(node_id=node.node_id, credential=identity.credential)

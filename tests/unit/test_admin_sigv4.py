@@ -12,6 +12,7 @@ import datetime
 import hashlib
 import hmac
 import json
+import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -199,3 +200,18 @@ def test_no_credentials_is_one_line_and_exit_2(
     err = capsys.readouterr().err
     assert code == 2
     assert err.count("\n") == 1 and err.startswith("modelforge: no AWS credentials for --aws-sigv4")
+
+
+def test_aws_sigv4_without_botocore_is_one_line_naming_the_aws_extra_and_exit_2(
+    no_aws_environment: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The admin CLI's base install has no botocore: `--aws-sigv4` then says which extra brings it."""
+    monkeypatch.setenv("MODELFORGE_ADMIN_TOKEN", TOKEN)
+    monkeypatch.setitem(sys.modules, "botocore.session", None)  # import raises ImportError
+    code = cli.main(
+        ["nodes", "list", "--aws-sigv4", "--api-url", "https://abc123defg.execute-api.us-east-1.amazonaws.com/api"]
+    )
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err == f"modelforge: {aws_sigv4.NEEDS_EXTRA}\n"
+    assert "pip install 'modelforge-cli[aws]'" in err

@@ -7,8 +7,6 @@ import json
 import sys
 from pathlib import Path
 
-import pytest
-
 from tests.support import bench_scripts
 from tests.support.processes import run_to_exit
 
@@ -32,8 +30,9 @@ def test_the_first_validated_body_imports_jsonschema() -> None:
     assert loaded["jsonschema"] is True
 
 
-def test_cold_start_bench_prints_the_three_figures(capsys: pytest.CaptureFixture[str]) -> None:
-    assert bench_scripts.load("cold_start").main(["--runs", "1"]) == 0
-    out = capsys.readouterr().out
+def test_cold_start_bench_prints_the_three_figures() -> None:
+    ran = bench_scripts.run("cold_start", "--runs", "1")
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    out = ran.stdout
     for name in ("import boto3", "import app", "first heartbeat's imports"):
         assert name in out

@@ -1,4 +1,4 @@
-"""The pure cost model of bench/cost.py (bench/_cost_model.py): DynamoDB request units by the
+"""The pure cost model of bench/cost.py (bench/modelforge_bench/cost_model.py): DynamoDB request units by the
 billing rules, the price table, and what a fixed usage costs by line."""
 
 from __future__ import annotations
@@ -8,10 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from tests.support import bench_scripts
-
-model = bench_scripts.load("_cost_model")
+from modelforge_bench import cost_model as model
 
 NODES = model.TableShape(
     "nodes",

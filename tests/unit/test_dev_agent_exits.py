@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from modelforge_cli.dev_agent import AGENT_EXITS, explain_exit
+from modelforge_local_stack.dev_agent import AGENT_EXITS, explain_exit
 from modelforge_node_agent import exit_codes
 
 API = "http://127.0.0.1:8001"

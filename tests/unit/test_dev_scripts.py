@@ -1,10 +1,11 @@
 """What the developer scripts promise: one pip version (one chalice accepts, so nothing moves it
-back and forth), dev-up's flags for a stable admin token and a readable agent, and a README
-short-threshold example that the control plane accepts."""
+back and forth), dev-up's flags for a stable admin token and a readable agent, and a documented
+short-threshold example (docs/CONFIGURATION.md) that the control plane accepts."""
 
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import re
 import secrets
 import shlex
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from chalicelib.config.settings import SettingsError, load_settings
-from modelforge_cli import provision
+from modelforge_local_stack import provision
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
@@ -42,6 +43,20 @@ def test_the_pip_the_venv_script_installs_is_one_chalice_accepts() -> None:
     )
 
 
+def test_the_venv_script_installs_every_distribution_of_the_checkout_editable() -> None:
+    """A pyproject.toml the script forgets would leave its package importable from nowhere (no
+    sys.path insertion stands in for an install); the CLI comes with [aws], for --aws-sigv4."""
+    script = (ROOT / "scripts" / "_venv.sh").read_text()
+    installed = set(re.findall(r'-e "\$ROOT/?([^"\[]*)(?:\[[^\]]*\])?"', script))
+    projects = set()
+    for folder, subfolders, files in os.walk(ROOT):
+        subfolders[:] = [name for name in subfolders if not name.startswith((".", "_")) and name != "build"]
+        if "pyproject.toml" in files:
+            projects.add("" if Path(folder) == ROOT else str(Path(folder).relative_to(ROOT)))
+    assert installed == projects, (installed, projects)
+    assert '-e "$ROOT/tools/cli[aws]"' in script
+
+
 def test_dev_up_keeps_its_token_and_data_in_dot_modelforge_and_passes_its_arguments_on() -> None:
     script = (ROOT / "scripts" / "dev-up").read_text()
     command = script[script.index('exec "$VENV/bin/modelforge" local up') :]
@@ -54,17 +69,15 @@ def test_dev_up_keeps_its_token_and_data_in_dot_modelforge_and_passes_its_argume
 
 
 def _short_threshold_example() -> dict[str, str]:
-    readme = (ROOT / "README.md").read_text()
-    start = readme.index("**Short thresholds**")
-    block = readme[
-        readme.index("```bash\n", start) + len("```bash\n") : readme.index("```", readme.index("```bash\n", start) + 7)
-    ]
+    doc = (ROOT / "docs" / "CONFIGURATION.md").read_text()
+    start = doc.index("**Short thresholds**")
+    block = doc[doc.index("```bash\n", start) + len("```bash\n") : doc.index("```", doc.index("```bash\n", start) + 7)]
     words = shlex.split(block.replace("\\\n", " "))
     assert words[-1] == "./scripts/dev-up", block
     return dict(word.split("=", 1) for word in words[:-1])
 
 
-def test_the_readme_short_threshold_example_is_accepted_and_needs_its_heartbeat_interval() -> None:
+def test_the_documented_short_threshold_example_is_accepted_and_needs_its_heartbeat_interval() -> None:
     example = _short_threshold_example()
     assert "MODELFORGE_HEARTBEAT_INTERVAL_SECONDS" in example
     base = {**provision.resource_names("modelforge"), "MODELFORGE_ADMIN_TOKEN": secrets.token_urlsafe(32)}

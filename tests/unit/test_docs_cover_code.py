@@ -1,6 +1,6 @@
-"""The README documents what the code offers: every `modelforge` command and its options in the
-command table, every option with a help text, and every environment variable the code reads in
-a configuration table (and no variable there that nothing reads)."""
+"""The docs document what the code offers: every `modelforge` command and its options in the
+command table of docs/CLI.md, every option with a help text, and every environment variable the
+code reads in a table of docs/CONFIGURATION.md (and no variable there that nothing reads)."""
 
 from __future__ import annotations
 
@@ -14,13 +14,20 @@ from pathlib import Path
 from modelforge_cli.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
-README = ROOT / "README.md"
+#: The command reference: a table row per command, and prose for options they share.
+CLI_DOC = ROOT / "docs" / "CLI.md"
+#: Every environment variable, in tables by component.
+CONFIGURATION_DOC = ROOT / "docs" / "CONFIGURATION.md"
 #: Where the shipped code lives (tests are scanned only to know what the README may mention).
 CODE_DIRS = ("agent", "worker", "functions", "tools", "protocol")
 SKIPPED_DIRS = {"vendor", "__pycache__", "build", "dist"}
 
-#: Variables read by code that the README deliberately does not document, and why.
+#: Variables read by code that the docs deliberately do not document, and why.
 UNDOCUMENTED: dict[str, str] = {}
+#: Variables the configuration tables list that another program reads, not the project's code.
+READ_BY_OTHERS: dict[str, str] = {
+    "COMPOSE_PROJECT_NAME": "Docker Compose's own variable, which it reads from the node's .env",
+}
 #: Upper-case keys the scan finds that are not environment variables at all.
 NOT_ENVIRONMENT: dict[str, str] = {
     name: "a key of a WSGI request's environ (the AWS emulator's request handling), not a process variable"
@@ -53,24 +60,17 @@ def _options(parser: argparse.ArgumentParser) -> list[argparse.Action]:
     ]
 
 
-def _section(title: str) -> str:
-    text = README.read_text()
-    start = text.index(f"\n## {title}\n")
-    end = text.find("\n## ", start + 1)
-    return text[start : end if end != -1 else len(text)]
-
-
 def _command_rows() -> list[str]:
-    return [line for line in _section("The `modelforge` command").splitlines() if line.startswith("| `modelforge ")]
+    return [line for line in CLI_DOC.read_text().splitlines() if line.startswith("| `modelforge ")]
 
 
 def _mentions(text: str, option: str) -> bool:
     return re.search(rf"(?<![\w-]){re.escape(option)}(?![\w-])", text) is not None
 
 
-def test_every_command_has_a_row_in_the_readme_command_table_with_each_of_its_options() -> None:
+def test_every_command_has_a_row_in_the_cli_doc_with_each_of_its_options() -> None:
     rows = _command_rows()
-    prose = "\n".join(line for line in _section("The `modelforge` command").splitlines() if not line.startswith("|"))
+    prose = "\n".join(line for line in CLI_DOC.read_text().splitlines() if not line.startswith("|"))
     missing = []
     for path, parser in leaf_commands(build_parser()):
         command = " ".join(("modelforge", *path))
@@ -81,7 +81,7 @@ def test_every_command_has_a_row_in_the_readme_command_table_with_each_of_its_op
         for action in _options(parser):
             if not any(_mentions(row, option) or _mentions(prose, option) for option in action.option_strings):
                 missing.append(f"{command}: {'/'.join(action.option_strings)} not in its row (nor the section's text)")
-    assert not missing, "README's command table lacks:\n" + "\n".join(missing)
+    assert not missing, "docs/CLI.md's command table lacks:\n" + "\n".join(missing)
 
 
 def test_every_row_of_the_command_table_is_a_command() -> None:
@@ -202,10 +202,10 @@ def _backticked_names(text: str) -> set[str]:
     }
 
 
-def _readme_table_names() -> set[str]:
-    """Every upper-case name in a code span on a README table row."""
+def _configuration_table_names() -> set[str]:
+    """Every upper-case name in a code span on a table row of docs/CONFIGURATION.md."""
     names: set[str] = set()
-    for line in README.read_text().splitlines():
+    for line in CONFIGURATION_DOC.read_text().splitlines():
         if line.startswith("|"):
             names |= _backticked_names(line)
     return names
@@ -226,22 +226,22 @@ def test_the_scan_finds_the_variables_it_must() -> None:
     assert "MODELFORGE_VENV" in found
 
 
-def test_every_environment_variable_the_code_reads_is_in_a_readme_table() -> None:
-    documented = _readme_table_names()
+def test_every_environment_variable_the_code_reads_is_in_a_configuration_table() -> None:
+    documented = _configuration_table_names()
     missing = sorted(name for name in variables_read_by_code() - documented if name not in UNDOCUMENTED)
     assert not missing, (
-        "read by the code but in no README table (document them, or list them in UNDOCUMENTED with why):\n"
-        + "\n".join(missing)
+        "read by the code but in no table of docs/CONFIGURATION.md (document them, or list them in UNDOCUMENTED "
+        "with why):\n" + "\n".join(missing)
     )
 
 
-def test_every_variable_in_the_readme_configuration_tables_is_read_by_something() -> None:
-    read = set(variables_read_by_code())
+def test_every_variable_in_the_configuration_tables_is_read_by_something() -> None:
+    read = set(variables_read_by_code()) | set(READ_BY_OTHERS)
     for path in _python_files("tests", "bench"):
         read |= _names_read(ast.parse(path.read_text(), str(path)))
     listed = set()
-    for line in _section("Configuration").splitlines():
+    for line in CONFIGURATION_DOC.read_text().splitlines():
         if line.startswith("| `"):
             listed |= set(re.findall(r"`([A-Z][A-Z0-9_]*[A-Z0-9])`", line.split(" | ")[0]))  # the first cell
-    assert not sorted(listed - read), "README configuration rows for variables nothing reads"
+    assert not sorted(listed - read), "docs/CONFIGURATION.md rows for variables nothing reads"
     assert not set(UNDOCUMENTED) & listed, "a variable listed as undocumented is documented"

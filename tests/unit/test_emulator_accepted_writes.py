@@ -11,7 +11,7 @@ import boto3
 import botocore.config
 import pytest
 from botocore.exceptions import ClientError
-from modelforge_cli import emulator
+from modelforge_local_stack import emulator
 
 from tests.support.emulators import CLIENT_OPTIONS as OPTIONS
 

@@ -1,4 +1,4 @@
-"""Canary: the moto internals tools/modelforge_cli/emulator.py patches are still what it assumes.
+"""Canary: the moto internals tools/local_stack/modelforge_local_stack/emulator.py patches are still what it assumes.
 
 moto is pinned exactly. Before moving the pin, run this file against the new moto; every failure
 names what to re-check. The emulator's atomicity lock and its cancelled-transaction patch stand in
@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from modelforge_cli import emulator
+from modelforge_local_stack import emulator
 from packaging.requirements import Requirement
 
 REPO = Path(__file__).resolve().parents[2]
 RECHECK = (
-    "moto changed an internal that tools/modelforge_cli/emulator.py relies on: re-check "
+    "moto changed an internal that tools/local_stack/modelforge_local_stack/emulator.py relies on: re-check "
     "make_cancelled_transactions_leave_no_trace(), Emulator.bind() and persistence.py (snapshots read and write "
     "moto's tables, items and objects) against the new moto source, run localstack/moto_fidelity_repro.py to see whether the fidelity gaps remain, "
     "and update docs/ARCHITECTURE.md before moving the moto pin in pyproject.toml. Detail: "
@@ -51,7 +51,10 @@ def _moto_transact_write_items() -> Any:
 
 def test_installed_moto_is_the_pinned_one() -> None:
     pins = [
-        Requirement(entry) for entry in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+        Requirement(entry)
+        for entry in tomllib.loads((REPO / "tools" / "local_stack" / "pyproject.toml").read_text())["project"][
+            "dependencies"
+        ]
     ]
     (moto,) = [pin for pin in pins if pin.name == "moto"]
     specifiers = list(moto.specifier)

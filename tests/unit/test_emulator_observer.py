@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 import boto3
-from modelforge_cli import emulator
+from modelforge_local_stack import emulator
 
 from tests.support.emulators import CLIENT_OPTIONS as OPTIONS
 

@@ -6,6 +6,7 @@ import dataclasses
 from typing import Any
 
 import pytest
+from chalicelib.domain import requests as typed
 from chalicelib.domain.errors import Conflict, DomainError, Gone, Invalid, NotFound, Unauthenticated
 from chalicelib.services import enrollments
 from modelforge_protocol import credentials
@@ -33,7 +34,9 @@ def stores() -> MemoryStores:
 
 
 def _mint(stores: MemoryStores, expires_in: int = 900, now: float = NOW, **body: Any) -> enrollments.Minted:
-    return enrollments.create(stores, {"display_name": "GPU Node", "expires_in_seconds": expires_in, **body}, now)
+    return enrollments.create(
+        stores, typed.create_enrollment({"display_name": "GPU Node", "expires_in_seconds": expires_in, **body}), now
+    )
 
 
 # --- create, get, public state ------------------------------------------------------------------
@@ -68,7 +71,7 @@ def test_create_stores_a_pending_enrollment_and_only_the_token_digest(stores: Me
 )
 def test_an_invalid_create_writes_nothing(stores: MemoryStores, body: dict[str, Any]) -> None:
     with pytest.raises(Invalid):
-        enrollments.create(stores, body, NOW)
+        enrollments.create(stores, typed.create_enrollment(body), NOW)
     assert stores.journal.calls == []
 
 
@@ -123,7 +126,7 @@ def test_revoke_that_loses_to_an_enroll_says_consumed(stores: MemoryStores) -> N
     minted = _mint(stores)
 
     def agent_enrolls_first() -> None:
-        enrollments.enroll(stores, SETTINGS, enroll_body(minted.token, AgentIdentity()), NOW)
+        enrollments.enroll(stores, SETTINGS, typed.enroll(enroll_body(minted.token, AgentIdentity())), NOW)
 
     stores.journal.before_next("enrollments.revoke", agent_enrolls_first)
     with pytest.raises(Conflict) as refused:
@@ -147,7 +150,10 @@ def test_enroll_creates_a_pending_node_its_inventory_claims_and_four_events(stor
     inventory = gpu_inventory(2)
     stores.journal.reset_counts()
     enrolled = enrollments.enroll(
-        stores, SETTINGS, enroll_body(minted.token, identity, accelerator_mode="nvidia", inventory=inventory), NOW
+        stores,
+        SETTINGS,
+        typed.enroll(enroll_body(minted.token, identity, accelerator_mode="nvidia", inventory=inventory)),
+        NOW,
     )
     node = enrolled.node
     assert not enrolled.replayed and credentials.NODE_ID_RE.fullmatch(node.node_id)
@@ -188,7 +194,7 @@ def test_an_unknown_token_is_unauthenticated(stores: MemoryStores, token: str) -
     }[token]
     stores.journal.reset_counts()
     with pytest.raises(Unauthenticated) as refused:
-        enrollments.enroll(stores, SETTINGS, enroll_body(presented, AgentIdentity()), NOW)
+        enrollments.enroll(stores, SETTINGS, typed.enroll(enroll_body(presented, AgentIdentity())), NOW)
     assert refused.value.code == "enrollment_token_unknown"
     assert stores.journal.writes == 0 and stores.journal.reads <= 1
     assert stores.enrollments.records[enrollment_id].state == "pending"
@@ -212,11 +218,11 @@ def test_a_token_that_cannot_be_used_any_more_is_refused(
     elif setup == "revoked":
         enrollments.revoke(stores, minted.enrollment.enrollment_id, NOW)
     else:
-        enrollments.enroll(stores, SETTINGS, enroll_body(minted.token, AgentIdentity()), NOW)
+        enrollments.enroll(stores, SETTINGS, typed.enroll(enroll_body(minted.token, AgentIdentity())), NOW)
     nodes_before = set(stores.nodes.records)
     stores.journal.reset_counts()
     with pytest.raises(error) as refused:
-        enrollments.enroll(stores, SETTINGS, enroll_body(minted.token, AgentIdentity()), now)
+        enrollments.enroll(stores, SETTINGS, typed.enroll(enroll_body(minted.token, AgentIdentity())), now)
     assert refused.value.code == code
     assert stores.journal.writes == 0 and set(stores.nodes.records) == nodes_before
 
@@ -225,9 +231,9 @@ def test_the_same_agent_retrying_gets_its_node_back_without_a_write(stores: Memo
     minted = _mint(stores)
     identity = AgentIdentity()
     body = enroll_body(minted.token, identity)
-    first = enrollments.enroll(stores, SETTINGS, body, NOW)
+    first = enrollments.enroll(stores, SETTINGS, typed.enroll(body), NOW)
     stores.journal.reset_counts()
-    again = enrollments.enroll(stores, SETTINGS, body, NOW + 3600)  # even once the token expired
+    again = enrollments.enroll(stores, SETTINGS, typed.enroll(body), NOW + 3600)  # even once the token expired
     assert again.replayed and again.node.node_id == first.node.node_id
     assert stores.journal.writes == 0 and len(stores.nodes.records) == 1
 
@@ -236,10 +242,10 @@ def test_the_same_agent_retrying_gets_its_node_back_without_a_write(stores: Memo
 def test_a_retry_with_other_secrets_is_refused_as_consumed(stores: MemoryStores, changed: str) -> None:
     minted = _mint(stores)
     identity = AgentIdentity()
-    enrollments.enroll(stores, SETTINGS, enroll_body(minted.token, identity), NOW)
+    enrollments.enroll(stores, SETTINGS, typed.enroll(enroll_body(minted.token, identity)), NOW)
     other = dataclasses.replace(identity, **{changed: getattr(AgentIdentity(), changed)})
     with pytest.raises(Conflict) as refused:
-        enrollments.enroll(stores, SETTINGS, enroll_body(minted.token, other), NOW)
+        enrollments.enroll(stores, SETTINGS, typed.enroll(enroll_body(minted.token, other)), NOW)
     assert refused.value.code == "enrollment_token_consumed"
 
 
@@ -248,11 +254,11 @@ def test_an_agent_that_loses_the_race_is_refused_and_writes_nothing(stores: Memo
     winner = AgentIdentity()
 
     def another_agent_enrolls_first() -> None:
-        enrollments.enroll(stores, SETTINGS, enroll_body(minted.token, winner), NOW)
+        enrollments.enroll(stores, SETTINGS, typed.enroll(enroll_body(minted.token, winner)), NOW)
 
     stores.journal.before_next("enrollments.consume", another_agent_enrolls_first)
     with pytest.raises(Conflict) as refused:
-        enrollments.enroll(stores, SETTINGS, enroll_body(minted.token, AgentIdentity()), NOW)
+        enrollments.enroll(stores, SETTINGS, typed.enroll(enroll_body(minted.token, AgentIdentity())), NOW)
     assert refused.value.code == "enrollment_token_consumed"
     [node] = stores.nodes.records.values()
     assert node.credential_sha256 == credentials.sha256_hex(winner.credential)
@@ -265,9 +271,9 @@ def test_a_retry_racing_its_own_first_attempt_gets_the_node_the_first_created(st
     body = enroll_body(minted.token, identity)
     first: list[enrollments.Enrolled] = []
     stores.journal.before_next(
-        "enrollments.consume", lambda: first.append(enrollments.enroll(stores, SETTINGS, body, NOW))
+        "enrollments.consume", lambda: first.append(enrollments.enroll(stores, SETTINGS, typed.enroll(body), NOW))
     )
-    again = enrollments.enroll(stores, SETTINGS, body, NOW)
+    again = enrollments.enroll(stores, SETTINGS, typed.enroll(body), NOW)
     assert again.replayed and again.node.node_id == first[0].node.node_id and len(stores.nodes.records) == 1
 
 
@@ -277,7 +283,7 @@ def test_a_token_revoked_while_enrolling_is_gone(stores: MemoryStores) -> None:
         "enrollments.consume", lambda: enrollments.revoke(stores, minted.enrollment.enrollment_id, NOW)
     )
     with pytest.raises(Gone) as refused:
-        enrollments.enroll(stores, SETTINGS, enroll_body(minted.token, AgentIdentity()), NOW)
+        enrollments.enroll(stores, SETTINGS, typed.enroll(enroll_body(minted.token, AgentIdentity())), NOW)
     assert refused.value.code == "enrollment_token_revoked" and stores.nodes.records == {}
 
 
@@ -295,7 +301,7 @@ def test_an_invalid_enroll_writes_nothing(stores: MemoryStores, overrides: dict[
     minted = _mint(stores)
     stores.journal.reset_counts()
     with pytest.raises(Invalid) as refused:
-        enrollments.enroll(stores, SETTINGS, enroll_body(minted.token, AgentIdentity(), **overrides), NOW)
+        enrollments.enroll(stores, SETTINGS, typed.enroll(enroll_body(minted.token, AgentIdentity(), **overrides)), NOW)
     assert refused.value.code == code and stores.journal.calls == []
 
 

@@ -6,7 +6,7 @@ import inspect
 
 import pytest
 from chalicelib.domain import errors
-from modelforge_cli.http_server import load_app
+from modelforge_local_stack.http_server import load_app
 
 app = load_app()
 

@@ -25,8 +25,8 @@ from typing import Any
 
 import pytest
 from chalicelib import instance
-from modelforge_cli.http_server import load_app
-from modelforge_cli.infra_routes import Route, node_routes
+from modelforge_local_stack.http_server import load_app
+from modelforge_local_stack.infra_routes import Route, node_routes
 from modelforge_protocol.credentials import ADMIN_TOKEN_HEADER, NODE_ID_HEADER
 
 from tests.support.memory_stores import MemoryStores, memory_stores

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from chalicelib.api import views
+from chalicelib.domain import requests as typed
 from chalicelib.domain.errors import Invalid
 from chalicelib.services import node_agent_settings
 from modelforge_protocol.release_bundle import NODE_AGENT_IMAGE, REQUIRED_LABELS, known_label_values
@@ -51,11 +52,14 @@ def _body(**changes: Any) -> dict[str, Any]:
 
 
 def _problems(body: dict[str, Any]) -> list[tuple[str, str]]:
-    return [(problem.field, problem.message) for problem in node_agent_settings.check(body).problems]
+    return [
+        (problem.field, problem.message)
+        for problem in node_agent_settings.check(typed.node_agent_settings(body)).problems
+    ]
 
 
 def test_check_with_a_release_manifest_entry_gives_the_settings_in_order_with_the_release_tag() -> None:
-    result = node_agent_settings.check(_body())
+    result = node_agent_settings.check(typed.node_agent_settings(_body()))
     assert result.ok and result.problems == []
     assert result.settings == [
         ("MODELFORGE_AGENT_CONTROL_PLANE_URL", "https://modelforge.example.com"),
@@ -74,14 +78,16 @@ def test_check_of_the_entry_the_release_tool_writes_is_ok(tmp_path: Path) -> Non
     archive = write_docker_save(tmp_path / "images.tar", release_images())
     written = make_bundle([archive], tmp_path / "bundle")
     entry = json.loads(written.manifest.read_text())["images"]["modelforge-node-agent"]
-    result = node_agent_settings.check(_body(manifest_entry=json.dumps(entry, indent=2)))
+    result = node_agent_settings.check(typed.node_agent_settings(_body(manifest_entry=json.dumps(entry, indent=2))))
     assert result.ok, result.problems
     assert dict(result.settings)["MODELFORGE_NODE_AGENT_IMAGE"] == TAG
 
 
 def test_check_ignores_the_image_and_config_id() -> None:
     for config_digest in (None, "sha256:" + "00" * 32, "not even a digest"):
-        assert node_agent_settings.check(_body(manifest_entry=json.dumps(_entry(config_digest=config_digest)))).ok
+        assert node_agent_settings.check(
+            typed.node_agent_settings(_body(manifest_entry=json.dumps(_entry(config_digest=config_digest))))
+        ).ok
 
 
 @pytest.mark.parametrize(
@@ -109,7 +115,7 @@ def test_check_ignores_the_image_and_config_id() -> None:
     ],
 )
 def test_check_with_a_wrong_manifest_entry_says_what_is_missing_or_wrong(entry: dict[str, Any], expected: str) -> None:
-    result = node_agent_settings.check(_body(manifest_entry=json.dumps(entry)))
+    result = node_agent_settings.check(typed.node_agent_settings(_body(manifest_entry=json.dumps(entry))))
     assert not result.ok and result.settings == []
     problems = [(problem.field, problem.message) for problem in result.problems]
     assert any(field == "manifest_entry" and message.startswith(expected) for field, message in problems), problems
@@ -139,7 +145,7 @@ def test_check_without_a_manifest_entry_in_bundle_mode_says_it_is_missing() -> N
 
 def test_check_with_a_pinned_registry_image_uses_the_reference_and_ignores_the_entry() -> None:
     result = node_agent_settings.check(
-        _body(image_source="registry", image_reference=f"  {PINNED} ", manifest_entry="junk")
+        typed.node_agent_settings(_body(image_source="registry", image_reference=f"  {PINNED} ", manifest_entry="junk"))
     )
     assert result.ok, result.problems
     assert dict(result.settings)["MODELFORGE_NODE_AGENT_IMAGE"] == PINNED
@@ -204,13 +210,13 @@ def test_check_lists_every_problem_at_once() -> None:
 )
 def test_check_with_a_body_outside_the_schema_is_invalid_request(changes: dict[str, Any]) -> None:
     with pytest.raises(Invalid):
-        node_agent_settings.check(_body(**changes))
+        node_agent_settings.check(typed.node_agent_settings(_body(**changes)))
 
 
 def test_the_answer_never_holds_a_token_and_lists_settings_by_name() -> None:
-    answer = views.node_agent_settings(node_agent_settings.check(_body()))
+    answer = views.node_agent_settings(node_agent_settings.check(typed.node_agent_settings(_body())))
     assert answer["ok"] is True and answer["release"] == IMAGE_TAG_VERSION and answer["problems"] == []
     assert [setting["name"] for setting in answer["settings"]][0] == "MODELFORGE_AGENT_CONTROL_PLANE_URL"
     assert "ENROLLMENT_TOKEN" not in json.dumps(answer)
-    refused = views.node_agent_settings(node_agent_settings.check(_body(hostname="")))
+    refused = views.node_agent_settings(node_agent_settings.check(typed.node_agent_settings(_body(hostname=""))))
     assert refused["ok"] is False and refused["settings"] == [] and refused["problems"][0]["field"] == "hostname"

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from chalicelib.config.settings import INVENTORY_RATE_WINDOW_SECONDS
 from chalicelib.domain import liveness
+from chalicelib.domain import requests as typed
 from chalicelib.domain.errors import Conflict, Invalid, NotFound, RateLimited, Unauthenticated
 from chalicelib.domain.records import ONLINE_NODES, TELEMETRY_COLUMNS, Event, FleetState
 from chalicelib.services import nodes
@@ -52,7 +53,9 @@ def _known(agent: Agent) -> KnownCallers:
 def test_a_known_online_caller_costs_exactly_one_write_and_logs_nothing(stores: MemoryStores) -> None:
     agent = _seed(stores)
     stores.journal.reset_counts()
-    result = nodes.heartbeat(stores, SETTINGS, agent.caller, heartbeat_body(gpus=2), NOW, _known(agent))
+    result = nodes.heartbeat(
+        stores, SETTINGS, agent.caller, typed.heartbeat(heartbeat_body(gpus=2)), NOW, _known(agent)
+    )
     assert result.transitioned_from is None and result.node.liveness == "online"
     assert stores.journal.calls == ["nodes.record_heartbeat"]
     assert (stores.journal.reads, stores.journal.writes, stores.journal.events) == (0, 1, [])
@@ -68,7 +71,7 @@ def test_telemetry_rows_are_stored_in_gpu_index_order(stores: MemoryStores) -> N
     telemetry = gpu_telemetry(3)
     telemetry["gpus"].reverse()
     telemetry["gpus"][0]["utilization_percent"] = 11.0  # index 2
-    nodes.heartbeat(stores, SETTINGS, agent.caller, heartbeat_body(telemetry=telemetry), NOW)
+    nodes.heartbeat(stores, SETTINGS, agent.caller, typed.heartbeat(heartbeat_body(telemetry=telemetry)), NOW)
     rows = stores.nodes.records[agent.node_id].telemetry
     assert rows is not None and [row[0] for row in rows] == [0, 1, 2] and rows[2][1] == 11.0
 
@@ -77,11 +80,11 @@ def test_an_unknown_online_caller_is_read_once_then_remembered(stores: MemorySto
     agent = _seed(stores)
     known = KnownCallers()
     stores.journal.reset_counts()
-    nodes.heartbeat(stores, SETTINGS, agent.caller, heartbeat_body(), NOW, known)
+    nodes.heartbeat(stores, SETTINGS, agent.caller, typed.heartbeat(heartbeat_body()), NOW, known)
     assert stores.journal.calls == ["nodes.get", "nodes.record_heartbeat"]
     assert (agent.node_id, agent.credential_sha256) in known
     stores.journal.reset_counts()
-    nodes.heartbeat(stores, SETTINGS, agent.caller, heartbeat_body(), NOW + 15, known)
+    nodes.heartbeat(stores, SETTINGS, agent.caller, typed.heartbeat(heartbeat_body()), NOW + 15, known)
     assert stores.journal.calls == ["nodes.record_heartbeat"]
 
 
@@ -92,7 +95,7 @@ def test_an_unknown_node_is_refused_after_one_read_and_no_write(stores: MemorySt
     agent = Agent()  # never enrolled
     known = KnownCallers()
     with pytest.raises(Unauthenticated) as refused:
-        nodes.heartbeat(stores, SETTINGS, agent.caller, heartbeat_body(), NOW, known)
+        nodes.heartbeat(stores, SETTINGS, agent.caller, typed.heartbeat(heartbeat_body()), NOW, known)
     assert refused.value.code == "credential_invalid"
     assert stores.journal.calls == ["nodes.get"] and stores.journal.writes == 0 and len(known) == 0
 
@@ -102,7 +105,7 @@ def test_a_wrong_credential_is_refused_after_one_read_and_no_write(stores: Memor
     impostor = Agent(node_id=agent.node_id)  # the node's id, another credential
     before = stores.nodes.records[agent.node_id].last_heartbeat_at
     with pytest.raises(Unauthenticated) as refused:
-        nodes.heartbeat(stores, SETTINGS, impostor.caller, heartbeat_body(), NOW)
+        nodes.heartbeat(stores, SETTINGS, impostor.caller, typed.heartbeat(heartbeat_body()), NOW)
     assert refused.value.code == "credential_invalid"
     assert stores.journal.calls == ["nodes.get"] and stores.journal.writes == 0
     assert stores.nodes.records[agent.node_id].last_heartbeat_at == before
@@ -111,7 +114,7 @@ def test_a_wrong_credential_is_refused_after_one_read_and_no_write(stores: Memor
 def test_a_revoked_credential_is_refused_with_its_own_code(stores: MemoryStores) -> None:
     agent = _seed(stores, credential_state="revoked")
     with pytest.raises(Unauthenticated) as refused:
-        nodes.heartbeat(stores, SETTINGS, agent.caller, heartbeat_body(), NOW)
+        nodes.heartbeat(stores, SETTINGS, agent.caller, typed.heartbeat(heartbeat_body()), NOW)
     assert refused.value.code == "credential_revoked" and stores.journal.writes == 0
 
 
@@ -120,7 +123,7 @@ def test_a_known_caller_revoked_since_is_read_refused_and_forgotten(stores: Memo
     known = _known(agent)
     stores.nodes.records[agent.node_id].credential_state = "revoked"
     with pytest.raises(Unauthenticated) as refused:
-        nodes.heartbeat(stores, SETTINGS, agent.caller, heartbeat_body(), NOW, known)
+        nodes.heartbeat(stores, SETTINGS, agent.caller, typed.heartbeat(heartbeat_body()), NOW, known)
     assert refused.value.code == "credential_revoked"
     assert stores.journal.calls == ["nodes.record_heartbeat", "nodes.get"] and stores.journal.writes == 0
     assert (agent.node_id, agent.credential_sha256) not in known
@@ -140,7 +143,7 @@ def test_an_invalid_heartbeat_reads_and_writes_nothing(
 ) -> None:
     agent = _seed(stores)
     with pytest.raises(Invalid) as refused:
-        nodes.heartbeat(stores, SETTINGS, agent.caller, body, NOW)
+        nodes.heartbeat(stores, SETTINGS, agent.caller, typed.heartbeat(body), NOW)
     assert refused.value.code == code and stores.journal.calls == []
 
 
@@ -152,7 +155,7 @@ def test_a_transition_to_online_is_logged_and_counted(stores: MemoryStores, stat
     last = None if state == "pending" else NOW - 400
     agent = _seed(stores, state=state, last_heartbeat_at=last)
     stores.fleet.seed(FleetState(ONLINE_NODES, count=4, revision=7))
-    result = nodes.heartbeat(stores, SETTINGS, agent.caller, heartbeat_body(), NOW, _known(agent))
+    result = nodes.heartbeat(stores, SETTINGS, agent.caller, typed.heartbeat(heartbeat_body()), NOW, _known(agent))
     assert result.transitioned_from == state and result.node.liveness == "online"
     [event] = stores.journal.events
     assert event.type == "node.liveness_changed" and event.at == NOW
@@ -166,7 +169,7 @@ def test_a_transition_to_online_is_logged_and_counted(stores: MemoryStores, stat
 
 def test_the_first_transition_creates_the_online_counter(stores: MemoryStores) -> None:
     agent = _seed(stores, state="pending", last_heartbeat_at=None)
-    nodes.heartbeat(stores, SETTINGS, agent.caller, heartbeat_body(), NOW)
+    nodes.heartbeat(stores, SETTINGS, agent.caller, typed.heartbeat(heartbeat_body()), NOW)
     assert stores.fleet.records[ONLINE_NODES] == FleetState(ONLINE_NODES, count=1, revision=1)
 
 
@@ -178,7 +181,7 @@ def test_a_heartbeat_that_loses_to_the_sweep_takes_the_transition_path(stores: M
 
     stores.fleet.seed(FleetState(ONLINE_NODES, count=1, revision=1))
     stores.journal.before_next("nodes.record_heartbeat", sweep_marks_it_stale)
-    result = nodes.heartbeat(stores, SETTINGS, agent.caller, heartbeat_body(), NOW, _known(agent))
+    result = nodes.heartbeat(stores, SETTINGS, agent.caller, typed.heartbeat(heartbeat_body()), NOW, _known(agent))
     assert result.transitioned_from == "stale"
     assert stores.journal.event_types() == ["sweep", "node.liveness_changed"]
     assert stores.nodes.records[agent.node_id].liveness == "online"
@@ -192,7 +195,7 @@ def test_a_transition_retries_from_a_fresh_read_when_the_liveness_moved(stores: 
         stores.nodes.records[agent.node_id].liveness = "offline"
 
     stores.journal.before_next("nodes.record_transition_heartbeat", sweep_moves_it_offline)
-    result = nodes.heartbeat(stores, SETTINGS, agent.caller, heartbeat_body(), NOW)
+    result = nodes.heartbeat(stores, SETTINGS, agent.caller, typed.heartbeat(heartbeat_body()), NOW)
     assert result.transitioned_from == "offline"
     assert [event.subject["from"] for event in stores.journal.events] == ["offline"]
     assert stores.fleet.records[ONLINE_NODES].count == 1
@@ -207,7 +210,7 @@ def test_three_lost_transitions_end_in_a_conflict_with_nothing_written(stores: M
 
     stores.journal.before_next("nodes.record_transition_heartbeat", another_writer_moves_it, times=3)
     with pytest.raises(Conflict) as refused:
-        nodes.heartbeat(stores, SETTINGS, agent.caller, heartbeat_body(), NOW)
+        nodes.heartbeat(stores, SETTINGS, agent.caller, typed.heartbeat(heartbeat_body()), NOW)
     assert refused.value.code == "heartbeat_conflict"
     assert stores.journal.calls.count("nodes.record_transition_heartbeat") == 3
     assert stores.journal.writes == 0 and stores.journal.events == [] and ONLINE_NODES not in stores.fleet.records
@@ -222,7 +225,7 @@ def test_a_credential_revoked_during_a_transition_is_refused(stores: MemoryStore
 
     stores.journal.before_next("nodes.record_transition_heartbeat", admin_revokes)
     with pytest.raises(Unauthenticated) as refused:
-        nodes.heartbeat(stores, SETTINGS, agent.caller, heartbeat_body(), NOW)
+        nodes.heartbeat(stores, SETTINGS, agent.caller, typed.heartbeat(heartbeat_body()), NOW)
     assert refused.value.code == "credential_revoked" and stores.journal.events == []
 
 
@@ -233,16 +236,18 @@ def test_inventory_replacement_is_limited_per_window_then_the_window_starts_agai
     agent = _seed(stores)
     limit = SETTINGS.inventory_rate_limit
     for i in range(limit):
-        nodes.replace_inventory(stores, SETTINGS, agent.caller, inventory_body(), NOW + i)
+        nodes.replace_inventory(stores, SETTINGS, agent.caller, typed.replace_inventory(inventory_body()), NOW + i)
     assert stores.nodes.inventories[agent.node_id].rate_window_count == limit
     writes = stores.journal.writes
     with pytest.raises(RateLimited) as refused:
-        nodes.replace_inventory(stores, SETTINGS, agent.caller, inventory_body(), NOW + 100)
+        nodes.replace_inventory(stores, SETTINGS, agent.caller, typed.replace_inventory(inventory_body()), NOW + 100)
     assert refused.value.code == "inventory_rate_limited"
     assert refused.value.retry_after_seconds == INVENTORY_RATE_WINDOW_SECONDS - 100
     assert stores.journal.writes == writes
 
-    nodes.replace_inventory(stores, SETTINGS, agent.caller, inventory_body(), NOW + INVENTORY_RATE_WINDOW_SECONDS)
+    nodes.replace_inventory(
+        stores, SETTINGS, agent.caller, typed.replace_inventory(inventory_body()), NOW + INVENTORY_RATE_WINDOW_SECONDS
+    )
     stored = stores.nodes.inventories[agent.node_id]
     assert (stored.rate_window_start, stored.rate_window_count) == (NOW + INVENTORY_RATE_WINDOW_SECONDS, 1)
 
@@ -250,16 +255,18 @@ def test_inventory_replacement_is_limited_per_window_then_the_window_starts_agai
 def test_retry_after_rounds_up(stores: MemoryStores) -> None:
     agent = _seed(stores)
     for _ in range(SETTINGS.inventory_rate_limit):
-        nodes.replace_inventory(stores, SETTINGS, agent.caller, inventory_body(), NOW)
+        nodes.replace_inventory(stores, SETTINGS, agent.caller, typed.replace_inventory(inventory_body()), NOW)
     with pytest.raises(RateLimited) as refused:
-        nodes.replace_inventory(stores, SETTINGS, agent.caller, inventory_body(), NOW + 99.5)
+        nodes.replace_inventory(stores, SETTINGS, agent.caller, typed.replace_inventory(inventory_body()), NOW + 99.5)
     assert refused.value.retry_after_seconds == 501
 
 
 def test_inventory_replacement_stores_the_document_and_logs_it(stores: MemoryStores) -> None:
     agent = _seed(stores)
     document = gpu_inventory(2)
-    returned = nodes.replace_inventory(stores, SETTINGS, agent.caller, inventory_body(document), NOW)
+    returned = nodes.replace_inventory(
+        stores, SETTINGS, agent.caller, typed.replace_inventory(inventory_body(document)), NOW
+    )
     assert returned.inventory == document and returned.updated_at == NOW
     stored = stores.nodes.inventories[agent.node_id]
     assert stored.inventory == document and stored.revision
@@ -277,7 +284,7 @@ def test_an_inventory_from_a_wrong_or_revoked_credential_costs_one_read(
     agent = _seed(stores, credential_state=credential_state)
     caller = Agent(node_id=agent.node_id).caller if impostor else agent.caller
     with pytest.raises(Unauthenticated) as refused:
-        nodes.replace_inventory(stores, SETTINGS, caller, inventory_body(), NOW)
+        nodes.replace_inventory(stores, SETTINGS, caller, typed.replace_inventory(inventory_body()), NOW)
     assert refused.value.code == code
     assert stores.journal.calls == ["nodes.get"] and agent.node_id not in stores.nodes.inventories
 
@@ -287,7 +294,9 @@ def test_inventory_replacement_reconciles_the_claims(stores: MemoryStores) -> No
     kept, dropped, added = gpu_uuid(), gpu_uuid(), gpu_uuid()
     stores.nodes.seed_inventory(inventory_record(agent.node_id, inventory_of([kept, dropped])))
     stores.journal.reset_counts()
-    nodes.replace_inventory(stores, SETTINGS, agent.caller, inventory_body(inventory_of([kept, added])), NOW)
+    nodes.replace_inventory(
+        stores, SETTINGS, agent.caller, typed.replace_inventory(inventory_body(inventory_of([kept, added]))), NOW
+    )
     assert stores.nodes.inventories[agent.node_id].claimed_uuids == {kept, added}
     assert stores.nodes.claimed_by(agent.node_id) == {kept, added}
     assert stores.nodes.claimants(dropped) == []
@@ -300,7 +309,9 @@ def test_an_unchanged_inventory_writes_no_claims(stores: MemoryStores) -> None:
     uuids = [gpu_uuid(), gpu_uuid()]
     stores.nodes.seed_inventory(inventory_record(agent.node_id, inventory_of(uuids)))
     stores.journal.reset_counts()
-    nodes.replace_inventory(stores, SETTINGS, agent.caller, inventory_body(inventory_of(uuids)), NOW)
+    nodes.replace_inventory(
+        stores, SETTINGS, agent.caller, typed.replace_inventory(inventory_body(inventory_of(uuids))), NOW
+    )
     assert stores.journal.event_types() == ["inventory.replaced"] and stores.journal.writes == 1
 
 
@@ -308,14 +319,18 @@ def test_inventory_flags_a_live_duplicate_on_both_sides_and_unflags_it_when_it_g
     agent, other = _seed(stores), _seed(stores)
     shared = gpu_uuid()
     stores.nodes.seed_inventory(inventory_record(other.node_id, inventory_of([shared])))
-    nodes.replace_inventory(stores, SETTINGS, agent.caller, inventory_body(inventory_of([shared, gpu_uuid()])), NOW)
+    nodes.replace_inventory(
+        stores, SETTINGS, agent.caller, typed.replace_inventory(inventory_body(inventory_of([shared, gpu_uuid()]))), NOW
+    )
     mine, theirs = stores.nodes.records[agent.node_id], stores.nodes.records[other.node_id]
     assert mine.duplicate_partners == {other.node_id} and theirs.duplicate_partners == {agent.node_id}
     assert mine.duplicate_suspected_at == NOW and theirs.duplicate_suspected_at == NOW
     [suspected] = stores.journal.events_of("node.duplicate_suspected")
     assert suspected.subject["others"] == other.node_id and suspected.subject["gpu_uuids"] == shared
 
-    nodes.replace_inventory(stores, SETTINGS, agent.caller, inventory_body(inventory_of([gpu_uuid()])), NOW + 1)
+    nodes.replace_inventory(
+        stores, SETTINGS, agent.caller, typed.replace_inventory(inventory_body(inventory_of([gpu_uuid()]))), NOW + 1
+    )
     mine, theirs = stores.nodes.records[agent.node_id], stores.nodes.records[other.node_id]
     assert mine.duplicate_partners is None and theirs.duplicate_partners is None
     assert mine.duplicate_suspected_at is None and theirs.duplicate_suspected_at is None
@@ -333,20 +348,22 @@ def test_inventory_does_not_flag_offline_or_revoked_nodes(stores: MemoryStores) 
     shared = gpu_uuid()
     for other in (offline, revoked):
         stores.nodes.seed_inventory(inventory_record(other.node_id, inventory_of([shared])))
-    nodes.replace_inventory(stores, SETTINGS, agent.caller, inventory_body(inventory_of([shared])), NOW)
+    nodes.replace_inventory(
+        stores, SETTINGS, agent.caller, typed.replace_inventory(inventory_body(inventory_of([shared]))), NOW
+    )
     assert stores.nodes.records[agent.node_id].duplicate_partners is None
     assert stores.journal.events_of("node.duplicate_suspected") == []
 
 
 def test_a_replacement_that_loses_to_another_retries_and_counts_from_the_fresh_read(stores: MemoryStores) -> None:
     agent = _seed(stores)
-    nodes.replace_inventory(stores, SETTINGS, agent.caller, inventory_body(), NOW)
+    nodes.replace_inventory(stores, SETTINGS, agent.caller, typed.replace_inventory(inventory_body()), NOW)
 
     def another_replacement() -> None:
-        nodes.replace_inventory(stores, SETTINGS, agent.caller, inventory_body(), NOW + 1)
+        nodes.replace_inventory(stores, SETTINGS, agent.caller, typed.replace_inventory(inventory_body()), NOW + 1)
 
     stores.journal.before_next("nodes.replace_inventory", another_replacement)
-    nodes.replace_inventory(stores, SETTINGS, agent.caller, inventory_body(), NOW + 2)
+    nodes.replace_inventory(stores, SETTINGS, agent.caller, typed.replace_inventory(inventory_body()), NOW + 2)
     assert stores.nodes.inventories[agent.node_id].rate_window_count == 3
     assert stores.journal.calls.count("nodes.replace_inventory") == 4  # ours failed once
 
@@ -362,7 +379,7 @@ def test_three_lost_replacements_end_in_a_conflict(stores: MemoryStores) -> None
 
     stores.journal.before_next("nodes.replace_inventory", another_replacement, times=3)
     with pytest.raises(Conflict) as refused:
-        nodes.replace_inventory(stores, SETTINGS, agent.caller, inventory_body(), NOW)
+        nodes.replace_inventory(stores, SETTINGS, agent.caller, typed.replace_inventory(inventory_body()), NOW)
     assert refused.value.code == "inventory_conflict"
     assert stores.journal.writes == 0 and stores.journal.events == []
 
@@ -375,7 +392,7 @@ def test_a_credential_revoked_during_a_replacement_is_refused(stores: MemoryStor
 
     stores.journal.before_next("nodes.replace_inventory", admin_revokes)
     with pytest.raises(Unauthenticated) as refused:
-        nodes.replace_inventory(stores, SETTINGS, agent.caller, inventory_body(), NOW)
+        nodes.replace_inventory(stores, SETTINGS, agent.caller, typed.replace_inventory(inventory_body()), NOW)
     assert refused.value.code == "credential_revoked" and agent.node_id not in stores.nodes.inventories
 
 
@@ -384,7 +401,7 @@ def test_an_inventory_with_a_gpu_uuid_twice_is_invalid(stores: MemoryStores) -> 
     document = gpu_inventory(2)
     document["gpus"][1]["uuid"] = document["gpus"][0]["uuid"]
     with pytest.raises(Invalid):
-        nodes.replace_inventory(stores, SETTINGS, agent.caller, inventory_body(document), NOW)
+        nodes.replace_inventory(stores, SETTINGS, agent.caller, typed.replace_inventory(inventory_body(document)), NOW)
     assert stores.journal.calls == []
 
 

@@ -1,5 +1,6 @@
-"""The OpenAPI document: checked in as generated, valid OpenAPI 3.1, the same routes as the app both
-ways, the protocol's own request schemas, and every error code the control plane raises.
+"""The OpenAPI document: checked in as generated, valid OpenAPI 3.1, built from the operations the
+app's routes carry (a route without one is refused), the protocol's own request schemas, and every
+error code the control plane raises.
 
 That each operation answers only what the document says (statuses, codes and bodies) is checked
 over HTTP by the fuzz test (tests/integration/test_api_fuzz.py)."""
@@ -12,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from chalicelib.api import openapi
 from jsonschema import Draft202012Validator
 
@@ -22,18 +24,18 @@ FUNCTIONS = REPO / "functions"
 METHODS = {"get", "put", "post", "delete", "options", "head", "patch", "trace"}
 
 
-def _app_routes() -> dict[str, set[str]]:
-    from modelforge_cli.http_server import load_app
+def _routes() -> Any:
+    from modelforge_local_stack.http_server import load_app
 
-    return {path: set(methods) for path, methods in load_app().app.routes.items()}
+    return load_app().app.routes
 
 
-def _document_routes(document: dict[str, Any]) -> dict[str, set[str]]:
-    return {path: {method.upper() for method in item if method in METHODS} for path, item in document["paths"].items()}
+def _built() -> dict[str, Any]:
+    return openapi.build(_routes())
 
 
 def test_the_checked_in_document_is_the_generated_one() -> None:
-    from modelforge_cli import openapi_doc
+    from modelforge_local_stack import openapi_doc
 
     checked_in = openapi_doc.DOCUMENT_PATH.read_text(encoding="utf-8")
     assert checked_in == openapi_doc.render(), (
@@ -43,38 +45,60 @@ def test_the_checked_in_document_is_the_generated_one() -> None:
 
 
 def test_the_regenerate_command_checks_and_writes(tmp_path: Path) -> None:
-    from modelforge_cli import openapi_doc
+    from modelforge_local_stack import openapi_doc
 
     target = tmp_path / "openapi.json"
     assert openapi_doc.main(["--check", "--output", str(target)]) == 1
     assert openapi_doc.main(["--output", str(target)]) == 0
     assert openapi_doc.main(["--check", "--output", str(target)]) == 0
-    assert json.loads(target.read_text()) == openapi.build()
+    assert json.loads(target.read_text()) == _built()
 
 
 def test_the_document_is_valid_openapi_3_1() -> None:
     from openapi_spec_validator import validate
     from openapi_spec_validator.validation import OpenAPIV31SpecValidator
 
-    document = openapi.build()
+    document = _built()
     assert document["openapi"].startswith("3.1")
     validate(document, cls=OpenAPIV31SpecValidator)
 
 
-def test_every_route_of_the_app_is_documented_with_the_same_methods_and_nothing_else() -> None:
-    app_routes, documented = _app_routes(), _document_routes(openapi.build())
-    missing = {path: methods - documented.get(path, set()) for path, methods in app_routes.items()}
-    extra = {path: methods - app_routes.get(path, set()) for path, methods in documented.items()}
-    assert not {path: m for path, m in missing.items() if m}, f"routes the document lacks: {missing}"
-    assert not {path: m for path, m in extra.items() if m}, f"documented operations the app lacks: {extra}"
+def test_build_route_registered_without_an_operation_refused() -> None:
+    from chalice import Chalice
+
+    bare = Chalice(app_name="bare")
+
+    @bare.route("/undeclared", methods=["GET"])
+    def undeclared() -> dict[str, Any]:
+        return {}
+
+    with pytest.raises(ValueError, match="GET /undeclared was not registered with its operation"):
+        openapi.build(bare.routes)
+
+
+def test_build_operation_under_another_route_refused() -> None:
+    from chalice import Chalice
+    from chalicelib.api import operations
+    from chalicelib.api.operation import declare
+
+    moved = Chalice(app_name="moved")
+    moved.route("/api/v1/elsewhere", methods=["GET"])(declare(lambda: {}, operations.GET_HEALTH))
+    with pytest.raises(ValueError, match="GET /api/v1/elsewhere"):
+        openapi.build(moved.routes)
+
+
+def test_build_paths_follow_the_apps_registration_order() -> None:
+    routes = _routes()
+    documented = [(path, method.upper()) for path, item in _built()["paths"].items() for method in item]
+    assert documented == [(path, method) for path, methods in routes.items() for method in methods]
 
 
 def test_request_bodies_are_the_protocol_schemas() -> None:
-    document = openapi.build()
+    document = _built()
     components = document["components"]["schemas"]
     for name, source in openapi.REQUEST_SCHEMA_SOURCES.items():
         assert components[name] == openapi.portable(source), name
-    used = {op.request for op in openapi.OPERATIONS if op.request is not None}
+    used = {op.request for op in openapi.operations(_routes()) if op.request is not None}
     assert used <= set(openapi.REQUEST_SCHEMA_SOURCES), used - set(openapi.REQUEST_SCHEMA_SOURCES)
 
 
@@ -93,7 +117,7 @@ def _schemas(node: Any) -> list[dict[str, Any]]:
 
 
 def test_schemas_are_json_schema_2020_12_with_portable_patterns() -> None:
-    document = openapi.build()
+    document = _built()
     for schema in document["components"]["schemas"].values():
         Draft202012Validator.check_schema(schema)
     for holder in _schemas(document):
@@ -108,12 +132,6 @@ def test_portable_patterns_accept_and_refuse_what_the_protocol_patterns_do() -> 
     written = re.compile(openapi.portable({"pattern": schemas.NODE_ID_PATTERN})["pattern"])
     for candidate in ("node_" + "a" * 32, "node_" + "a" * 32 + "Z", "node_" + "a" * 31, "node_" + "a" * 33):
         assert bool(original.match(candidate)) == bool(written.fullmatch(candidate)), candidate
-
-
-def test_the_page_limit_is_the_apps() -> None:
-    from modelforge_cli.http_server import load_app
-
-    assert openapi.MAX_PAGE == load_app().MAX_PAGE
 
 
 #: How the control plane raises an error with a literal code: ``Kind("code", ...)``, ``conflict("code", ...)``
@@ -132,11 +150,11 @@ def test_every_error_code_the_control_plane_raises_is_documented() -> None:
         raised.update({code: source.name for code in _RAISED.findall(text)})
         raised.update({f"{what}_not_found": source.name for what in _NOT_FOUND.findall(text)})
     raised.update({"invalid_request": "errors.py"})  # invalid_request(...) builds it
-    documented = {code for operation in openapi.OPERATIONS for codes in operation.errors().values() for code in codes}
+    documented = {code for op in openapi.operations(_routes()) for codes in op.errors().values() for code in codes}
     undocumented = {code: where for code, where in raised.items() if code not in documented}
     assert len(raised) > 25, raised  # the scan still finds the codes
     assert not undocumented, (
-        f"error codes raised but in no operation of functions/chalicelib/api/openapi.py: {undocumented}"
+        f"error codes raised but in no operation of functions/chalicelib/api/operations.py: {undocumented}"
     )
 
 
@@ -145,3 +163,18 @@ def test_importing_the_api_function_leaves_the_document_for_its_first_request() 
     done = run_to_exit([sys.executable, "-c", probe], cwd=FUNCTIONS)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "False"
+
+
+def test_operation_query_names_query_parameters_only() -> None:
+    from chalicelib.api import operations
+
+    assert operations.LIST_WORK.query_names() == {"limit", "next_token", "status", "capability"}
+    assert operations.GET_WORK.query_names() == set()  # its work_id is a path parameter
+
+
+def test_endpoint_route_carries_its_operation_and_nothing_else_lists_it() -> None:
+    from chalicelib.api import operations
+    from chalicelib.api.operation import declared
+
+    entry = _routes()["/api/v1/admin/work/{work_id}"]["GET"]
+    assert declared(entry.view_function) is operations.GET_WORK

@@ -44,3 +44,12 @@ def test_read_capped_identity_encoding_is_read() -> None:
 @pytest.mark.parametrize(("value", "expected"), [("12", 12), (" 7 ", 7), ("-1", None), ("1e3", None), ("", None)])
 def test_declared_length_only_plain_decimals_count(value: str, expected: int | None) -> None:
     assert capped_read.declared_length({"Content-Length": value}) == expected
+
+
+def test_read_capped_http_client_headers_are_read_case_insensitively() -> None:
+    from email.message import Message
+
+    headers = Message()
+    headers["content-length"] = "9"
+    with pytest.raises(capped_read.TooLarge):
+        capped_read.read_capped(_read(b"x" * 9).read, headers, 4)

@@ -41,10 +41,23 @@ def test_atomic_write_missing_folder_raises_os_error(tmp_path: Path) -> None:
         files.atomic_write(tmp_path / "missing" / "file", b"x")
 
 
-def test_atomic_write_never_follows_a_planted_link(tmp_path: Path) -> None:
-    target = tmp_path / "file"
-    files.atomic_write(target, b"one", sync_directory=False)
+def test_atomic_write_batch_without_directory_sync_writes_each_file(tmp_path: Path) -> None:
+    for name in ("a", "b"):
+        files.atomic_write(tmp_path / name, name.encode(), sync_directory=False)
     files.fsync_directory(tmp_path)
-    assert target.read_bytes() == b"one"
-    assert files.temporary_name(target).parent == tmp_path
-    assert files.temporary_name(target) != files.temporary_name(target)
+    assert [(path.name, path.read_bytes()) for path in sorted(tmp_path.iterdir())] == [("a", b"a"), ("b", b"b")]
+
+
+def test_temporary_name_is_hidden_fresh_and_beside_the_target(tmp_path: Path) -> None:
+    target = tmp_path / "file"
+    first, second = files.temporary_name(target), files.temporary_name(target)
+    assert first.parent == tmp_path and first.name.startswith(".file.") and first != second
+
+
+def test_atomic_write_target_that_is_a_link_is_replaced_not_followed(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.write_bytes(b"keep")
+    link = tmp_path / "state"
+    link.symlink_to(outside)
+    files.atomic_write(link, b"new")
+    assert not link.is_symlink() and link.read_bytes() == b"new" and outside.read_bytes() == b"keep"

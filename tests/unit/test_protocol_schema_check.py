@@ -58,3 +58,10 @@ def test_violations_booleans_are_not_integers() -> None:
 )
 def test_violations_agree_with_jsonschema_on_the_protocol_schemas(schema: dict[str, Any], value: Any) -> None:
     assert (violations(schema, value) == []) == Draft202012Validator(schema).is_valid(value)
+
+
+def test_violations_unique_items_compare_json_values() -> None:
+    schema = {"type": "array", "uniqueItems": True}
+    assert violations(schema, [1, 1.0]) == [Violation((), "uniqueItems")]
+    assert violations(schema, [True, 1, {"a": 1}, {"a": 2}]) == []
+    assert Draft202012Validator(schema).is_valid([True, 1]) and not Draft202012Validator(schema).is_valid([1, 1.0])

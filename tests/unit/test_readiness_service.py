@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+from chalicelib.domain import requests as typed
 from chalicelib.domain.errors import NotFound
 from chalicelib.domain.records import Event
 from chalicelib.services import enrollments, nodes, readiness
@@ -42,7 +43,7 @@ def stores() -> MemoryStores:
 
 def _ready_gpu_node(stores: MemoryStores, gpus: int = 2) -> Agent:
     agent = enroll_agent(stores, inventory=gpu_inventory(gpus), accelerator_mode="nvidia", now=NOW - 30)
-    nodes.heartbeat(stores, SETTINGS, agent.caller, heartbeat_body(gpus), NOW - 5)
+    nodes.heartbeat(stores, SETTINGS, agent.caller, typed.heartbeat(heartbeat_body(gpus)), NOW - 5)
     return agent
 
 
@@ -161,7 +162,7 @@ def test_a_duplicate_that_went_offline_no_longer_fails_identity(stores: MemorySt
 
 def test_a_cpu_node_without_gpus_or_telemetry_is_ready(stores: MemoryStores) -> None:
     agent = enroll_agent(stores, now=NOW - 30)
-    nodes.heartbeat(stores, SETTINGS, agent.caller, heartbeat_body(), NOW - 5)
+    nodes.heartbeat(stores, SETTINGS, agent.caller, typed.heartbeat(heartbeat_body()), NOW - 5)
     assert readiness.check(stores, SETTINGS, agent.node_id, NOW).ready
 
 
@@ -170,7 +171,9 @@ def test_a_cpu_node_without_gpus_or_telemetry_is_ready(stores: MemoryStores) -> 
 
 @pytest.mark.parametrize(("now", "state"), [(NOW, "pending"), (NOW + 900, "expired")])
 def test_an_enrollment_without_a_node_waits_for_its_agent(stores: MemoryStores, now: float, state: str) -> None:
-    minted = enrollments.create(stores, {"display_name": "GPU Node", "expires_in_seconds": 900}, NOW)
+    minted = enrollments.create(
+        stores, typed.create_enrollment({"display_name": "GPU Node", "expires_in_seconds": 900}), NOW
+    )
     result = readiness.check(stores, SETTINGS, minted.enrollment.enrollment_id, now)
     assert (result.node_id, result.enrollment_id, result.status) == (None, minted.enrollment.enrollment_id, None)
     [check] = result.checks
@@ -201,7 +204,9 @@ def test_an_unknown_target_is_not_found(stores: MemoryStores, target: str, code:
 
 def test_readiness_telemetry_needs_a_gpu_node_to_report_every_gpu(stores: MemoryStores) -> None:
     agent = _ready_gpu_node(stores, gpus=2)
-    nodes.heartbeat(stores, SETTINGS, agent.caller, heartbeat_body(telemetry=gpu_telemetry(1)), NOW - 1)
+    nodes.heartbeat(
+        stores, SETTINGS, agent.caller, typed.heartbeat(heartbeat_body(telemetry=gpu_telemetry(1))), NOW - 1
+    )
     assert _failing(readiness.check(stores, SETTINGS, agent.node_id, NOW)) == ["telemetry_age"]
 
 

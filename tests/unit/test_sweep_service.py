@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from chalicelib.domain import liveness
+from chalicelib.domain import requests as typed
 from chalicelib.domain.records import MASS_STALE_HOLD, ONLINE_NODES, FleetState
 from chalicelib.services import nodes, sweep
 
@@ -93,7 +94,7 @@ def test_a_heartbeat_between_the_read_and_the_write_wins(stores: MemoryStores) -
     _counter(stores, 1)
 
     def heartbeat_arrives() -> None:
-        nodes.heartbeat(stores, SETTINGS, agent.caller, heartbeat_body(), NOW)
+        nodes.heartbeat(stores, SETTINGS, agent.caller, typed.heartbeat(heartbeat_body()), NOW)
 
     stores.journal.before_next("nodes.set_liveness", heartbeat_arrives)
     report = sweep.run(stores, SETTINGS, NOW)
@@ -139,7 +140,7 @@ def test_a_mass_stale_sweep_holds_logs_once_and_releases_when_it_clears(stores: 
 
     # most late nodes come back: the hold is released and the rest go stale in the same sweep
     for agent in late[:10]:
-        nodes.heartbeat(stores, SETTINGS, agent.caller, heartbeat_body(), NOW + 2)
+        nodes.heartbeat(stores, SETTINGS, agent.caller, typed.heartbeat(heartbeat_body()), NOW + 2)
     report = sweep.run(stores, SETTINGS, NOW + 3, clock=lambda: NOW)
     assert (report.held, report.transitioned) == (False, 2)
     hold = stores.fleet.records[MASS_STALE_HOLD]

@@ -4,6 +4,7 @@ ttl per instance."""
 from __future__ import annotations
 
 import pytest
+from chalicelib.domain import requests as typed
 from chalicelib.services import work
 from chalicelib.services.work_hint import DEFAULT_TTL_SECONDS, WorkHint
 from modelforge_protocol.work import CAPABILITIES, ECHO, OCR
@@ -89,7 +90,7 @@ def test_the_hint_over_the_work_store_costs_one_read_per_ttl() -> None:
     stores: MemoryStores = memory_stores()
     hint = WorkHint(ttl_seconds=5)
     assert hint.waiting([ECHO, "cpu"], stores.work.any_queued, NOW) is False
-    work.submit(stores, {"capability": ECHO, "input": {}}, NOW)
+    work.submit(stores, typed.submit_work({"capability": ECHO, "input": {}}), NOW)
     assert hint.waiting([ECHO], stores.work.any_queued, NOW + 1) is False  # stale by at most the ttl
     assert hint.waiting([ECHO], stores.work.any_queued, NOW + 5) is True
     assert stores.journal.calls.count("work.any_queued") == 2

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from chalicelib.domain import requests as typed
 from chalicelib.domain.errors import Conflict, DomainError, GuardFailed, Invalid, NotFound, TooLarge, Unauthenticated
 from chalicelib.domain.records import Event, WorkItem
 from chalicelib.services import work
@@ -71,7 +72,7 @@ def _body(capability: str = ECHO, document: dict[str, Any] | None = None, **fiel
 
 
 def _submit(stores: MemoryStores, capability: str = ECHO, now: float = NOW - 10, **fields: Any) -> WorkItem:
-    return work.submit(stores, _body(capability, **fields), now).item
+    return work.submit(stores, typed.submit_work(_body(capability, **fields)), now).item
 
 
 def _claim(stores: MemoryStores, agent: Agent, now: float = NOW) -> work.Claim:
@@ -231,7 +232,7 @@ def test_the_fake_object_store_digests_and_presigns(stores: MemoryStores) -> Non
 
 
 def test_submit_queues_an_item_with_the_defaults_and_stores_its_input_canonically(stores: MemoryStores) -> None:
-    submitted = work.submit(stores, _body(ECHO, {"b": [1, 2], "a": "é"}), NOW)
+    submitted = work.submit(stores, typed.submit_work(_body(ECHO, {"b": [1, 2], "a": "é"})), NOW)
     item = submitted.item
     assert submitted.created and item == _stored(stores, item.work_id)
     assert work._WORK_ID.fullmatch(item.work_id)
@@ -302,13 +303,13 @@ def test_submits_without_a_key_make_distinct_items(stores: MemoryStores) -> None
     ],
 )
 def test_an_invalid_submission_writes_nothing(stores: MemoryStores, body: dict[str, Any]) -> None:
-    _refused(stores, lambda: work.submit(stores, body, NOW), Invalid, "invalid_request")
+    _refused(stores, lambda: work.submit(stores, typed.submit_work(body), NOW), Invalid, "invalid_request")
     assert stores.objects.objects == {} and stores.journal.calls == []
 
 
 @pytest.mark.parametrize("image", [PNG, JPEG], ids=["png", "jpeg"])
 def test_an_ocr_image_is_accepted_as_png_or_jpeg(stores: MemoryStores, image: bytes) -> None:
-    item = work.submit(stores, _body(OCR, {"image_base64": _b64(image)}), NOW).item
+    item = work.submit(stores, typed.submit_work(_body(OCR, {"image_base64": _b64(image)})), NOW).item
     assert item.capability == OCR and item.queue_key == OCR
     assert json.loads(stores.objects.body(item.input_key)) == {"image_base64": _b64(image)}
 
@@ -320,18 +321,21 @@ def test_an_ocr_image_is_accepted_as_png_or_jpeg(stores: MemoryStores, image: by
 )
 def test_an_ocr_input_that_is_not_a_png_or_jpeg_is_invalid_input(stores: MemoryStores, image_base64: str) -> None:
     _refused(
-        stores, lambda: work.submit(stores, _body(OCR, {"image_base64": image_base64}), NOW), Invalid, "invalid_input"
+        stores,
+        lambda: work.submit(stores, typed.submit_work(_body(OCR, {"image_base64": image_base64})), NOW),
+        Invalid,
+        "invalid_input",
     )
     assert stores.objects.objects == {}
 
 
 def test_an_idempotent_retry_returns_the_same_item_and_writes_nothing(stores: MemoryStores) -> None:
-    first = work.submit(stores, _body(ECHO, {"a": 1, "b": 2}, idempotency_key="job-0001"), NOW)
+    first = work.submit(stores, typed.submit_work(_body(ECHO, {"a": 1, "b": 2}, idempotency_key="job-0001")), NOW)
     assert first.created and first.item.idempotency_key_sha256 == hashlib.sha256(b"job-0001").hexdigest()
     assert first.item.work_id == "work_" + hashlib.sha256(b"job-0001").hexdigest()[:32]
     stores.journal.reset_counts()
     # the same input in another key order is the same input
-    again = work.submit(stores, _body(ECHO, {"b": 2, "a": 1}, idempotency_key="job-0001"), NOW + 30)
+    again = work.submit(stores, typed.submit_work(_body(ECHO, {"b": 2, "a": 1}, idempotency_key="job-0001")), NOW + 30)
     assert not again.created and again.item == first.item
     assert stores.journal.calls == ["work.get"] and stores.journal.writes == 0
     assert len(stores.work.records) == 1
@@ -339,9 +343,9 @@ def test_an_idempotent_retry_returns_the_same_item_and_writes_nothing(stores: Me
 
 def test_an_idempotent_retry_of_claimed_work_returns_it_as_it_is_now(stores: MemoryStores) -> None:
     agent = _node(stores)
-    work.submit(stores, _body(idempotency_key="job-0001"), NOW - 10)
+    work.submit(stores, typed.submit_work(_body(idempotency_key="job-0001")), NOW - 10)
     _claim(stores, agent)
-    again = work.submit(stores, _body(idempotency_key="job-0001"), NOW)
+    again = work.submit(stores, typed.submit_work(_body(idempotency_key="job-0001")), NOW)
     assert not again.created and again.item.status == "leased" and again.item.lease_holder == agent.node_id
 
 
@@ -354,24 +358,25 @@ def test_an_idempotent_retry_of_claimed_work_returns_it_as_it_is_now(stores: Mem
     ids=["other-input", "same-input-other-capability"],
 )
 def test_a_key_reused_for_different_work_is_a_conflict(stores: MemoryStores, retry: dict[str, Any]) -> None:
-    work.submit(stores, _body(ECHO, {"image_base64": _b64(PNG)}, idempotency_key="job-0001"), NOW)
-    _refused(stores, lambda: work.submit(stores, retry, NOW), Conflict, "idempotency_key_reused")
+    work.submit(stores, typed.submit_work(_body(ECHO, {"image_base64": _b64(PNG)}, idempotency_key="job-0001")), NOW)
+    _refused(stores, lambda: work.submit(stores, typed.submit_work(retry), NOW), Conflict, "idempotency_key_reused")
 
 
 def test_a_concurrent_submit_with_the_same_key_makes_one_item(stores: MemoryStores) -> None:
     body = _body(idempotency_key="job-0001")
-    stores.journal.before_next("work.create", lambda: work.submit(stores, body, NOW))
-    submitted = work.submit(stores, body, NOW)
+    stores.journal.before_next("work.create", lambda: work.submit(stores, typed.submit_work(body), NOW))
+    submitted = work.submit(stores, typed.submit_work(body), NOW)
     assert not submitted.created and submitted.item == _stored(stores, submitted.item.work_id)
     assert len(stores.work.records) == 1 and stores.journal.event_types() == ["work.submitted"]
 
 
 def test_a_concurrent_submit_with_the_same_key_and_other_input_is_a_conflict(stores: MemoryStores) -> None:
     stores.journal.before_next(
-        "work.create", lambda: work.submit(stores, _body(ECHO, {"text": "first"}, idempotency_key="job-0001"), NOW)
+        "work.create",
+        lambda: work.submit(stores, typed.submit_work(_body(ECHO, {"text": "first"}, idempotency_key="job-0001")), NOW),
     )
     with pytest.raises(Conflict) as raised:
-        work.submit(stores, _body(ECHO, {"text": "second"}, idempotency_key="job-0001"), NOW)
+        work.submit(stores, typed.submit_work(_body(ECHO, {"text": "second"}, idempotency_key="job-0001")), NOW)
     assert raised.value.code == "idempotency_key_reused"
     assert len(stores.work.records) == 1 and stores.journal.event_types() == ["work.submitted"]
 
@@ -387,9 +392,9 @@ def test_a_concurrent_submit_with_other_input_cannot_replace_the_winners_input(s
         stores.objects.put(work.input_key(work_id, hashlib.sha256(document).hexdigest()), document, "application/json")
 
     stores.journal.before_next("work.create", loser_puts_its_input)
-    item = work.submit(stores, winner, NOW).item
+    item = work.submit(stores, typed.submit_work(winner), NOW).item
     with pytest.raises(Conflict):
-        work.submit(stores, loser, NOW)  # its create fails: idempotency_key_reused
+        work.submit(stores, typed.submit_work(loser), NOW)  # its create fails: idempotency_key_reused
     # the agent downloads input_key and runs it: it must be the input the item was made with
     assert hashlib.sha256(stores.objects.body(item.input_key)).hexdigest() == item.input_sha256
 
@@ -448,10 +453,15 @@ def test_cancelling_leased_work_ends_the_lease_and_fences_the_holder(stores: Mem
     assert _events(stores) == [("work.cancelled", {"work_id": item.work_id, "from": "leased"})]
     body = _upload(stores, item)
     for call in (
-        lambda: work.renew(stores, agent.caller, item.work_id, {"epoch": 1}, NOW + 2, None),
-        lambda: work.complete(stores, agent.caller, item.work_id, body, NOW + 2, None),
+        lambda: work.renew(stores, agent.caller, item.work_id, typed.renew_work({"epoch": 1}), NOW + 2, None),
+        lambda: work.complete(stores, agent.caller, item.work_id, typed.complete_work(body), NOW + 2, None),
         lambda: work.fail(
-            stores, agent.caller, item.work_id, {"epoch": 1, "reason": "x", "retryable": True}, NOW + 2, None
+            stores,
+            agent.caller,
+            item.work_id,
+            typed.fail_work({"epoch": 1, "reason": "x", "retryable": True}),
+            NOW + 2,
+            None,
         ),
     ):
         _refused(stores, call, Conflict, "work_cancelled")
@@ -484,7 +494,8 @@ def test_a_cancel_that_loses_to_completion_is_work_finished(stores: MemoryStores
     agent, item = _leased(stores)
     body = _upload(stores, item)
     stores.journal.before_next(
-        "work.update", lambda: work.complete(stores, agent.caller, item.work_id, body, NOW + 1, None)
+        "work.update",
+        lambda: work.complete(stores, agent.caller, item.work_id, typed.complete_work(body), NOW + 1, None),
     )
     with pytest.raises(Conflict) as raised:
         work.cancel(stores, item.work_id, NOW + 1)
@@ -732,7 +743,12 @@ def test_each_claim_raises_the_epoch_and_counts_an_attempt(stores: MemoryStores)
     seen = [(item.epoch, item.attempts)]
     for n in range(2):
         work.fail(
-            stores, agent.caller, item.work_id, {"epoch": item.epoch, "reason": "oom", "retryable": True}, NOW + n, None
+            stores,
+            agent.caller,
+            item.work_id,
+            typed.fail_work({"epoch": item.epoch, "reason": "oom", "retryable": True}),
+            NOW + n,
+            None,
         )
         claimed = _claim(stores, agent, NOW + n)
         item = claimed.item
@@ -762,7 +778,7 @@ def test_a_claim_from_a_stale_read_fails_the_work_guard(stores: MemoryStores) ->
 def test_the_holder_renews_its_lease_with_one_logged_write(stores: MemoryStores) -> None:
     agent, item = _leased(stores, lease_seconds=120)
     stores.journal.reset_counts()
-    renewed = work.renew(stores, agent.caller, item.work_id, {"epoch": 1}, NOW + 30, _known(agent))
+    renewed = work.renew(stores, agent.caller, item.work_id, typed.renew_work({"epoch": 1}), NOW + 30, _known(agent))
     assert renewed == _stored(stores, item.work_id)
     assert (renewed.lease_expires_at, renewed.updated_at, renewed.epoch, renewed.status) == (
         NOW + 150,
@@ -779,8 +795,8 @@ def test_an_unknown_caller_is_read_once_then_remembered(stores: MemoryStores) ->
     agent, item = _leased(stores)
     known = KnownCallers()
     stores.journal.reset_counts()
-    work.renew(stores, agent.caller, item.work_id, {"epoch": 1}, NOW + 1, known)
-    work.renew(stores, agent.caller, item.work_id, {"epoch": 1}, NOW + 2, known)
+    work.renew(stores, agent.caller, item.work_id, typed.renew_work({"epoch": 1}), NOW + 1, known)
+    work.renew(stores, agent.caller, item.work_id, typed.renew_work({"epoch": 1}), NOW + 2, known)
     assert stores.journal.calls.count("nodes.get") == 1 and (agent.node_id, agent.credential_sha256) in known
 
 
@@ -797,9 +813,16 @@ def test_lease_calls_need_the_nodes_active_credential(stores: MemoryStores, setu
         caller = Agent(node_id=agent.node_id).caller
     body = _upload(stores, item)
     for call in (
-        lambda: work.renew(stores, caller, item.work_id, {"epoch": 1}, NOW + 1, KnownCallers()),
-        lambda: work.complete(stores, caller, item.work_id, body, NOW + 1, None),
-        lambda: work.fail(stores, caller, item.work_id, {"epoch": 1, "reason": "x", "retryable": False}, NOW + 1, None),
+        lambda: work.renew(stores, caller, item.work_id, typed.renew_work({"epoch": 1}), NOW + 1, KnownCallers()),
+        lambda: work.complete(stores, caller, item.work_id, typed.complete_work(body), NOW + 1, None),
+        lambda: work.fail(
+            stores,
+            caller,
+            item.work_id,
+            typed.fail_work({"epoch": 1, "reason": "x", "retryable": False}),
+            NOW + 1,
+            None,
+        ),
     ):
         _refused(stores, call, Unauthenticated, code)
 
@@ -810,7 +833,7 @@ def test_a_known_caller_revoked_since_is_refused_by_the_write(stores: MemoryStor
     stores.nodes.records[agent.node_id].credential_state = "revoked"
     _refused(
         stores,
-        lambda: work.renew(stores, agent.caller, item.work_id, {"epoch": 1}, NOW + 1, known),
+        lambda: work.renew(stores, agent.caller, item.work_id, typed.renew_work({"epoch": 1}), NOW + 1, known),
         Unauthenticated,
         "credential_revoked",
     )
@@ -822,10 +845,14 @@ def test_a_stale_epoch_or_another_node_loses_the_lease_and_changes_nothing(store
     body = _upload(stores, item)
     for caller, epoch in [(agent.caller, 2), (other.caller, 1)]:
         for call in (
-            lambda c=caller, e=epoch: work.renew(stores, c, item.work_id, {"epoch": e}, NOW + 1, None),
-            lambda c=caller, e=epoch: work.complete(stores, c, item.work_id, {**body, "epoch": e}, NOW + 1, None),
+            lambda c=caller, e=epoch: work.renew(
+                stores, c, item.work_id, typed.renew_work({"epoch": e}), NOW + 1, None
+            ),
+            lambda c=caller, e=epoch: work.complete(
+                stores, c, item.work_id, typed.complete_work({**body, "epoch": e}), NOW + 1, None
+            ),
             lambda c=caller, e=epoch: work.fail(
-                stores, c, item.work_id, {"epoch": e, "reason": "x", "retryable": True}, NOW + 1, None
+                stores, c, item.work_id, typed.fail_work({"epoch": e, "reason": "x", "retryable": True}), NOW + 1, None
             ),
         ):
             stores.journal.reset_counts()
@@ -847,9 +874,9 @@ def test_a_holder_fenced_off_by_its_own_reclaim_has_lost_the_old_epoch(stores: M
     stores.journal.before_next("work.update", expired_and_reclaimed)
     with pytest.raises(Conflict) as raised:
         if call == "renew":
-            work.renew(stores, agent.caller, item.work_id, {"epoch": 1}, NOW + LEASE, _known(agent))
+            work.renew(stores, agent.caller, item.work_id, typed.renew_work({"epoch": 1}), NOW + LEASE, _known(agent))
         else:
-            work.complete(stores, agent.caller, item.work_id, body, NOW + LEASE, _known(agent))
+            work.complete(stores, agent.caller, item.work_id, typed.complete_work(body), NOW + LEASE, _known(agent))
     assert raised.value.code == "lease_lost"
     stored = _stored(stores, item.work_id)
     assert (stored.status, stored.epoch, stored.lease_holder, stored.result) == ("leased", 2, agent.node_id, None)
@@ -863,10 +890,15 @@ def test_a_holder_whose_lease_was_reclaimed_has_lost_it(stores: MemoryStores) ->
     assert _claim(stores, rival, NOW + LEASE + 1).item.epoch == 2
     body = _upload(stores, item)
     for call in (
-        lambda: work.renew(stores, agent.caller, item.work_id, {"epoch": 1}, NOW + LEASE + 2, None),
-        lambda: work.complete(stores, agent.caller, item.work_id, body, NOW + LEASE + 2, None),
+        lambda: work.renew(stores, agent.caller, item.work_id, typed.renew_work({"epoch": 1}), NOW + LEASE + 2, None),
+        lambda: work.complete(stores, agent.caller, item.work_id, typed.complete_work(body), NOW + LEASE + 2, None),
         lambda: work.fail(
-            stores, agent.caller, item.work_id, {"epoch": 1, "reason": "x", "retryable": True}, NOW + LEASE + 2, None
+            stores,
+            agent.caller,
+            item.work_id,
+            typed.fail_work({"epoch": 1, "reason": "x", "retryable": True}),
+            NOW + LEASE + 2,
+            None,
         ),
     ):
         _refused(stores, call, Conflict, "lease_lost")
@@ -877,7 +909,7 @@ def test_a_holder_whose_lease_expired_into_the_queue_has_lost_it(stores: MemoryS
     work.release_expired(stores, NOW + LEASE)
     _refused(
         stores,
-        lambda: work.renew(stores, agent.caller, item.work_id, {"epoch": 1}, NOW + LEASE + 1, None),
+        lambda: work.renew(stores, agent.caller, item.work_id, typed.renew_work({"epoch": 1}), NOW + LEASE + 1, None),
         Conflict,
         "lease_lost",
     )
@@ -885,10 +917,10 @@ def test_a_holder_whose_lease_expired_into_the_queue_has_lost_it(stores: MemoryS
 
 def test_renewing_finished_work_is_work_finished(stores: MemoryStores) -> None:
     agent, item = _leased(stores)
-    work.complete(stores, agent.caller, item.work_id, _upload(stores, item), NOW + 1, None)
+    work.complete(stores, agent.caller, item.work_id, typed.complete_work(_upload(stores, item)), NOW + 1, None)
     _refused(
         stores,
-        lambda: work.renew(stores, agent.caller, item.work_id, {"epoch": 1}, NOW + 2, None),
+        lambda: work.renew(stores, agent.caller, item.work_id, typed.renew_work({"epoch": 1}), NOW + 2, None),
         Conflict,
         "work_finished",
     )
@@ -898,7 +930,7 @@ def test_a_renewal_that_loses_to_a_cancel_says_work_cancelled(stores: MemoryStor
     agent, item = _leased(stores)
     stores.journal.before_next("work.update", lambda: work.cancel(stores, item.work_id, NOW + 1))
     with pytest.raises(Conflict) as raised:
-        work.renew(stores, agent.caller, item.work_id, {"epoch": 1}, NOW + 1, _known(agent))
+        work.renew(stores, agent.caller, item.work_id, typed.renew_work({"epoch": 1}), NOW + 1, _known(agent))
     assert raised.value.code == "work_cancelled"
     assert _stored(stores, item.work_id).lease_expires_at is None
     assert stores.journal.event_types()[-1] == "work.cancelled"
@@ -908,7 +940,7 @@ def test_a_renewal_that_loses_to_the_sweep_says_lease_lost(stores: MemoryStores)
     agent, item = _leased(stores)
     stores.journal.before_next("work.update", lambda: work.release_expired(stores, NOW + LEASE))
     with pytest.raises(Conflict) as raised:
-        work.renew(stores, agent.caller, item.work_id, {"epoch": 1}, NOW + LEASE - 1, _known(agent))
+        work.renew(stores, agent.caller, item.work_id, typed.renew_work({"epoch": 1}), NOW + LEASE - 1, _known(agent))
     assert raised.value.code == "lease_lost" and _stored(stores, item.work_id).status == "queued"
 
 
@@ -921,7 +953,7 @@ def test_a_renewal_that_loses_to_a_revocation_is_unauthenticated(stores: MemoryS
     stores.journal.before_next("work.update", admin_revokes)
     expires = _stored(stores, item.work_id).lease_expires_at
     with pytest.raises(Unauthenticated) as raised:
-        work.renew(stores, agent.caller, item.work_id, {"epoch": 1}, NOW + 1, _known(agent))
+        work.renew(stores, agent.caller, item.work_id, typed.renew_work({"epoch": 1}), NOW + 1, _known(agent))
     assert raised.value.code == "credential_revoked" and _stored(stores, item.work_id).lease_expires_at == expires
 
 
@@ -929,7 +961,10 @@ def test_a_renewal_that_loses_to_a_revocation_is_unauthenticated(stores: MemoryS
 def test_an_invalid_lease_body_changes_nothing(stores: MemoryStores, body: dict[str, Any]) -> None:
     agent, item = _leased(stores)
     _refused(
-        stores, lambda: work.renew(stores, agent.caller, item.work_id, body, NOW, None), Invalid, "invalid_request"
+        stores,
+        lambda: work.renew(stores, agent.caller, item.work_id, typed.renew_work(body), NOW, None),
+        Invalid,
+        "invalid_request",
     )
 
 
@@ -937,7 +972,7 @@ def test_lease_calls_on_unknown_work_are_not_found(stores: MemoryStores) -> None
     agent = _node(stores)
     _refused(
         stores,
-        lambda: work.renew(stores, agent.caller, "work_" + "0" * 32, {"epoch": 1}, NOW, None),
+        lambda: work.renew(stores, agent.caller, "work_" + "0" * 32, typed.renew_work({"epoch": 1}), NOW, None),
         NotFound,
         "work_not_found",
     )
@@ -950,7 +985,7 @@ def test_completing_stores_the_result_and_ends_the_lease(stores: MemoryStores) -
     agent, item = _leased(stores)
     body = _upload(stores, item)
     stores.journal.reset_counts()
-    done = work.complete(stores, agent.caller, item.work_id, body, NOW + 5, _known(agent))
+    done = work.complete(stores, agent.caller, item.work_id, typed.complete_work(body), NOW + 5, _known(agent))
     assert done == _stored(stores, item.work_id)
     key = work.result_key(item.work_id, 1)
     assert done.status == "succeeded" and done.result == {"sha256": body["sha256"], "size": len(RESULT), "key": key}
@@ -969,7 +1004,9 @@ def test_completing_stores_the_result_and_ends_the_lease(stores: MemoryStores) -
 
 def test_an_empty_result_can_complete(stores: MemoryStores) -> None:
     agent, item = _leased(stores)
-    done = work.complete(stores, agent.caller, item.work_id, _upload(stores, item, b""), NOW + 1, None)
+    done = work.complete(
+        stores, agent.caller, item.work_id, typed.complete_work(_upload(stores, item, b"")), NOW + 1, None
+    )
     assert done.result is not None and done.result["size"] == 0
 
 
@@ -978,7 +1015,7 @@ def test_completing_without_an_upload_is_result_missing(stores: MemoryStores) ->
     body = {"epoch": 1, "sha256": hashlib.sha256(RESULT).hexdigest(), "size": len(RESULT)}
     _refused(
         stores,
-        lambda: work.complete(stores, agent.caller, item.work_id, body, NOW + 1, None),
+        lambda: work.complete(stores, agent.caller, item.work_id, typed.complete_work(body), NOW + 1, None),
         Conflict,
         "result_missing",
     )
@@ -990,7 +1027,7 @@ def test_an_upload_for_another_epoch_is_not_this_epochs_result(stores: MemorySto
     body["epoch"] = 1
     _refused(
         stores,
-        lambda: work.complete(stores, agent.caller, item.work_id, body, NOW + 1, None),
+        lambda: work.complete(stores, agent.caller, item.work_id, typed.complete_work(body), NOW + 1, None),
         Conflict,
         "result_missing",
     )
@@ -1003,7 +1040,7 @@ def test_a_result_that_does_not_match_its_digest_is_refused(stores: MemoryStores
     body[wrong] = hashlib.sha256(b"other").hexdigest() if wrong == "sha256" else len(RESULT) + 1
     _refused(
         stores,
-        lambda: work.complete(stores, agent.caller, item.work_id, body, NOW + 1, None),
+        lambda: work.complete(stores, agent.caller, item.work_id, typed.complete_work(body), NOW + 1, None),
         Conflict,
         "result_checksum_mismatch",
     )
@@ -1016,7 +1053,7 @@ def test_a_result_over_the_limit_is_too_large(stores: MemoryStores) -> None:
     body["size"] = protocol.MAX_RESULT_BYTES
     _refused(
         stores,
-        lambda: work.complete(stores, agent.caller, item.work_id, body, NOW + 1, None),
+        lambda: work.complete(stores, agent.caller, item.work_id, typed.complete_work(body), NOW + 1, None),
         TooLarge,
         "result_too_large",
     )
@@ -1025,16 +1062,19 @@ def test_a_result_over_the_limit_is_too_large(stores: MemoryStores) -> None:
 def test_a_result_of_exactly_the_limit_is_accepted(stores: MemoryStores) -> None:
     agent, item = _leased(stores)
     body = _upload(stores, item, b"x" * protocol.MAX_RESULT_BYTES)
-    assert work.complete(stores, agent.caller, item.work_id, body, NOW + 1, None).status == "succeeded"
+    assert (
+        work.complete(stores, agent.caller, item.work_id, typed.complete_work(body), NOW + 1, None).status
+        == "succeeded"
+    )
 
 
 def test_completing_twice_is_work_finished(stores: MemoryStores) -> None:
     agent, item = _leased(stores)
     body = _upload(stores, item)
-    work.complete(stores, agent.caller, item.work_id, body, NOW + 1, None)
+    work.complete(stores, agent.caller, item.work_id, typed.complete_work(body), NOW + 1, None)
     _refused(
         stores,
-        lambda: work.complete(stores, agent.caller, item.work_id, body, NOW + 2, None),
+        lambda: work.complete(stores, agent.caller, item.work_id, typed.complete_work(body), NOW + 2, None),
         Conflict,
         "work_finished",
     )
@@ -1046,7 +1086,7 @@ def test_a_completion_that_loses_to_a_cancel_says_work_cancelled(stores: MemoryS
     body = _upload(stores, item)
     stores.journal.before_next("work.update", lambda: work.cancel(stores, item.work_id, NOW + 1))
     with pytest.raises(Conflict) as raised:
-        work.complete(stores, agent.caller, item.work_id, body, NOW + 1, None)
+        work.complete(stores, agent.caller, item.work_id, typed.complete_work(body), NOW + 1, None)
     assert raised.value.code == "work_cancelled"
     assert _stored(stores, item.work_id).result is None
     assert stores.journal.event_types()[-2:] == ["work.leased", "work.cancelled"]
@@ -1059,7 +1099,7 @@ def _fail(
     stores: MemoryStores, agent: Agent, item: WorkItem, retryable: bool, now: float = NOW + 1, reason: str = "oom"
 ) -> WorkItem:
     body = {"epoch": item.epoch, "reason": reason, "retryable": retryable}
-    return work.fail(stores, agent.caller, item.work_id, body, now, None)
+    return work.fail(stores, agent.caller, item.work_id, typed.fail_work(body), now, None)
 
 
 def test_a_retryable_failure_with_attempts_left_requeues_and_keeps_the_error(stores: MemoryStores) -> None:
@@ -1110,7 +1150,12 @@ def test_a_single_attempt_is_dead_after_one_retryable_failure(stores: MemoryStor
 def test_failing_with_a_stale_epoch_changes_nothing(stores: MemoryStores) -> None:
     agent, item = _leased(stores)
     body = {"epoch": 2, "reason": "oom", "retryable": True}
-    _refused(stores, lambda: work.fail(stores, agent.caller, item.work_id, body, NOW + 1, None), Conflict, "lease_lost")
+    _refused(
+        stores,
+        lambda: work.fail(stores, agent.caller, item.work_id, typed.fail_work(body), NOW + 1, None),
+        Conflict,
+        "lease_lost",
+    )
 
 
 @pytest.mark.parametrize(
@@ -1125,7 +1170,10 @@ def test_failing_with_a_stale_epoch_changes_nothing(stores: MemoryStores) -> Non
 def test_an_invalid_failure_body_changes_nothing(stores: MemoryStores, body: dict[str, Any]) -> None:
     agent, item = _leased(stores)
     _refused(
-        stores, lambda: work.fail(stores, agent.caller, item.work_id, body, NOW + 1, None), Invalid, "invalid_request"
+        stores,
+        lambda: work.fail(stores, agent.caller, item.work_id, typed.fail_work(body), NOW + 1, None),
+        Invalid,
+        "invalid_request",
     )
 
 
@@ -1178,7 +1226,8 @@ def test_release_expired_takes_only_expired_leases(stores: MemoryStores) -> None
 def test_a_lease_renewed_after_the_sweep_read_it_is_skipped(stores: MemoryStores) -> None:
     agent, item = _leased(stores)
     stores.journal.before_next(
-        "work.update", lambda: work.renew(stores, agent.caller, item.work_id, {"epoch": 1}, NOW + LEASE, None)
+        "work.update",
+        lambda: work.renew(stores, agent.caller, item.work_id, typed.renew_work({"epoch": 1}), NOW + LEASE, None),
     )
     stores.journal.reset_counts()
     assert work.release_expired(stores, NOW + LEASE) == 0
@@ -1191,7 +1240,8 @@ def test_a_lease_completed_after_the_sweep_read_it_is_skipped(stores: MemoryStor
     agent, item = _leased(stores)
     body = _upload(stores, item)
     stores.journal.before_next(
-        "work.update", lambda: work.complete(stores, agent.caller, item.work_id, body, NOW + LEASE, None)
+        "work.update",
+        lambda: work.complete(stores, agent.caller, item.work_id, typed.complete_work(body), NOW + LEASE, None),
     )
     assert work.release_expired(stores, NOW + LEASE) == 0
     assert _stored(stores, item.work_id).status == "succeeded"
@@ -1247,7 +1297,7 @@ def test_every_transition_logs_exactly_one_event(stores: MemoryStores) -> None:
     agent = _node(stores)
     item = _submit(stores)
     _claim(stores, agent)
-    work.renew(stores, agent.caller, item.work_id, {"epoch": 1}, NOW + 10, None)
+    work.renew(stores, agent.caller, item.work_id, typed.renew_work({"epoch": 1}), NOW + 10, None)
     _fail(stores, agent, _stored(stores, item.work_id), True, NOW + 11)
     _claim(stores, agent, NOW + 12)
     work.release_expired(stores, NOW + 12 + LEASE)
@@ -1273,7 +1323,9 @@ def test_every_transition_logs_exactly_one_event(stores: MemoryStores) -> None:
 
 
 def test_an_idempotent_retry_with_other_options_is_a_conflict(stores: MemoryStores) -> None:
-    work.submit(stores, _body(ECHO, {"text": "same"}, idempotency_key="job-0002"), NOW)
+    work.submit(stores, typed.submit_work(_body(ECHO, {"text": "same"}, idempotency_key="job-0002")), NOW)
     with pytest.raises(Conflict) as raised:
-        work.submit(stores, _body(ECHO, {"text": "same"}, idempotency_key="job-0002", max_attempts=5), NOW)
+        work.submit(
+            stores, typed.submit_work(_body(ECHO, {"text": "same"}, idempotency_key="job-0002", max_attempts=5)), NOW
+        )
     assert raised.value.code == "idempotency_key_reused"

@@ -225,9 +225,8 @@ class Artifacts:
         else:
             for model in self.models:
                 self._verify_one(state, model)
-        if state.quarantined:
-            state.reason = QUARANTINED
-        elif state.reason is None and set(state.paths) != {model.role for model in self.models}:
+        incomplete = state.reason is None and set(state.paths) != {model.role for model in self.models}
+        if state.quarantined or incomplete:
             state.reason = QUARANTINED
         if state.reason is not None:
             state.paths = {}

@@ -90,7 +90,8 @@ def parse_listen(raw: str, problems: list[str]) -> Listen | None:
         if not host or not is_loopback_host(host):
             problems.append(
                 f"{LISTEN} must be a loopback address (http://127.0.0.1:PORT, http://[::1]:PORT, "
-                "http://localhost:PORT) or a unix socket (unix:///path): only the agent on this host may reach the worker"
+                "http://localhost:PORT) or a unix socket (unix:///path): "
+                "only the agent on this host may reach the worker"
             )
             return None
         if port is None:

@@ -93,7 +93,7 @@ _REFUSALS = {
         "invalid_content_length",
         "Content-Length must be one non-negative integer",
     ),
-    http_server.TOO_LARGE: (413, "payload_too_large", "the body is too large"),
+    http_server.TOO_LARGE: (413, "payload_too_large", "the body is {length} bytes; at most {limit} are accepted"),
 }
 _BUSY = json.dumps(
     {"error": {"code": "server_busy", "message": "too many connections; retry shortly", "retryable": True}}
@@ -206,9 +206,7 @@ class Handler(BaseHTTPRequestHandler):
         except BodyRefused as refused:
             self.close_connection = True  # the body is never read
             status, code, message = _REFUSALS[refused.kind]
-            if refused.kind == http_server.TOO_LARGE:
-                message = f"the body is {refused.length} bytes; at most {MAX_BODY_BYTES} are accepted"
-            raise WorkerError(status, code, message) from None
+            raise WorkerError(status, code, message.format(length=refused.length, limit=refused.limit)) from None
 
     def _discard_body(self) -> None:
         length = self._content_length()

@@ -12,6 +12,8 @@ from modelforge_protocol.canonical import canonical_bytes
 
 from chalicelib.domain.errors import invalid_request
 
+#: The largest page a list answers (and its default size).
+MAX_PAGE = 100
 _KEY_VALUE = re.compile(r"^[a-z]+_[0-9a-f]{32}$")
 #: A key is ``{"<key name>": {"S": "<value>"}}``.
 _KEY_DEPTH = 2

@@ -12,6 +12,7 @@ from chalicelib.domain import liveness
 from chalicelib.domain.records import TELEMETRY_COLUMNS, Enrollment, FleetState, Inventory, Node, WorkItem
 from chalicelib.domain.timestamps import iso
 from chalicelib.services.enrollments import public_state
+from chalicelib.services.listing import NodeDetails, ShownWork
 from chalicelib.services.node_agent_settings import SettingsCheck
 from chalicelib.services.readiness import Check, Readiness
 
@@ -58,13 +59,8 @@ def liveness_hold(hold: FleetState | None) -> dict[str, Any] | None:
     }
 
 
-def node(
-    item: Node,
-    inventory_item: Inventory | None,
-    settings: Settings,
-    now: float,
-    hold: FleetState | None = None,
-) -> dict[str, Any]:
+def node(details: NodeDetails, settings: Settings, now: float) -> dict[str, Any]:
+    item = details.node
     return {
         "node_id": item.node_id,
         "enrollment_id": item.enrollment_id,
@@ -86,16 +82,17 @@ def node(
         },
         "health": item.health,
         "telemetry": telemetry(item),
-        "inventory": inventory(inventory_item),
+        "inventory": inventory(details.inventory),
         "duplicate_suspected": sorted(item.duplicate_partners or []),
         "duplicate_suspected_since": iso(item.duplicate_suspected_at),
-        "liveness_hold": liveness_hold(hold),
+        "liveness_hold": liveness_hold(details.hold),
         "created_at": iso(item.created_at),
     }
 
 
-def work_item(item: WorkItem, result_url: str | None) -> dict[str, Any]:
-    """A work item for admins; ``result_url`` is a presigned GET of the result, once succeeded."""
+def work_item(shown: ShownWork) -> dict[str, Any]:
+    """A work item for admins, with a presigned GET of the result once succeeded."""
+    item, result_url = shown.item, shown.result_url
     answer: dict[str, Any] = {
         "work_id": item.work_id,
         "capability": item.capability,

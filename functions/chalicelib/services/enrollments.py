@@ -5,12 +5,11 @@ from __future__ import annotations
 import hmac
 import uuid
 from dataclasses import dataclass
-from typing import Any
 
 from modelforge_protocol import credentials
-from modelforge_protocol.versions import Component
 
 from chalicelib.config.settings import Settings
+from chalicelib.domain import requests
 from chalicelib.domain.errors import (
     DomainError,
     Gone,
@@ -20,9 +19,7 @@ from chalicelib.domain.errors import (
     invalid_request,
     not_found,
 )
-from chalicelib.domain.protocol_check import require_compatible
 from chalicelib.domain.records import Enrollment, Event, Inventory, Node
-from chalicelib.domain.validation import validate, validate_inventory
 from chalicelib.services import duplicate_identity
 from chalicelib.stores.contract import Stores
 
@@ -41,18 +38,17 @@ class Minted:
     token: str
 
 
-def create(stores: Stores, body: dict[str, Any], now: float) -> Minted:
-    validate(body, "CREATE_ENROLLMENT")
+def create(stores: Stores, request: requests.CreateEnrollment, now: float) -> Minted:
     enrollment_id = f"enr_{uuid.uuid4().hex}"
     token = credentials.new_enrollment_token(enrollment_id)
     enrollment = Enrollment(
         enrollment_id=enrollment_id,
         token_sha256=credentials.sha256_hex(token),
-        display_name=body["display_name"],
+        display_name=request.display_name,
         state=PENDING,
-        production_eligible=bool(body.get("production_eligible", False)),
+        production_eligible=request.production_eligible,
         created_at=round(now, 3),
-        expires_at=round(now + int(body["expires_in_seconds"]), 3),
+        expires_at=round(now + request.expires_in_seconds, 3),
     )
     stores.enrollments.create(enrollment, Event("enrollment.created", {"enrollment_id": enrollment_id}, now))
     return Minted(enrollment=enrollment, token=token)
@@ -118,28 +114,25 @@ def _replay(stores: Stores, enrollment: Enrollment, idempotency_sha256: str, cre
     return Enrolled(node=node, replayed=True)
 
 
-def _check_secrets_format(body: dict[str, Any]) -> str:
-    match = credentials.ENROLLMENT_TOKEN_RE.fullmatch(body["token"])
+def _check_secrets_format(request: requests.Enroll) -> str:
+    match = credentials.ENROLLMENT_TOKEN_RE.fullmatch(request.token)
     if match is None:
         raise _token_unknown()
     problems = []
-    if not credentials.NODE_CREDENTIAL_RE.fullmatch(body["credential"]):
+    if not credentials.NODE_CREDENTIAL_RE.fullmatch(request.credential):
         problems.append("credential: has an invalid format")
-    if not credentials.IDEMPOTENCY_KEY_RE.fullmatch(body["idempotency_key"]):
+    if not credentials.IDEMPOTENCY_KEY_RE.fullmatch(request.idempotency_key):
         problems.append("idempotency_key: has an invalid format")
     if problems:
         raise invalid_request("; ".join(problems), problems=problems)
     return match.group(1)
 
 
-def enroll(stores: Stores, settings: Settings, body: dict[str, Any], now: float) -> Enrolled:
-    protocol_version = require_compatible(Component.AGENT, body)
-    validate(body, "ENROLL")
-    validate_inventory(body["inventory"])
-    enrollment_id = _check_secrets_format(body)
-    token_sha256 = credentials.sha256_hex(body["token"])
-    idempotency_sha256 = credentials.sha256_hex(body["idempotency_key"])
-    credential_sha256 = credentials.sha256_hex(body["credential"])
+def enroll(stores: Stores, settings: Settings, request: requests.Enroll, now: float) -> Enrolled:
+    enrollment_id = _check_secrets_format(request)
+    token_sha256 = credentials.sha256_hex(request.token)
+    idempotency_sha256 = credentials.sha256_hex(request.idempotency_key)
+    credential_sha256 = credentials.sha256_hex(request.credential)
 
     enrollment = stores.enrollments.get(enrollment_id)
     if enrollment is None or not hmac.compare_digest(enrollment.token_sha256, token_sha256):
@@ -155,23 +148,23 @@ def enroll(stores: Stores, settings: Settings, body: dict[str, Any], now: float)
         node_id=node_id,
         enrollment_id=enrollment_id,
         display_name=enrollment.display_name,
-        hostname=body["hostname"],
-        accelerator_mode=body["accelerator_mode"],
+        hostname=request.hostname,
+        accelerator_mode=request.accelerator_mode,
         production_eligible=enrollment.production_eligible,
         created_at=round(now, 3),
-        agent_version=body["agent_version"],
-        protocol_version=protocol_version,
+        agent_version=request.agent_version,
+        protocol_version=request.protocol_version,
         credential_sha256=credential_sha256,
         credential_state="active",
         credential_issued_at=round(now, 3),
         liveness="pending",
         liveness_changed_at=round(now, 3),
-        capabilities=set(body["inventory"]["capabilities"]) or None,
+        capabilities=set(request.inventory["capabilities"]) or None,
     )
-    uuids = duplicate_identity.gpu_uuids(body["inventory"])
+    uuids = duplicate_identity.gpu_uuids(request.inventory)
     inventory = Inventory(
         node_id=node_id,
-        inventory=body["inventory"],
+        inventory=request.inventory,
         updated_at=round(now, 3),
         revision=uuid.uuid4().hex,
         claimed_uuids=set(uuids) or None,

@@ -22,7 +22,7 @@ from modelforge_protocol.image_reference import check_pinned_reference
 from modelforge_protocol.release_bundle import NODE_AGENT_IMAGE, check_image_entry, release_tag
 from modelforge_protocol.versions import IMAGE_TAG_VERSION
 
-from chalicelib.domain.validation import validate
+from chalicelib.domain import requests
 
 RELEASE_BUNDLE, REGISTRY = schemas.IMAGE_SOURCES
 _HOSTNAME = re.compile(schemas.HOSTNAME_PATTERN)
@@ -50,17 +50,16 @@ class SettingsCheck:
         return not self.problems
 
 
-def check(body: dict[str, Any]) -> SettingsCheck:
+def check(request: requests.NodeAgentSettings) -> SettingsCheck:
     """Every problem of the wizard's choices, or the node's settings when there is none."""
-    validate(body, "NODE_AGENT_SETTINGS")
     problems: list[Problem] = []
-    url = _control_plane_url(body["control_plane_url"], problems)
-    hostname = body["hostname"].strip()
+    url = _control_plane_url(request.control_plane_url, problems)
+    hostname = request.hostname.strip()
     if not _HOSTNAME.match(hostname):
         problems.append(
             Problem("hostname", "1 to 253 letters, digits, '.', '_' or '-', starting with a letter or digit")
         )
-    state_volume = body["state_volume"].strip()
+    state_volume = request.state_volume.strip()
     if not _STATE_VOLUME.match(state_volume) or "/../" in f"{state_volume}/":
         problems.append(
             Problem(
@@ -69,14 +68,14 @@ def check(body: dict[str, Any]) -> SettingsCheck:
                 "quotes or ..): the durable directory that keeps the node's identity",
             )
         )
-    image = _image(body, problems)
+    image = _image(request, problems)
     if problems:
         return SettingsCheck(problems=problems)
     return SettingsCheck(
         settings=agent_settings(
             control_plane_url=url,
             hostname=hostname,
-            accelerator_mode=body["accelerator_mode"],
+            accelerator_mode=request.accelerator_mode,
             state_volume=state_volume,
             image=image,
         )
@@ -102,7 +101,8 @@ def _control_plane_url(raw: str, problems: list[Problem]) -> str:
         problems.append(
             Problem(
                 "control_plane_url",
-                "must be an origin, scheme://host[:port], that serves the API at its root (an agent's URL has no path): "
+                "must be an origin, scheme://host[:port], that serves the API at its root "
+                "(an agent's URL has no path): "
                 "when the console is served under a path such as an API Gateway stage, open it through a domain that "
                 "maps the API at the empty base path (docs/DEPLOY.md)",
             )
@@ -111,13 +111,13 @@ def _control_plane_url(raw: str, problems: list[Problem]) -> str:
     return f"{parts.scheme}://{parts.netloc}"
 
 
-def _image(body: dict[str, Any], problems: list[Problem]) -> str:
+def _image(request: requests.NodeAgentSettings, problems: list[Problem]) -> str:
     """The value of MODELFORGE_NODE_AGENT_IMAGE: the release's local tag, or a pinned registry image."""
-    if body["image_source"] == REGISTRY:
-        reference = body.get("image_reference", "").strip()
+    if request.image_source == REGISTRY:
+        reference = request.image_reference.strip()
         problems.extend(Problem("image_reference", message) for message in check_pinned_reference(reference))
         return reference
-    entry = _parse_entry(body.get("manifest_entry", ""), problems)
+    entry = _parse_entry(request.manifest_entry, problems)
     if entry is not None:
         problems.extend(Problem("manifest_entry", message) for message in check_image_entry(NODE_AGENT_IMAGE, entry))
     return release_tag(NODE_AGENT_IMAGE)

@@ -8,14 +8,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from modelforge_protocol import credentials
-from modelforge_protocol.versions import Component
 
 from chalicelib.config.settings import INVENTORY_RATE_WINDOW_SECONDS, Settings
-from chalicelib.domain import liveness
+from chalicelib.domain import liveness, requests
 from chalicelib.domain.errors import Conflict, GuardFailed, RateLimited, conflict, not_found
-from chalicelib.domain.protocol_check import require_compatible
 from chalicelib.domain.records import TELEMETRY_COLUMNS, Event, Inventory, Node
-from chalicelib.domain.validation import require_unique, validate, validate_inventory
+from chalicelib.domain.validation import require_unique
 from chalicelib.services import duplicate_identity
 from chalicelib.services.auth import NodeCaller, require_holder
 from chalicelib.services.known_callers import KnownCallers
@@ -33,8 +31,8 @@ def get(stores: Stores, node_id: str) -> Node:
     return node
 
 
-def _telemetry_rows(body: dict[str, Any]) -> list[list[float]]:
-    gpus = sorted(body["telemetry"]["gpus"], key=lambda gpu: gpu["index"])
+def _telemetry_rows(request: requests.Heartbeat) -> list[list[float]]:
+    gpus = sorted(request.telemetry["gpus"], key=lambda gpu: gpu["index"])
     require_unique(gpus, "index", "telemetry/gpus")
     return [[gpu[column] for column in TELEMETRY_COLUMNS] for gpu in gpus]
 
@@ -49,7 +47,7 @@ def heartbeat(
     stores: Stores,
     settings: Settings,
     caller: NodeCaller,
-    body: dict[str, Any],
+    request: requests.Heartbeat,
     now: float,
     known: KnownCallers | None = None,
 ) -> HeartbeatResult:
@@ -58,17 +56,15 @@ def heartbeat(
     A caller not yet known is read first (one GetItem) and refused before anything is written:
     an unauthenticated heartbeat costs a read, never a write.
     """
-    protocol_version = require_compatible(Component.AGENT, body)
-    validate(body, "HEARTBEAT")
     values = {
         "last_heartbeat_at": round(now, 3),
         "liveness": liveness.ONLINE,
         "liveness_shard": liveness.index_partition(liveness.ONLINE, caller.node_id),
         "heartbeat_bucket": liveness.bucket(now, settings.sweep_bucket_seconds),
-        "health": body["health"],
-        "telemetry": _telemetry_rows(body),
-        "agent_version": body["agent_version"],
-        "protocol_version": protocol_version,
+        "health": request.health,
+        "telemetry": _telemetry_rows(request),
+        "agent_version": request.agent_version,
+        "protocol_version": request.protocol_version,
     }
     known = known if known is not None else KnownCallers(capacity=1)
     key = (caller.node_id, caller.credential_sha256)
@@ -106,7 +102,7 @@ def _record(stores: Stores, caller: NodeCaller, node: Node, values: dict[str, An
 
 
 def replace_inventory(
-    stores: Stores, settings: Settings, caller: NodeCaller, body: dict[str, Any], now: float
+    stores: Stores, settings: Settings, caller: NodeCaller, request: requests.ReplaceInventory, now: float
 ) -> Inventory:
     """Replace a node's inventory, then reconcile its GPU claims and duplicate flags.
 
@@ -114,15 +110,12 @@ def replace_inventory(
     never a transaction). Each node may replace its inventory ``settings.inventory_rate_limit``
     times per window, so one node cannot write unlimited state-log objects.
     """
-    require_compatible(Component.AGENT, body)
-    validate(body, "REPLACE_INVENTORY")
-    validate_inventory(body["inventory"])
     node = require_holder(stores.nodes.get(caller.node_id), caller)
-    uuids = duplicate_identity.gpu_uuids(body["inventory"])
+    uuids = duplicate_identity.gpu_uuids(request.inventory)
     for _ in range(_TRANSITION_ATTEMPTS):
         previous = stores.nodes.get_inventory(caller.node_id)
         values = {
-            "inventory": body["inventory"],
+            "inventory": request.inventory,
             "updated_at": round(now, 3),
             "revision": uuid.uuid4().hex,
             **_rate_window(settings, previous, now),
@@ -135,7 +128,7 @@ def replace_inventory(
                 values,
                 previous.revision if previous else None,
                 event,
-                capabilities=set(body["inventory"]["capabilities"]),
+                capabilities=set(request.inventory["capabilities"]),
             )
         except GuardFailed:
             node = require_holder(stores.nodes.get(caller.node_id), caller)  # revoked meanwhile: 401
@@ -144,7 +137,7 @@ def replace_inventory(
         duplicate_identity.detect_and_flag(
             stores, settings, caller.node_id, uuids, set(node.duplicate_partners or ()), now
         )
-        return Inventory(caller.node_id, inventory=body["inventory"], updated_at=values["updated_at"])
+        return Inventory(caller.node_id, inventory=request.inventory, updated_at=values["updated_at"])
     raise Conflict("inventory_conflict", "the inventory changed concurrently; retry")
 
 

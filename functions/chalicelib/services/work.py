@@ -26,6 +26,7 @@ from modelforge_protocol.canonical import canonical_bytes
 
 from chalicelib.config.resources import WORK_INPUT_PREFIX, WORK_RESULT_PREFIX
 from chalicelib.config.settings import Settings
+from chalicelib.domain import requests
 from chalicelib.domain.errors import Conflict, GuardFailed, Invalid, TooLarge, not_found
 from chalicelib.domain.records import Event, Node, WorkItem
 from chalicelib.domain.validation import validate_with
@@ -92,13 +93,12 @@ def _same_submission(existing: WorkItem, wanted: WorkItem) -> Submitted:
     return Submitted(existing, created=False)
 
 
-def submit(stores: Stores, body: dict[str, Any], now: float) -> Submitted:
-    validate_with(body, protocol.SUBMIT_WORK)
-    capability = body["capability"]
-    _check_input(capability, body["input"])
-    document = canonical_bytes(body["input"])
+def submit(stores: Stores, request: requests.SubmitWork, now: float) -> Submitted:
+    capability = request.capability
+    _check_input(capability, request.input)
+    document = canonical_bytes(request.input)
     input_sha256 = hashlib.sha256(document).hexdigest()
-    key = body.get("idempotency_key")
+    key = request.idempotency_key
     key_sha256 = hashlib.sha256(key.encode("utf-8")).hexdigest() if key else None
     # an idempotent submit names its item after the key, so a retry finds it with one read
     work_id = f"work_{key_sha256[:32]}" if key_sha256 else f"work_{uuid.uuid4().hex}"
@@ -109,8 +109,8 @@ def submit(stores: Stores, body: dict[str, Any], now: float) -> Submitted:
         created_at=round(now, 3),
         updated_at=round(now, 3),
         attempts=0,
-        max_attempts=int(body.get("max_attempts", protocol.DEFAULT_ATTEMPTS)),
-        lease_seconds=int(body.get("lease_seconds", protocol.DEFAULT_LEASE_SECONDS)),
+        max_attempts=request.max_attempts,
+        lease_seconds=request.lease_seconds,
         epoch=0,
         input_key=input_key(work_id, input_sha256),
         input_sha256=input_sha256,
@@ -305,22 +305,30 @@ def _written(item: WorkItem, values: dict[str, Any]) -> WorkItem:
 
 
 def renew(
-    stores: Stores, caller: NodeCaller, work_id: str, body: dict[str, Any], now: float, known: KnownCallers | None
+    stores: Stores,
+    caller: NodeCaller,
+    work_id: str,
+    request: requests.RenewWork,
+    now: float,
+    known: KnownCallers | None,
 ) -> WorkItem:
-    validate_with(body, protocol.RENEW_WORK)
     authenticate(stores, caller, known)
-    item = _held(stores, caller, work_id, body["epoch"])
+    item = _held(stores, caller, work_id, request.epoch)
     values = {"lease_expires_at": round(now + item.lease_seconds, 3), "updated_at": round(now, 3)}
     event = Event("work.lease_renewed", {"work_id": work_id, "epoch": str(item.epoch)}, now)
-    return _write_held(stores, caller, item, body["epoch"], values, event)
+    return _write_held(stores, caller, item, request.epoch, values, event)
 
 
 def complete(
-    stores: Stores, caller: NodeCaller, work_id: str, body: dict[str, Any], now: float, known: KnownCallers | None
+    stores: Stores,
+    caller: NodeCaller,
+    work_id: str,
+    request: requests.CompleteWork,
+    now: float,
+    known: KnownCallers | None,
 ) -> WorkItem:
-    validate_with(body, protocol.COMPLETE_WORK)
     authenticate(stores, caller, known)
-    epoch = body["epoch"]
+    epoch = request.epoch
     item = _held(stores, caller, work_id, epoch)
     key = result_key(work_id, epoch)
     found = stores.objects.digest(key, protocol.MAX_RESULT_BYTES)
@@ -329,7 +337,7 @@ def complete(
     sha256, size = found
     if sha256 is None:
         raise TooLarge("result_too_large", f"the result is larger than {protocol.MAX_RESULT_BYTES} bytes")
-    if sha256 != body["sha256"] or size != body["size"]:
+    if sha256 != request.sha256 or size != request.size:
         raise Conflict("result_checksum_mismatch", "the uploaded result does not have the sha256 and size given")
     values = {
         "status": SUCCEEDED,
@@ -342,13 +350,12 @@ def complete(
 
 
 def fail(
-    stores: Stores, caller: NodeCaller, work_id: str, body: dict[str, Any], now: float, known: KnownCallers | None
+    stores: Stores, caller: NodeCaller, work_id: str, request: requests.FailWork, now: float, known: KnownCallers | None
 ) -> WorkItem:
-    validate_with(body, protocol.FAIL_WORK)
     authenticate(stores, caller, known)
-    epoch = body["epoch"]
+    epoch = request.epoch
     item = _held(stores, caller, work_id, epoch)
-    values, event = _after_failure(item, body["reason"], body["retryable"], now, cause="agent")
+    values, event = _after_failure(item, request.reason, request.retryable, now, cause="agent")
     return _write_held(stores, caller, item, epoch, values, event)
 
 

@@ -1,6 +1,6 @@
 """The IAM action behind each AWS call the store modules make, kept next to them.
 
-The deployed roles (``tools/modelforge_cli/infra.py``) grant exactly the actions of the calls each
+The deployed roles (``tools/local_stack/modelforge_local_stack/infra.py``) grant exactly the actions of the calls each
 function can reach, plus what Lambda itself does with a function's role. A test
 (``tests/integration/test_aws_stack.py``) finds every call in this folder, fails on one this
 table does not know, follows each function's entry point through the code to the calls it can

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import tarfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from modelforge_protocol.canonical import canonical_bytes
 
 from .release_images import OCI_CONFIG, OCI_INDEX, OCI_LAYER, OCI_LAYER_GZIP, OCI_MANIFEST, Blob, Image, ImageArchive
 
@@ -29,7 +30,7 @@ _LAYER_TYPES = {"none": OCI_LAYER, "gzip": OCI_LAYER_GZIP}
 
 
 def _json(document: Any) -> bytes:
-    return json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
+    return canonical_bytes(document, ascii_only=True)
 
 
 def _blob_name(digest: str) -> str:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from chalicelib.config import resources
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 FUNCTIONS_DIR = REPO_ROOT / "functions"
 
 __all__ = ["FUNCTIONS_DIR", "REPO_ROOT", "resources"]

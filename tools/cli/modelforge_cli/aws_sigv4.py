@@ -24,6 +24,9 @@ ENV_VAR = "MODELFORGE_API_AWS_SIGV4"
 _EXECUTE_API_HOST = re.compile(r"^[a-z0-9]+\.execute-api\.([a-z0-9-]+)\.amazonaws\.com(?:\.cn)?$")
 #: the request headers the signature covers (besides host and the x-amz-* headers it adds)
 SIGNED_HEADERS = ("content-type", ADMIN_TOKEN_HEADER.lower())
+NEEDS_EXTRA = (
+    "--aws-sigv4 needs botocore, which the admin CLI's base install leaves out: pip install 'modelforge-cli[aws]'"
+)
 
 
 class SigningUnavailable(Exception):
@@ -67,8 +70,10 @@ def from_chain(api_url: str) -> SigV4:
     """Sign with the standard AWS credential chain; ``SigningUnavailable`` says what is missing."""
     from urllib.parse import urlsplit
 
-    import botocore.session
-
+    try:
+        import botocore.session
+    except ImportError:  # the base install: botocore comes with the [aws] extra
+        raise SigningUnavailable(NEEDS_EXTRA) from None
     session = botocore.session.Session()
     try:
         credentials = session.get_credentials()
@@ -88,6 +93,7 @@ def from_chain(api_url: str) -> SigV4:
     )
     if not region:
         raise SigningUnavailable(
-            "no AWS region for --aws-sigv4: the API URL is not an execute-api host; set AWS_REGION to the stack's region"
+            "no AWS region for --aws-sigv4: the API URL is not an execute-api host; "
+            "set AWS_REGION to the stack's region"
         )
     return SigV4(credentials, region)

@@ -3,7 +3,7 @@
 The same CloudFormation definitions are deployed to AWS and created in the local emulator,
 so the local stack cannot drift from the deployed one.
 
-``python -m modelforge_cli.provision --endpoint-url URL`` does the same against any AWS endpoint
+``python -m modelforge_local_stack.provision --endpoint-url URL`` does the same against any AWS endpoint
 (LocalStack's init hook, localstack/init/ready.d/, runs it). It needs only boto3 and this
 package's catalogue (no other part of the project), so it runs in LocalStack's own Python.
 """
@@ -101,7 +101,7 @@ def wait_until_active(endpoint_url: str, names: dict[str, str], region: str = "u
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m modelforge_cli.provision",
+        prog="python -m modelforge_local_stack.provision",
         description="Create the control plane's tables, outbox stream and state-log bucket from infra/resources.json "
         "in an AWS endpoint (e.g. LocalStack); resources that exist are left as they are.",
     )

@@ -1,8 +1,8 @@
 """Write (or check) docs/openapi.json: the API's OpenAPI document, as the control plane serves it
 at ``GET /api/v1/openapi.json``.
 
-    python -m modelforge_cli.openapi_doc           # regenerate docs/openapi.json
-    python -m modelforge_cli.openapi_doc --check   # exit 1 if it differs from the generated one
+    python -m modelforge_local_stack.openapi_doc           # regenerate docs/openapi.json
+    python -m modelforge_local_stack.openapi_doc --check   # exit 1 if it differs from the generated one
 """
 
 from __future__ import annotations
@@ -16,18 +16,22 @@ from pathlib import Path
 from .catalogue import REPO_ROOT
 
 DOCUMENT_PATH = REPO_ROOT / "docs" / "openapi.json"
-REGENERATE = "python -m modelforge_cli.openapi_doc"
+REGENERATE = "python -m modelforge_local_stack.openapi_doc"
 
 
 def render() -> str:
     """The document as the file holds it: two-space indents, fields in the order they are built."""
-    from chalicelib.api import openapi  # functions/ is on the path catalogue
+    from chalicelib.api import openapi
 
-    return json.dumps(openapi.build(), indent=2, ensure_ascii=False) + "\n"
+    from .http_server import load_app
+
+    return json.dumps(openapi.build(load_app().app.routes), indent=2, ensure_ascii=False) + "\n"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m modelforge_cli.openapi_doc", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m modelforge_local_stack.openapi_doc", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--check", action="store_true", help="only compare; exit 1 when the file is out of date")
     parser.add_argument(
         "--output", type=Path, default=DOCUMENT_PATH, help=f"default {DOCUMENT_PATH.relative_to(REPO_ROOT)}"

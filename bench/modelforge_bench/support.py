@@ -1,8 +1,7 @@
 """What the benchmark scripts in bench/ share: the failure type, the ``main()`` wrapper, and child processes.
 
-Not a script. Each script puts its own folder on ``sys.path`` and imports this module as
-``_support``, so that it works both when run as ``.venv/bin/python bench/<name>.py`` and when a
-test loads the script with importlib.
+Not a script: the scripts import it as ``from modelforge_bench import support as _support``, which
+works both when run as ``.venv/bin/python bench/<name>.py`` and in the tests.
 """
 
 from __future__ import annotations

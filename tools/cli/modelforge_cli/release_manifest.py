@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from modelforge_protocol import files
 from modelforge_protocol.release_bundle import (
     MANIFEST_FORMAT,
     RELEASE_IMAGES,
@@ -214,6 +215,4 @@ def _check_written(path: Path, manifest: dict[str, Any]) -> None:
 
 
 def _write(path: Path, data: bytes) -> None:
-    partial = path.with_name(path.name + ".partial")
-    partial.write_bytes(data)
-    os.replace(partial, path)
+    files.atomic_write(path, data, mode=0o644)

@@ -6,14 +6,13 @@ import argparse
 import base64
 import hashlib
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import requests
+from modelforge_protocol import files
 from modelforge_protocol import work as work_protocol
 
 from . import tables
@@ -296,16 +295,10 @@ def download(url: str, size: int, sha256: str) -> bytes:
 
 
 def _write(path: Path, data: bytes) -> None:
-    """All or nothing: a temporary file beside ``path``, renamed over it."""
-    temporary: str | None = None
+    """All or nothing: a temporary file beside ``path``, renamed over it (mode 0600)."""
     try:
-        handle, temporary = tempfile.mkstemp(dir=path.resolve().parent, prefix=f".{path.name}.")
-        with os.fdopen(handle, "wb") as file:
-            file.write(data)
-        os.replace(temporary, path)
+        files.atomic_write(path, data)
     except OSError as error:
-        if temporary is not None:
-            Path(temporary).unlink(missing_ok=True)
         raise CommandFailed(f"cannot write {path}: {error.strerror or error}") from None
 
 

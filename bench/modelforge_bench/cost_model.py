@@ -30,7 +30,8 @@ from typing import Any
 
 from modelforge_cli.item_size import item_size, write_units
 
-PRICES_FILE = Path(__file__).resolve().with_name("aws_prices.json")
+#: bench/aws_prices.json (this package is installed editable, from the checkout, for developers only)
+PRICES_FILE = Path(__file__).resolve().parents[1] / "aws_prices.json"
 READ_UNIT_BYTES = 4096
 #: AWS's pricing convention for a month
 HOURS_PER_MONTH = 730

@@ -11,7 +11,7 @@ the function runs; the function still checks the admin token. Public routes and 
 Two example policies, one per role, name exact route ARNs: ``read-only`` may call the admin GET
 routes, ``operator`` every admin route. The stack creates them as managed policies in IAM mode
 (attach them to your admins' roles); ``infra/policies/`` holds the same documents with
-placeholders, for accounts that manage IAM elsewhere (``python -m modelforge_cli.infra_admin_iam``
+placeholders, for accounts that manage IAM elsewhere (``python -m modelforge_local_stack.infra_admin_iam``
 writes them).
 """
 
