@@ -15,7 +15,7 @@ URL or a body) and how an answer is read under a cap (``read_capped``)."""
 from __future__ import annotations
 
 import ssl
-from typing import Any, cast
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import requests
@@ -65,8 +65,9 @@ def network_label(error: BaseException) -> tuple[str, str]:
 def read_capped(response: requests.Response, max_bytes: int) -> bytes:
     """The whole raw body of a streamed answer, or ``capped_read.Compressed`` / ``TooLarge`` as soon
     as it is known to be compressed or to exceed ``max_bytes`` (``modelforge_protocol.capped_read``)."""
-    headers = cast(capped_read.Headers, response.headers)  # a Mapping[str, str]: its get has overloads
-    return capped_read.read_capped(lambda size: response.raw.read(size, decode_content=False), headers, max_bytes)
+    return capped_read.read_capped(
+        lambda size: response.raw.read(size, decode_content=False), response.headers, max_bytes
+    )
 
 
 class _AgentAdapter(HTTPAdapter):

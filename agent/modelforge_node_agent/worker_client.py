@@ -20,7 +20,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 from urllib.parse import urlsplit
 
 from modelforge_protocol import capped_read, schemas, work
@@ -300,8 +300,7 @@ class WorkerClient:
             connection.request(method, path, body=body, headers=headers)
             response = connection.getresponse()
             try:
-                answer_headers = cast(capped_read.Headers, response.headers)  # an email Message: its get has overloads
-                raw = capped_read.read_capped(response.read, answer_headers, cap)
+                raw = capped_read.read_capped(response.read, response.headers, cap)
             except capped_read.TooLarge:
                 raise WorkerFailure(
                     f"InvalidAnswer (HTTP {response.status})", f"answer larger than {cap} bytes"
