@@ -10,7 +10,7 @@ The interval the control plane asks for is clamped to 1..3600 s.
 With a runtime worker (``work``, from ``MODELFORGE_AGENT_WORKER_URL``), each heartbeat first polls
 the worker's status once: the capabilities it reports available join the inventory (re-sent when
 that set changes), the heartbeat's health carries ``worker`` (and is ``degraded`` when the worker
-is not ok), and an answer saying ``work_waiting`` hints the work loop (``work_runner``), which runs
+is not ok), and an answer saying ``work_waiting`` hints the work loop (``work``), which runs
 on its own thread so heartbeats go on while a job runs.
 """
 
@@ -33,7 +33,7 @@ from .failures import ConfigurationInvalid, IdentityRefused
 from .gpu_source import GpuSource
 from .identity import Identity, StateVolume, new_identity
 from .inventory import host_inventory
-from .work_runner import WorkRunner
+from .work import WorkRunner
 
 log = logging.getLogger("modelforge.agent")
 

@@ -10,6 +10,8 @@ shared answer schemas before the agent sees it:
   carries its Retry-After.
 - other 4xx: ``Refused``, carrying only the status and the error code of the answer.
 
+The failures themselves, and what each means to a caller (``classify``), are in ``failures``.
+
 A response body can echo what the agent sent, so it is never logged or put in a message.
 """
 
@@ -19,15 +21,16 @@ import contextlib
 from typing import Any
 
 import requests
-import urllib3
+from modelforge_protocol import capped_read
 from modelforge_protocol.credentials import NODE_ID_HEADER
 from modelforge_protocol.schemas import MAX_ANSWER_BYTES, MAX_RETRY_AFTER_SECONDS, MIN_RETRY_AFTER_SECONDS
 
 from . import answers
 from .answers import MalformedAnswer
 from .deadline import Deadline
-from .failures import RedirectRefused
+from .failures import RedirectRefused, Refused, TransientFailure
 from .identity import Identity
+from .transport import DEADLINE_EXCEEDED, NETWORK_ERRORS, network_label, read_capped
 
 ENROLL = "/api/v1/agent/enroll"
 HEARTBEAT = "/api/v1/agent/heartbeat"
@@ -44,70 +47,6 @@ def work_path(work_id: str, action: str) -> str:
     return f"/api/v1/agent/work/{work_id}/{action}"
 
 
-#: What a request or the reading of its answer can raise when the network or the server fails.
-_NETWORK_ERRORS = (requests.RequestException, urllib3.exceptions.HTTPError, OSError)
-DEADLINE_EXCEEDED = "DeadlineExceeded"
-
-
-class TransientFailure(Exception):
-    """Worth retrying: ``label`` names the error class or HTTP status (never a body).
-
-    ``retry_after`` is the 429's Retry-After in seconds, clamped to 1..3600, when it gave one."""
-
-    def __init__(
-        self,
-        label: str,
-        method: str,
-        path: str,
-        detail: str = "",
-        *,
-        status: int | None = None,
-        retry_after: float | None = None,
-    ) -> None:
-        super().__init__(f"{label} on {method} {path}")
-        self.label, self.method, self.path, self.detail = label, method, path, detail
-        self.status, self.retry_after = status, retry_after
-
-
-class Refused(Exception):
-    """The control plane answered 4xx: do not retry blindly."""
-
-    def __init__(
-        self, status: int, code: str, method: str, path: str, verdict: str | None, next_step: str | None
-    ) -> None:
-        super().__init__(f"HTTP {status} {code} on {method} {path}")
-        self.status, self.code, self.method, self.path = status, code, method, path
-        self.verdict, self.next_step = verdict, next_step
-
-
-#: What OpenSSL says when an https:// URL reaches a server that answers in plain HTTP.
-_PLAIN_HTTP_SIGNS = ("WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "HTTP_REQUEST", "PACKET_LENGTH_TOO_LONG")
-
-
-def _label(error: BaseException) -> tuple[str, str]:
-    if isinstance(error, requests.exceptions.SSLError):
-        reason = str(error)
-        if "match" in reason and "hostname" in reason.lower():
-            hint = "certificate does not match the host name"
-        elif "CERTIFICATE_VERIFY_FAILED" in reason:
-            hint = "certificate verify failed"
-        elif any(sign in reason.upper() for sign in _PLAIN_HTTP_SIGNS):
-            hint = (
-                "TLS handshake failed: the server answered in plain HTTP, not HTTPS. Check that the server serves "
-                "HTTPS on this port, or use http:// (allowed for loopback addresses only)"
-            )
-        else:
-            hint = "TLS handshake failed: check that the server serves HTTPS on this address and port"
-        return "TLSError", hint
-    if isinstance(error, requests.exceptions.ConnectTimeout):
-        return "ConnectTimeout", ""
-    if isinstance(error, requests.exceptions.ConnectionError):
-        return "ConnectError", ""
-    if isinstance(error, (requests.exceptions.Timeout, urllib3.exceptions.TimeoutError, TimeoutError)):
-        return "ReadTimeout", ""
-    return type(error).__name__, ""
-
-
 def retry_after_seconds(value: str | None) -> float | None:
     """Retry-After as delay-seconds, clamped to 1..3600; None when absent or not a plain number."""
     text = (value or "").strip()
@@ -120,17 +59,14 @@ def _invalid(status: int, path: str, malformed: MalformedAnswer) -> TransientFai
     return TransientFailure(f"InvalidAnswer (HTTP {status})", "POST", path, malformed.reason, status=status)
 
 
-def _read_capped(response: requests.Response) -> bytes:
+def _read_answer(response: requests.Response) -> bytes:
     """The whole body, or MalformedAnswer as soon as it is known to exceed the cap."""
-    if response.headers.get("Content-Encoding", "identity").strip().lower() not in ("", "identity"):
-        raise MalformedAnswer("answer is compressed; the agent asks for and reads only uncompressed answers")
-    length = response.headers.get("Content-Length", "").strip()
-    if length.isascii() and length.isdigit() and int(length) > MAX_ANSWER_BYTES:
-        raise MalformedAnswer(f"answer larger than {MAX_ANSWER_BYTES} bytes")
-    body = response.raw.read(MAX_ANSWER_BYTES + 1, decode_content=False)
-    if len(body) > MAX_ANSWER_BYTES:
-        raise MalformedAnswer(f"answer larger than {MAX_ANSWER_BYTES} bytes")
-    return bytes(body)
+    try:
+        return read_capped(response, MAX_ANSWER_BYTES)
+    except capped_read.Compressed:
+        raise MalformedAnswer("answer is compressed; the agent asks for and reads only uncompressed answers") from None
+    except capped_read.TooLarge:
+        raise MalformedAnswer(f"answer larger than {MAX_ANSWER_BYTES} bytes") from None
 
 
 class ControlPlaneClient:
@@ -162,8 +98,8 @@ class ControlPlaneClient:
         with Deadline(self._timeout) as deadline:
             try:
                 status, raw = self._exchange(path, body, self._headers(identity))
-            except _NETWORK_ERRORS as error:
-                label, detail = (DEADLINE_EXCEEDED, "") if deadline.expired else _label(error)
+            except NETWORK_ERRORS as error:
+                label, detail = (DEADLINE_EXCEEDED, "") if deadline.expired else network_label(error)
                 raise TransientFailure(label, "POST", path, detail) from None
         if deadline.expired:  # the body may have looked complete when its socket was shut down
             raise TransientFailure(DEADLINE_EXCEEDED, "POST", path)
@@ -191,7 +127,7 @@ class ControlPlaneClient:
                 retry_after = retry_after_seconds(response.headers.get("Retry-After")) if status == 429 else None
                 raise TransientFailure(f"HTTP {status}", "POST", path, status=status, retry_after=retry_after)
             try:
-                return status, _read_capped(response)
+                return status, _read_answer(response)
             except MalformedAnswer as malformed:
                 raise _invalid(status, path, malformed) from None
 

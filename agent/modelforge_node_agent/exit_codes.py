@@ -9,8 +9,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from .control_plane import Refused
-from .failures import ConfigurationInvalid, IdentityRefused, RedirectRefused
+from .failures import ConfigurationInvalid, IdentityRefused, RedirectRefused, Refused
 from .preflight import PreflightFailed
 
 log = logging.getLogger("modelforge.agent")

@@ -32,7 +32,7 @@ from .gpu_source import open_gpus
 from .identity import StateVolume, root_filesystem_warning
 from .preflight import PreflightFailed, run_preflight
 from .transport import base_url, build_session
-from .work_runner import for_config
+from .work import for_config
 
 log = logging.getLogger("modelforge.agent")
 #: How long a stop waits for the publishing thread before exiting anyway (the spec allows 2 s).

@@ -4,10 +4,13 @@ MODELFORGE_AGENT_CONTROL_PLANE_HOST_ADDRESS while verifying the certificate agai
 host name (SNI and hostname check both use the URL's name).
 
 Redirects are never followed (the session finds no redirect target in any answer, and every
-call also passes ``allow_redirects=False``): a redirect could carry the credential, the enrollment token and the Host override to
-another origin, or downgrade https to http. Answers are asked for uncompressed, so the size cap
-on answers is a cap on what is read. Every connection enlists under the running request's
-whole-request deadline (``deadline.POOL_CLASSES``)."""
+call also passes ``allow_redirects=False``): a redirect could carry the credential, the
+enrollment token and the Host override to another origin, or downgrade https to http. Answers
+are asked for uncompressed, so the size cap on answers is a cap on what is read. Every
+connection enlists under the running request's whole-request deadline (``deadline.POOL_CLASSES``).
+
+Also how a failed exchange on these sessions is named (``network_label``: the error class, never a
+URL or a body) and how an answer is read under a cap (``read_capped``)."""
 
 from __future__ import annotations
 
@@ -16,10 +19,55 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import requests
+import urllib3
+from modelforge_protocol import capped_read
 from requests.adapters import HTTPAdapter
 
 from .config import AgentConfig
 from .deadline import POOL_CLASSES
+
+#: What a request or the reading of its answer can raise when the network or the server fails.
+NETWORK_ERRORS = (requests.RequestException, urllib3.exceptions.HTTPError, OSError)
+#: The label of an exchange cut by its whole-request deadline.
+DEADLINE_EXCEEDED = "DeadlineExceeded"
+#: What OpenSSL says when an https:// URL reaches a server that answers in plain HTTP.
+_PLAIN_HTTP_SIGNS = ("WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "HTTP_REQUEST", "PACKET_LENGTH_TOO_LONG")
+
+
+def _tls_hint(error: requests.exceptions.SSLError) -> str:
+    reason = str(error)
+    if "match" in reason and "hostname" in reason.lower():
+        return "certificate does not match the host name"
+    if "CERTIFICATE_VERIFY_FAILED" in reason:
+        return "certificate verify failed"
+    if any(sign in reason.upper() for sign in _PLAIN_HTTP_SIGNS):
+        return (
+            "TLS handshake failed: the server answered in plain HTTP, not HTTPS. Check that the server serves "
+            "HTTPS on this port, or use http:// (allowed for loopback addresses only)"
+        )
+    return "TLS handshake failed: check that the server serves HTTPS on this address and port"
+
+
+def network_label(error: BaseException) -> tuple[str, str]:
+    """The label of one of ``NETWORK_ERRORS`` (its class, in words an operator knows) and, for TLS,
+    a hint at the cause; never a URL or a body."""
+    if isinstance(error, requests.exceptions.SSLError):
+        return "TLSError", _tls_hint(error)
+    if isinstance(error, requests.exceptions.ConnectTimeout):
+        return "ConnectTimeout", ""
+    if isinstance(error, requests.exceptions.ConnectionError):
+        return "ConnectError", ""
+    if isinstance(error, (requests.exceptions.Timeout, urllib3.exceptions.TimeoutError, TimeoutError)):
+        return "ReadTimeout", ""
+    return type(error).__name__, ""
+
+
+def read_capped(response: requests.Response, max_bytes: int) -> bytes:
+    """The whole raw body of a streamed answer, or ``capped_read.Compressed`` / ``TooLarge`` as soon
+    as it is known to be compressed or to exceed ``max_bytes`` (``modelforge_protocol.capped_read``)."""
+    return capped_read.read_capped(
+        lambda size: response.raw.read(size, decode_content=False), response.headers, max_bytes
+    )
 
 
 class _AgentAdapter(HTTPAdapter):

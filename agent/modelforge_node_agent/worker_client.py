@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from modelforge_protocol import schemas, work
+from modelforge_protocol import capped_read, schemas, work
 from modelforge_protocol.versions import Component, Verdict, next_step, verdict
 
 from . import answers
@@ -299,12 +299,14 @@ class WorkerClient:
                 headers["Content-Type"] = "application/json"
             connection.request(method, path, body=body, headers=headers)
             response = connection.getresponse()
-            length = (response.getheader("Content-Length") or "").strip()
-            if length.isascii() and length.isdigit() and int(length) > cap:
-                raise WorkerFailure(f"InvalidAnswer (HTTP {response.status})", f"answer larger than {cap} bytes")
-            raw = response.read(cap + 1)
-            if len(raw) > cap:
-                raise WorkerFailure(f"InvalidAnswer (HTTP {response.status})", f"answer larger than {cap} bytes")
+            try:
+                raw = capped_read.read_capped(response.read, response.headers, cap)
+            except capped_read.TooLarge:
+                raise WorkerFailure(
+                    f"InvalidAnswer (HTTP {response.status})", f"answer larger than {cap} bytes"
+                ) from None
+            except capped_read.Compressed as compressed:
+                raise WorkerFailure(f"InvalidAnswer (HTTP {response.status})", compressed.reason) from None
             if cutter.reason is not None:  # the answer may have looked whole when its socket was shut down
                 raise WorkerFailure(_label(TimeoutError(), True, cutter))
             return response.status, raw

@@ -28,7 +28,8 @@ from modelforge_node_agent.control_plane import ENROLL, HEARTBEAT, INVENTORY, WO
 from modelforge_node_agent.gpu_source import NoGpus
 from modelforge_node_agent.identity import StateVolume, new_identity
 from modelforge_node_agent.transport import base_url, build_session
-from modelforge_node_agent.work_runner import WorkRunner, for_config
+from modelforge_node_agent.work import WorkRunner, for_config
+from modelforge_protocol.canonical import canonical_bytes
 
 TOKEN = "mfe.enr_" + "0" * 32 + "." + "A" * 43
 NODE_ID = "node_" + "c" * 32
@@ -225,7 +226,7 @@ def in_process_agent(
     """The real Agent, configured from ``env`` as the process would be, with an injected stop,
     clock and jitter; ``client`` defaults to the real HTTP client and session, ``gpus`` to a CPU
     node; with ``MODELFORGE_AGENT_WORKER_URL``, ``work`` defaults to the real work loop
-    (``work_runner.for_config`` with ``work_options``). The one place tests build an agent
+    (``work.for_config`` with ``work_options``). The one place tests build an agent
     in-process."""
     config = load_config(env)
     state = StateVolume(config.state_volume)
@@ -277,6 +278,54 @@ class ObjectRequest:
     body: bytes
 
 
+class _ObjectHandler(BaseHTTPRequestHandler):
+    """Serves one ``ObjectServer`` (``store``, set on a subclass per server)."""
+
+    store: ObjectServer
+
+    protocol_version = "HTTP/1.1"
+
+    def _key(self) -> str | None:
+        parts = urlsplit(self.path)
+        if parse_qs(parts.query).get("X-Amz-Signature") != [SIGNATURE] or not parts.path.startswith("/bucket/"):
+            return None
+        return parts.path[len("/bucket/") :]
+
+    def _send(self, status: int, body: bytes = b"", headers: dict[str, str] | None = None) -> None:
+        self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _handle(self, method: str) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length", "0") or 0)) if method == "PUT" else b""
+        key = self._key()
+        self.store.requests.append(ObjectRequest(method, key or "", dict(self.headers), body))
+        if key is None:
+            return self._send(403, b"<Error>SignatureDoesNotMatch</Error>")
+        if key in self.store.redirects:
+            return self._send(307, b"", {"Location": self.store.redirects[key]})
+        if (method, key) in self.store.statuses:
+            return self._send(self.store.statuses[(method, key)], b"<Error/>")
+        if method == "PUT":
+            self.store.objects[key] = body
+            return self._send(200)
+        if key not in self.store.objects:
+            return self._send(404, b"<Error>NoSuchKey</Error>")
+        return self._send(200, self.store.objects[key], {"Content-Type": "application/json"})
+
+    def do_GET(self) -> None:
+        self._handle("GET")
+
+    def do_PUT(self) -> None:
+        self._handle("PUT")
+
+    def log_message(self, *_: Any) -> None:
+        """Quiet."""
+
+
 class ObjectServer:
     """A presigned-URL object store on 127.0.0.1: ``GET``/``PUT /bucket/<key>?X-Amz-Signature=...``
     (403 without the signature). ``redirects[key]`` answers that key with a 307 to another URL;
@@ -287,52 +336,8 @@ class ObjectServer:
         self.requests: list[ObjectRequest] = []
         self.redirects: dict[str, str] = {}
         self.statuses: dict[tuple[str, str], int] = {}
-        store = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def _key(self) -> str | None:
-                parts = urlsplit(self.path)
-                if parse_qs(parts.query).get("X-Amz-Signature") != [SIGNATURE] or not parts.path.startswith("/bucket/"):
-                    return None
-                return parts.path[len("/bucket/") :]
-
-            def _send(self, status: int, body: bytes = b"", headers: dict[str, str] | None = None) -> None:
-                self.send_response(status)
-                for name, value in (headers or {}).items():
-                    self.send_header(name, value)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def _handle(self, method: str) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", "0") or 0)) if method == "PUT" else b""
-                key = self._key()
-                store.requests.append(ObjectRequest(method, key or "", dict(self.headers), body))
-                if key is None:
-                    return self._send(403, b"<Error>SignatureDoesNotMatch</Error>")
-                if key in store.redirects:
-                    return self._send(307, b"", {"Location": store.redirects[key]})
-                if (method, key) in store.statuses:
-                    return self._send(store.statuses[(method, key)], b"<Error/>")
-                if method == "PUT":
-                    store.objects[key] = body
-                    return self._send(200)
-                if key not in store.objects:
-                    return self._send(404, b"<Error>NoSuchKey</Error>")
-                return self._send(200, store.objects[key], {"Content-Type": "application/json"})
-
-            def do_GET(self) -> None:
-                self._handle("GET")
-
-            def do_PUT(self) -> None:
-                self._handle("PUT")
-
-            def log_message(self, *_: Any) -> None:
-                """Quiet."""
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        handler = type("ObjectHandler", (_ObjectHandler,), {"store": self})
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self._thread.start()
@@ -346,10 +351,6 @@ class ObjectServer:
     def close(self) -> None:
         self._server.shutdown()
         self._server.server_close()
-
-
-def canonical(document: Any) -> bytes:
-    return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
 @dataclass
@@ -396,7 +397,7 @@ class FakeWork:
     ) -> FakeItem:
         with self._lock:
             item = FakeItem(f"work_{len(self.items) + 1:032x}", capability, lease_seconds, on_renew=on_renew)
-            self.objects.objects[item.input_key] = canonical(document)
+            self.objects.objects[item.input_key] = canonical_bytes(document)
             self.items[item.work_id] = item
             return item
 

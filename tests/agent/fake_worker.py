@@ -17,6 +17,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from modelforge_protocol.canonical import canonical_bytes
+
 ECHO = {
     "name": "diagnostic.echo",
     "model": "builtin",
@@ -49,8 +51,7 @@ def status_answer(
 
 
 def echo_result(payload: dict[str, Any]) -> dict[str, Any]:
-    canonical = json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()
-    return {"sha256": hashlib.sha256(canonical).hexdigest(), "device": "cpu"}
+    return {"sha256": hashlib.sha256(canonical_bytes(payload, ascii_only=True)).hexdigest(), "device": "cpu"}
 
 
 def worker_error(status: int, code: str, message: str, retryable: bool) -> tuple[int, dict[str, Any]]:

@@ -8,7 +8,8 @@ from typing import Any
 
 from modelforge_node_agent.agent import Agent
 from modelforge_node_agent.config import load_config
-from modelforge_node_agent.control_plane import ENROLL, ControlPlaneClient, TransientFailure
+from modelforge_node_agent.control_plane import ENROLL, ControlPlaneClient
+from modelforge_node_agent.failures import TransientFailure
 from modelforge_node_agent.identity import StateVolume
 from modelforge_node_agent.transport import base_url, build_session
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 from modelforge_node_agent.agent import Agent
-from modelforge_node_agent.control_plane import ENROLL, HEARTBEAT, INVENTORY, Refused, TransientFailure
+from modelforge_node_agent.control_plane import ENROLL, HEARTBEAT, INVENTORY
 from modelforge_node_agent.exit_codes import CONFIGURATION_INVALID, IDENTITY_REFUSED, PROTOCOL_INCOMPATIBLE, exit_for
-from modelforge_node_agent.failures import ConfigurationInvalid, IdentityRefused
+from modelforge_node_agent.failures import ConfigurationInvalid, IdentityRefused, Refused, TransientFailure
 from modelforge_node_agent.gpu import GpuInfo, GpuTelemetry
 from modelforge_node_agent.identity import StateVolume
 

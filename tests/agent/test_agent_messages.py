@@ -11,7 +11,7 @@ import pytest
 import requests
 from modelforge_logging import jsonlog
 from modelforge_node_agent.config import load_config
-from modelforge_node_agent.control_plane import _label
+from modelforge_node_agent.transport import network_label
 
 from tests.agent.fake_control_plane import TOKEN, fake_server
 from tests.support.agent_process import agent_env, run_agent, start_agent
@@ -96,5 +96,5 @@ def test_an_https_url_to_a_plain_http_server_says_to_check_that_it_serves_https(
     ],
 )
 def test_each_tls_failure_gets_its_own_hint(reason: str, hint: str) -> None:
-    label, detail = _label(requests.exceptions.SSLError(reason))
+    label, detail = network_label(requests.exceptions.SSLError(reason))
     assert label == "TLSError" and hint in detail

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 import trustme
-from modelforge_node_agent.control_plane import ENROLL, HEARTBEAT, Refused
+from modelforge_node_agent.control_plane import ENROLL, HEARTBEAT
 from modelforge_node_agent.exit_codes import IDENTITY_REFUSED, PROTOCOL_INCOMPATIBLE, exit_for
+from modelforge_node_agent.failures import Refused
 
 from tests.agent.fake_control_plane import (
     ENROLLED,

@@ -5,9 +5,9 @@ from __future__ import annotations
 import logging
 
 import pytest
-from modelforge_node_agent.control_plane import ENROLL, HEARTBEAT, Refused
+from modelforge_node_agent.control_plane import ENROLL, HEARTBEAT
 from modelforge_node_agent.exit_codes import exit_for, report
-from modelforge_node_agent.failures import ConfigurationInvalid, IdentityRefused, RedirectRefused
+from modelforge_node_agent.failures import ConfigurationInvalid, IdentityRefused, RedirectRefused, Refused
 from modelforge_node_agent.identity import StateVolumeError
 from modelforge_node_agent.preflight import DEVICE_NOT_FOUND, NVML_UNAVAILABLE, TELEMETRY_UNAVAILABLE, PreflightFailed
 

@@ -22,15 +22,11 @@ from modelforge_node_agent.control_plane import COMPLETE, ENROLL, HEARTBEAT, INV
 from modelforge_node_agent.exit_codes import CONFIGURATION_INVALID, IDENTITY_REFUSED, exit_for
 from modelforge_node_agent.failures import RedirectRefused
 from modelforge_node_agent.main import run_agent
-from modelforge_node_agent.work_runner import (
-    TransferFailed,
-    WorkRunner,
-    canonical,
-    check_presigned_url,
-    default_renew_interval,
-    for_config,
-)
+from modelforge_node_agent.work import WorkRunner, for_config
+from modelforge_node_agent.work.claimed import default_renew_interval
+from modelforge_node_agent.work.transfers import TransferFailed, check_presigned_url
 from modelforge_protocol import schemas, work
+from modelforge_protocol.canonical import canonical_bytes
 
 from tests.agent.fake_control_plane import (
     SIGNATURE,
@@ -200,7 +196,7 @@ def test_work_complete_carries_the_sha256_and_size_of_the_uploaded_canonical_res
         item = running.work.submit(ECHO_CAPABILITY, document)
         assert running.wait_outcomes(1) == ["succeeded"]
     (upload,) = running.objects.puts()
-    expected = canonical(echo_result(document))
+    expected = canonical_bytes(echo_result(document))
     assert upload.key == f"results/{item.work_id}/1.json" and upload.body == expected
     assert upload.headers["Content-Type"] == "application/json"
     (completed,) = running.work.completions
@@ -258,16 +254,16 @@ def test_work_a_renewal_answered_409_stops_the_job_and_uploads_nothing(
     with (
         fake_worker(run=held) as worker,
         running_agent(tmp_path, worker.url, renew_interval=lambda lease: 0.1) as running,
+        caplog.at_level(logging.INFO, logger="modelforge.agent"),
     ):
-        with caplog.at_level(logging.INFO, logger="modelforge.agent"):
-            first = running.work.submit(ECHO_CAPABILITY, {"n": 1}, on_renew=lambda n: (409, code))
-            assert running.wait_outcomes(1) == [code]
-            # the worker still runs the first job: the next item is not claimed before it ends
-            second = running.work.submit(ECHO_CAPABILITY, {"n": 2})
-            running.wait_heartbeats(4)
-            assert running.work.claims == [200] and len(worker.runs) == 1
-            release.set()
-            assert running.wait_outcomes(2) == [code, "succeeded"]
+        first = running.work.submit(ECHO_CAPABILITY, {"n": 1}, on_renew=lambda n: (409, code))
+        assert running.wait_outcomes(1) == [code]
+        # the worker still runs the first job: the next item is not claimed before it ends
+        second = running.work.submit(ECHO_CAPABILITY, {"n": 2})
+        running.wait_heartbeats(4)
+        assert running.work.claims == [200] and len(worker.runs) == 1
+        release.set()
+        assert running.wait_outcomes(2) == [code, "succeeded"]
     assert [work_id for work_id, _ in running.work.completions] == [second.work_id]
     assert [upload.key for upload in running.objects.puts()] == [f"results/{second.work_id}/1.json"]
     assert running.work.failures == []
@@ -400,12 +396,15 @@ def test_work_inventory_is_sent_again_only_when_the_workers_capabilities_change(
 def test_work_incompatible_worker_gets_no_claims_and_its_verdict_is_logged_once(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.INFO, logger="modelforge.agent"):
-        with fake_worker(status_answer(protocol_version=2)) as worker, running_agent(tmp_path, worker.url) as running:
-            running.work.submit(ECHO_CAPABILITY, {})
-            running.wait_heartbeats(6)
-            assert running.claims() == 0 and worker.runs == []
-            health = _last_health(running)
+    with (
+        caplog.at_level(logging.INFO, logger="modelforge.agent"),
+        fake_worker(status_answer(protocol_version=2)) as worker,
+        running_agent(tmp_path, worker.url) as running,
+    ):
+        running.work.submit(ECHO_CAPABILITY, {})
+        running.wait_heartbeats(6)
+        assert running.claims() == 0 and worker.runs == []
+        health = _last_health(running)
     assert health["status"] == "degraded" and health["worker"]["status"] == "incompatible"
     assert running.plane.bodies(ENROLL)[0]["inventory"]["capabilities"] == ["cpu"]
     logged = [record for record in caplog.records if getattr(record, "event", "") == "worker_status"]
@@ -483,13 +482,16 @@ def test_work_presigned_url_https_or_loopback_http_is_used(url: str) -> None:
 
 
 def test_work_presigned_urls_never_reach_a_log(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.DEBUG, logger="modelforge"):
-        with fake_worker() as worker, running_agent(tmp_path, worker.url) as running:
-            running.wait_heartbeats(1)
-            running.work.submit(ECHO_CAPABILITY, {"n": 1})
-            denied = running.work.submit(ECHO_CAPABILITY, {"n": 2})
-            running.objects.statuses[("GET", denied.input_key)] = 403
-            assert running.wait_outcomes(2) == ["succeeded", "failed"]
+    with (
+        caplog.at_level(logging.DEBUG, logger="modelforge"),
+        fake_worker() as worker,
+        running_agent(tmp_path, worker.url) as running,
+    ):
+        running.wait_heartbeats(1)
+        running.work.submit(ECHO_CAPABILITY, {"n": 1})
+        denied = running.work.submit(ECHO_CAPABILITY, {"n": 2})
+        running.objects.statuses[("GET", denied.input_key)] = 403
+        assert running.wait_outcomes(2) == ["succeeded", "failed"]
     text = caplog.text + "".join(repr(vars(record)) for record in caplog.records)
     assert "work_claimed" in text and "work_finished" in text
     assert SIGNATURE not in text and "X-Amz" not in text and "/bucket/" not in text
@@ -503,11 +505,14 @@ def test_work_claim_refused_node_not_online_is_logged_and_claimed_again_at_the_n
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     replies: dict[str, Reply | list[Reply]] = {WORK_CLAIM: [error_reply(409, "node_not_online"), no_content_reply()]}
-    with caplog.at_level(logging.WARNING, logger="modelforge.agent"):
-        with fake_worker() as worker, running_agent(tmp_path, worker.url, replies=replies) as running:
-            running.work.submit(ECHO_CAPABILITY, {})
-            wait_until(lambda: running.claims() >= 2, 5, "a second claim at a later hint")
-            assert running.errors == [] and running.thread.is_alive()
+    with (
+        caplog.at_level(logging.WARNING, logger="modelforge.agent"),
+        fake_worker() as worker,
+        running_agent(tmp_path, worker.url, replies=replies) as running,
+    ):
+        running.work.submit(ECHO_CAPABILITY, {})
+        wait_until(lambda: running.claims() >= 2, 5, "a second claim at a later hint")
+        assert running.errors == [] and running.thread.is_alive()
     assert any(getattr(record, "code", "") == "node_not_online" for record in caplog.records)
 
 

@@ -1,0 +1,171 @@
+"""The claim loop: the work thread, and the publishing thread's side of it.
+
+- the publishing thread (``agent.Agent``) calls ``observe`` once per heartbeat and ``hint`` when a
+  heartbeat answer says ``work_waiting``;
+- the work thread waits for a hint, then drains: claims, runs the job (``job.Job``), claims again
+  at once, until the claim answers 204 (nothing claimable); then it waits for the next hint. A
+  node whose worker is not ready ignores hints: idle nodes never send a claim. After a retryable
+  failure it stops claiming until the worker's status was polled again.
+
+A fatal answer on the work thread (a redirect, a refused credential) or a bug is handed to the
+publishing thread (``fatal``), which stops the agent with the exit code it would give for it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from ..control_plane import WORK_CLAIM, ControlPlaneClient
+from ..failures import CONTROL_PLANE_FAILURES, Kind, classify
+from ..identity import Identity
+from ..worker_client import WorkerClient, WorkerStatus
+from .claimed import Lease, default_renew_interval
+from .job import Job, Station
+from .run import RunCall
+from .signals import Signals
+from .timing import Timing
+from .transfers import PresignedObjects
+from .worker_view import WorkerView
+
+log = logging.getLogger("modelforge.agent")
+
+#: How often the work thread looks at the stop signal and the lease while the worker runs.
+POLL_SECONDS = 0.05
+
+
+class WorkRunner:
+    def __init__(
+        self,
+        client: ControlPlaneClient,
+        worker: WorkerClient,
+        objects: PresignedObjects,
+        *,
+        renew_interval: Callable[[float], float] = default_renew_interval,
+        poll_seconds: float = POLL_SECONDS,
+        timing: Timing | None = None,
+        stop: threading.Event | None = None,
+    ) -> None:
+        self._client = client
+        self._signals = Signals(stop)
+        self._view = WorkerView(worker)
+        self._station = Station(
+            client, worker, objects, self._view, self._signals, timing or Timing(), renew_interval, poll_seconds
+        )
+        self._thread: threading.Thread | None = None
+        self._identity: Identity | None = None
+        self._abandoned: RunCall | None = None
+        #: how each job ended, in order (``succeeded``, ``failed``, ``lease_lost``, ...)
+        self.outcomes: list[str] = []
+
+    # --- the publishing thread's side ----------------------------------------------------------
+
+    @property
+    def view(self) -> WorkerStatus | None:
+        return self._view.current
+
+    @property
+    def fatal(self) -> BaseException | None:
+        """The first fatal failure on the work thread; the publishing thread raises it."""
+        return self._signals.fatal
+
+    def observe(self) -> WorkerStatus:
+        """Poll the worker's status (once per heartbeat), log it when it changed, keep it."""
+        return self._view.observe()
+
+    def hint(self) -> None:
+        """A heartbeat answer said ``work_waiting``: drain, if the worker can take work."""
+        if self._view.claimable:
+            self._signals.hinted.set()
+
+    def start(self, identity: Identity, wake: Callable[[], None] | None = None) -> None:
+        if self._thread is not None:
+            return
+        self._identity = identity
+        self._signals.wake_with(wake)
+        self._thread = threading.Thread(target=self._loop, name="modelforge-work", daemon=True)
+        self._thread.start()
+
+    def close(self, grace_seconds: float = 1.0) -> None:
+        """Stop: a running job is failed (retryable) if that can be said quickly; never blocks
+        longer than ``grace_seconds``."""
+        self._signals.close()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(grace_seconds)
+
+    # --- the work thread ---------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        try:
+            while True:
+                self._signals.hinted.wait()
+                if self._signals.stopping():
+                    return
+                self._drain()
+        except Exception as error:  # noqa: BLE001 - a bug: stop the agent (exit 1) rather than stop working silently
+            self._signals.halt(error)
+
+    def _drain(self) -> None:
+        identity = self._identity
+        assert identity is not None
+        while not self._signals.stopping():
+            if not self._view.claimable:
+                self._signals.hinted.clear()
+                return
+            if not self._worker_free():
+                return
+            self._signals.hinted.clear()  # a hint that comes while this claim runs means another drain
+            lease = self._claim(identity)
+            if lease is None:
+                return
+            job = Job(self._station, lease, identity)
+            keep_draining = job.run()
+            self._abandoned = job.abandoned
+            assert job.outcome is not None  # every job ends in one ``work_finished``
+            self.outcomes.append(job.outcome)
+            if not keep_draining:
+                return
+
+    def _worker_free(self) -> bool:
+        """Wait for a run this node stopped waiting for (its lease was lost) to end on the worker."""
+        call = self._abandoned
+        if call is None:
+            return True
+        if not call.done.is_set():
+            log.info(
+                "waiting for the worker to finish a run whose lease was lost",
+                extra={"event": "work_waiting_for_worker"},
+            )
+            timing = self._station.timing
+            while not timing.wait(call.done, self._station.poll_seconds):
+                if self._signals.stopping():
+                    return False
+        self._abandoned = None
+        return True
+
+    def _claim(self, identity: Identity) -> Lease | None:
+        try:
+            answer = self._client.claim(identity)
+        except CONTROL_PLANE_FAILURES as error:
+            failure = classify(error)
+            if failure.kind is Kind.TRANSIENT:
+                log.warning(
+                    f"{failure.code} on POST {WORK_CLAIM}; claiming again after the next hint",
+                    extra={"event": "work_claim_failed", "error": failure.code, "status": failure.status},
+                )
+            elif not self._signals.take(failure):
+                log.warning(
+                    f"HTTP {failure.status} {failure.code} on POST {WORK_CLAIM}; claiming again after the next hint",
+                    extra={"event": "work_claim_refused", "code": failure.code, "status": failure.status},
+                )
+            return None
+        if answer is None:
+            log.debug("no claimable work", extra={"event": "work_drained"})
+            return None
+        lease = Lease.from_claim(answer)
+        log.info(
+            f"claimed {lease.work_id} ({lease.capability}, epoch {lease.epoch}, lease {lease.lease_seconds}s)",
+            extra={"event": "work_claimed", **lease.fields(), "lease_seconds": lease.lease_seconds},
+        )
+        return lease
