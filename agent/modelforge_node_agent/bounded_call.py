@@ -89,7 +89,5 @@ def close_probe(probe: GpuProbe | None, timeout_seconds: float = DEFAULT_TIMEOUT
     if probe is None:
         return
     check_timeout(timeout_seconds)
-    try:
+    with contextlib.suppress(NoAnswer):
         BoundedCall(lambda: shutdown_quietly(probe)).start("nvml-shutdown").result(timeout_seconds)
-    except NoAnswer:
-        pass

@@ -56,7 +56,8 @@ def test_answers_validated_reason_names_the_field_never_the_value(answer: bytes,
 def test_answers_schemas_accept_what_the_control_plane_answers_today() -> None:
     enrolled = (
         b'{"node_id": "' + NODE_ID.encode() + b'", "enrollment_id": "enr_1", "display_name": "x", '
-        b'"production_eligible": false, "heartbeat_interval_seconds": 15, "replayed": false, "auth": {"scheme": "Bearer"}}'
+        b'"production_eligible": false, "heartbeat_interval_seconds": 15, "replayed": false, '
+        b'"auth": {"scheme": "Bearer"}}'
     )
     assert answers.validated(answers.ENROLL_ANSWER, enrolled)["node_id"] == NODE_ID
     beat = (
