@@ -98,7 +98,7 @@ def test_outputs_give_the_node_url_and_the_admin_url(template: dict[str, Any]) -
 
 def test_the_rest_api_keeps_every_route_of_the_app(template: dict[str, Any]) -> None:
     """The REST API still serves the node routes (Chalice builds one API from the app): the fallback
-    behind a custom domain if the HTTP API must be withdrawn (docs/ARCHITECTURE.md)."""
+    behind a custom domain if the HTTP API must be withdrawn (docs/DEPLOY.md)."""
     paths = template["Resources"]["RestAPI"]["Properties"]["DefinitionBody"]["paths"]
     served = {f"{method.upper()} {path}" for path, methods in paths.items() for method in methods}
     assert _app_routes("/") <= served

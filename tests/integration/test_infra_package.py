@@ -167,7 +167,7 @@ def test_every_gateway_refusal_carries_the_consoles_security_headers(packaged: P
 
 def test_gateway_refusals_answer_what_the_local_server_and_the_openapi_document_say(packaged: Path) -> None:
     """An unknown path is 404 not_found deployed as locally (API Gateway answers a method a path
-    lacks the same way: docs/ARCHITECTURE.md), and throttling is the 429 every operation lists."""
+    lacks the same way: docs/DEPLOY.md), and throttling is the 429 every operation lists."""
     from chalicelib.api import openapi
     from modelforge_local_stack.http_server import load_app
 

@@ -3,7 +3,7 @@
 The console is static: an HTML page, ES modules and a style sheet in ``console_assets/`` beside
 this module (Chalice packages ``chalicelib/`` whole, so they deploy with the API). What can be
 served is the fixed list below, looked up by name: a request never names a path on disk. The
-page talks to the admin API of the same origin; its security model is in docs/ARCHITECTURE.md.
+page talks to the admin API of the same origin; its security model is in docs/SECURITY.md.
 """
 
 from __future__ import annotations

@@ -189,7 +189,7 @@ def next_steps(minted: dict[str, Any], api: AdminApi, control_plane_url: str | N
         "",
         f"bash scripts/node-agent-start.sh {env_file}",
         "",
-        "   or, without containers, with the agent's wheels installed (README: Node agent):",
+        "   or, without containers, with the agent's wheels installed (docs/NODE_AGENT.md):",
         "",
         f"set -a && . ./{env_file} && set +a && read -rsp 'Enrollment token: ' MODELFORGE_AGENT_ENROLLMENT_TOKEN"
         " && export MODELFORGE_AGENT_ENROLLMENT_TOKEN && modelforge-node-agent",

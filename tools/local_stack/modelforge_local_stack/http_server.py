@@ -115,7 +115,7 @@ def load_app(functions_dir: Path = FUNCTIONS_DIR) -> ModuleType:
 
 
 #: The answer for a path the API does not have (the deployed gateway answers the same, and answers
-#: it for a method a path does not have too: see docs/ARCHITECTURE.md).
+#: it for a method a path does not have too: see docs/DEPLOY.md, "Unknown paths and methods").
 NOT_FOUND = "not_found"
 GATEWAY_ROUTE_NOT_FOUND = "no such route: check the path and the method (and MODELFORGE_AGENT_CONTROL_PLANE_URL)"
 #: The answer for a method a path does not have, with an ``Allow`` header naming those it has.

@@ -130,7 +130,7 @@ def _gateway_responses() -> dict[str, Any]:
     }
     responses: dict[str, Any] = {
         # API Gateway (REST) answers an unknown path and a method a path lacks alike, with this
-        # response: both become 404 not_found (docs/ARCHITECTURE.md, "Unknown paths and methods");
+        # response: both become 404 not_found (docs/DEPLOY.md, "Unknown paths and methods");
         # in IAM mode an unsigned admin request gets it too, and the message says so
         "MISSING_AUTHENTICATION_TOKEN": {"StatusCode": 404, "ResponseTemplates": not_found},
         "THROTTLED": {
