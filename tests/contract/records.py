@@ -11,8 +11,9 @@ from chalicelib.stores.contract import Holder
 NOW = 1_700_000_000.0
 #: A lease goes to a node that heartbeated after this (its seeded heartbeat is 30 s before NOW).
 HEARTBEAT_CUTOFF = NOW - 60
-HEARTBEAT = Heartbeat(health={"status": "ok"}, telemetry=[[0, 50.0, 1, 2, 40, 100.0]], agent_version="1.3.0",
-                      protocol_version=1)
+HEARTBEAT = Heartbeat(
+    health={"status": "ok"}, telemetry=[[0, 50.0, 1, 2, 40, 100.0]], agent_version="1.3.0", protocol_version=1
+)
 
 
 def new_id(prefix: str) -> str:

@@ -155,7 +155,9 @@ def test_work_expired_lease_failed_by_the_sweep_is_written(backend: Backend, met
     [{"status": "succeeded"}, {"epoch": 2}],
     ids=["status", "epoch"],
 )
-def test_work_expired_lease_finished_meanwhile_is_refused(backend: Backend, method: str, change: dict[str, Any]) -> None:
+def test_work_expired_lease_finished_meanwhile_is_refused(
+    backend: Backend, method: str, change: dict[str, Any]
+) -> None:
     """The sweep's check names no holder: the status and the epoch alone fence it."""
     item, owner = _leased(backend)
     backend.meanwhile(f"work.{method}", "work", item.work_id, **change)

@@ -74,6 +74,10 @@ class Backend:
     def meanwhile_delete(self, method: str, kind: str, key: str) -> None:
         raise NotImplementedError
 
+    def meanwhile_seed(self, method: str, record: Any) -> None:
+        """Before the next ``method`` guard check, someone else creates ``record``."""
+        raise NotImplementedError
+
     def snapshot(self) -> Any:
         """Everything stored, the state log and the counters: equal when nothing changed."""
         raise NotImplementedError
@@ -140,6 +144,13 @@ class MemoryBackend(Backend):
 
         self.stores.journal.before_next(method, delete)
 
+    def meanwhile_seed(self, method: str, record: Any) -> None:
+        def create() -> None:
+            self.seed(record)
+            self._baseline = self.snapshot()
+
+        self.stores.journal.before_next(method, create)
+
     def snapshot(self) -> Any:
         journal = self.stores.journal
         with journal.lock:
@@ -156,7 +167,13 @@ class MemoryBackend(Backend):
         assert not self.stores.journal.before_write, "the concurrent write did not run"
 
 
-_KEY_OF = {"enrollments": "enrollment_id", "nodes": "node_id", "inventories": "node_id", "control": "name", "work": "work_id"}
+_KEY_OF = {
+    "enrollments": "enrollment_id",
+    "nodes": "node_id",
+    "inventories": "node_id",
+    "control": "name",
+    "work": "work_id",
+}
 _MODEL_OF = {
     "enrollments": EnrollmentModel,
     "nodes": NodeModel,
@@ -208,6 +225,9 @@ class DynamoBackend(Backend):
 
     def meanwhile_delete(self, method: str, kind: str, key: str) -> None:
         _MODEL_OF[kind](key).delete()
+
+    def meanwhile_seed(self, method: str, record: Any) -> None:
+        self.seed(record)
 
     def clear(self) -> None:
         """Delete every item of every table (a fresh start for the next test)."""
