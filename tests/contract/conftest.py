@@ -1,6 +1,6 @@
 """The contract suite runs every test against both implementations of the store contract: the
 in-memory fakes and the DynamoDB stores on one embedded emulator per session (tables per module,
-emptied before each test). See docs/GUARDS.md."""
+emptied before each test). See docs/TESTING.md, "Store guards"."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The enrollment store's contract, guard by guard, on both implementations (docs/GUARDS.md)."""
+"""The enrollment store's contract, guard by guard, on both implementations (docs/TESTING.md, "Store guards")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The node store's contract, guard by guard, on both implementations (docs/GUARDS.md)."""
+"""The node store's contract, guard by guard, on both implementations (docs/TESTING.md, "Store guards")."""
 
 from __future__ import annotations
 
