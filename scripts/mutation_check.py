@@ -71,9 +71,7 @@ class Mutant:
 
 
 def _is_model_attribute(node: ast.AST) -> bool:
-    return (
-        isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id.endswith("Model")
-    )
+    return isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id.endswith("Model")
 
 
 def _is_model_clause(node: ast.AST) -> bool:
@@ -110,9 +108,10 @@ def condition_functions(trees: dict[Path, ast.Module]) -> set[str]:
     found = set()
     for tree in trees.values():
         for node in tree.body:
-            if isinstance(node, ast.FunctionDef) and _returns_value(node) and not _reads(node):
-                if any(_is_model_clause(inner) for inner in ast.walk(node)):
-                    found.add(node.name)
+            if not isinstance(node, ast.FunctionDef) or not _returns_value(node) or _reads(node):
+                continue
+            if any(_is_model_clause(inner) for inner in ast.walk(node)):
+                found.add(node.name)
     return found
 
 
@@ -161,6 +160,7 @@ def mutate(source: str, index: int, operator: str, builders: set[str]) -> str:
     clause = clauses(tree, builders)[index]
     parent = _parents(tree)[id(clause)]
     target: ast.AST
+    replacement: ast.AST
     if operator == "negate":
         target, replacement = clause, ast.UnaryOp(op=ast.Invert(), operand=clause)
     elif isinstance(parent, ast.BinOp) and isinstance(parent.op, ast.BitAnd):
@@ -201,7 +201,9 @@ def mutants(root: Path, operators: tuple[str, ...]) -> list[Mutant]:
             for operator in operators:
                 marked = reason if operator == "remove" else None
                 found.append(Mutant(path.relative_to(root), index, clause.lineno, operator, text, marked))
-    return sorted(found, key=lambda mutant: (str(mutant.path), mutant.line, mutant.index, OPERATORS.index(mutant.operator)))
+    return sorted(
+        found, key=lambda mutant: (str(mutant.path), mutant.line, mutant.index, OPERATORS.index(mutant.operator))
+    )
 
 
 def _pytest(root: Path, functions: Path, tests: list[str], backends: str | None, timeout: float) -> str:

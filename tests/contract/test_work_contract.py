@@ -99,7 +99,7 @@ def _leased(backend: Backend) -> tuple[Any, Any]:
     return backend.stores.work.get(item.work_id), owner
 
 
-EXPECTED = {
+EXPECTED: dict[str, dict[str, Any]] = {
     "renew": {"status": "leased", "lease_expires_at": NOW + 600},
     "complete": {"status": "succeeded", "result": RESULT, "lease_expires_at": None, "finished_at": NOW},
     "requeue": {"status": "queued", "errors": [ERROR], "lease_expires_at": None, "queued_at": NOW},
