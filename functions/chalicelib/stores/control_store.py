@@ -61,6 +61,7 @@ class DynamoControlStore:
 
         def build(transaction: TransactWrite) -> None:
             transaction.save(stored, condition=_unchanged_since(read_revision or None))
+            # mutation-equivalent: a new event id (time, counter, random bits) never exists; kept against overwrite
             transaction.save(outbox, condition=OutboxModel.event_id.does_not_exist())
 
         run_transaction(build)
@@ -80,6 +81,7 @@ class DynamoControlStore:
                 actions=update_actions(ControlModel, values),
                 condition=_unchanged_since(read_revision),
             )
+            # mutation-equivalent: a new event id (time, counter, random bits) never exists; kept against overwrite
             transaction.save(outbox, condition=OutboxModel.event_id.does_not_exist())
 
         run_transaction(build)

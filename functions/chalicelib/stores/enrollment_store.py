@@ -37,6 +37,7 @@ class DynamoEnrollmentStore:
         def build(transaction: TransactWrite) -> None:
             # a fresh random id never exists; the guard makes a collision fail instead of overwrite
             transaction.save(item, condition=EnrollmentModel.enrollment_id.does_not_exist())
+            # mutation-equivalent: a new event id (time, counter, random bits) never exists; kept against overwrite
             transaction.save(outbox, condition=OutboxModel.event_id.does_not_exist())
 
         run_transaction(build)
@@ -47,6 +48,7 @@ class DynamoEnrollmentStore:
             EnrollmentModel(enrollment_id),
             values,
             (
+                # mutation-equivalent: implied by the state clause (a missing enrollment has no state)
                 EnrollmentModel.enrollment_id.exists()
                 # only an unused token can be revoked
                 & (EnrollmentModel.state == "pending")
@@ -97,6 +99,7 @@ class DynamoEnrollmentStore:
             for claim in claims:
                 transaction.save(claim)
             for outbox in events:
+                # mutation-equivalent: a new event id (time, counter, random bits) never exists; kept against overwrite
                 transaction.save(outbox, condition=OutboxModel.event_id.does_not_exist())
 
         run_transaction(build)

@@ -253,6 +253,7 @@ class DynamoNodeStore:
                 # nobody replaced the inventory since we read it (this also keeps the rate count exact)
                 condition=unchanged_since_read,
             )
+            # mutation-equivalent: a new event id (time, counter, random bits) never exists; kept against overwrite
             transaction.save(outbox, condition=OutboxModel.event_id.does_not_exist())
 
         run_transaction(build)
@@ -286,6 +287,7 @@ class DynamoNodeStore:
                     transaction.save(claim)
                 else:
                     transaction.delete(claim)
+            # mutation-equivalent: a new event id (time, counter, random bits) never exists; kept against overwrite
             transaction.save(outbox, condition=OutboxModel.event_id.does_not_exist())
 
         run_transaction(build)
@@ -316,6 +318,7 @@ class DynamoNodeStore:
                     actions=update_actions(NodeModel, {}, **change),
                     condition=NodeModel.node_id.exists(),
                 )
+            # mutation-equivalent: a new event id (time, counter, random bits) never exists; kept against overwrite
             transaction.save(outbox, condition=OutboxModel.event_id.does_not_exist())
 
         run_transaction(build)

@@ -70,6 +70,7 @@ def update_with_event(
         transaction.update(item, actions=update_actions(type(item), values), condition=condition)
         for other, actions in also:
             transaction.update(other, actions=actions)
+        # mutation-equivalent: a new event id (time, counter, random bits) never exists; kept against overwrite
         transaction.save(event, condition=OutboxModel.event_id.does_not_exist())
 
     run_transaction(build)

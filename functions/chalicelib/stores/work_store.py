@@ -90,6 +90,7 @@ class DynamoWorkStore:
 
         def build(transaction: TransactWrite) -> None:
             transaction.save(stored, condition=WorkModel.work_id.does_not_exist())
+            # mutation-equivalent: a new event id (time, counter, random bits) never exists; kept against overwrite
             transaction.save(outbox, condition=OutboxModel.event_id.does_not_exist())
 
         run_transaction(build)
@@ -155,6 +156,7 @@ class DynamoWorkStore:
             transaction.update(WorkModel(item.work_id), actions=update_actions(WorkModel, keyed), condition=condition)
             if node_check is not None:
                 transaction.condition_check(NodeModel, node_check[0], condition=node_check[1])
+            # mutation-equivalent: a new event id (time, counter, random bits) never exists; kept against overwrite
             transaction.save(outbox, condition=OutboxModel.event_id.does_not_exist())
 
         run_transaction(build)

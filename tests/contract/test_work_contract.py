@@ -1,0 +1,199 @@
+"""The work store's contract, guard by guard, on both implementations (docs/TESTING.md, "Store guards")."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from chalicelib.stores.contract import LeaseCheck
+
+from tests.contract.records import HEARTBEAT_CUTOFF, NOW, event, holder, node, work
+from tests.support.store_backends import Backend
+
+ERROR = {"attempt": 1, "reason": "contract"}
+RESULT = {"sha256": "b" * 64, "size": 3, "key": "work-results/contract.json"}
+
+
+# --- create -----------------------------------------------------------------------------
+
+
+def test_work_create_new_id_is_stored_with_its_event(backend: Backend) -> None:
+    item = work()
+    backend.stores.work.create(item, event("work.submitted"))
+    assert backend.stores.work.get(item.work_id) == item
+    assert backend.stores.work.oldest_queued("echo", 5) == [item]
+    assert backend.event_types() == ["work.submitted"]
+
+
+def test_work_create_existing_id_is_refused(backend: Backend) -> None:
+    item = work()
+    backend.seed(item)
+    backend.refused(lambda: backend.stores.work.create(work(work_id=item.work_id, max_attempts=9), event()))
+
+
+# --- lease ------------------------------------------------------------------------------
+
+
+def _queued_and_node(backend: Backend) -> tuple[Any, Any]:
+    claimant, item = node(), work()
+    backend.seed(claimant)
+    backend.seed(item)
+    return backend.stores.work.get(item.work_id), claimant
+
+
+def _lease(backend: Backend, item: Any, claimant: Any) -> Any:
+    return backend.stores.work.lease(item, holder(claimant), HEARTBEAT_CUTOFF, NOW + 300, NOW, event("work.leased"))
+
+
+def test_work_lease_queued_item_online_holder_is_leased(backend: Backend) -> None:
+    item, claimant = _queued_and_node(backend)
+    written = _lease(backend, item, claimant)
+    assert backend.stores.work.get(item.work_id) == written
+    assert (written.status, written.epoch, written.attempts, written.node_id) == ("leased", 1, 1, claimant.node_id)
+    assert backend.stores.work.leases_held_by(claimant.node_id) == [written]
+    assert backend.stores.work.oldest_queued("echo", 5) == []
+    assert backend.event_types() == ["work.leased"]
+
+
+@pytest.mark.parametrize(
+    ("kind", "change"),
+    [
+        ("work", {"status": "cancelled"}),  # cancelled at the epoch read
+        ("work", {"epoch": 2, "attempts": 1}),  # leased and requeued meanwhile: queued again, one epoch on
+        ("nodes", {"credential_sha256": "f" * 64}),  # the node re-enrolled: another credential
+        ("nodes", {"credential_state": "revoked"}),
+        ("nodes", {"liveness": "stale"}),
+        ("nodes", {"last_heartbeat_at": HEARTBEAT_CUTOFF}),  # silent since the cutoff (at it: not after)
+    ],
+    ids=["status", "epoch", "credential", "revoked", "not_online", "heartbeat_too_old"],
+)
+def test_work_lease_moved_meanwhile_is_refused(backend: Backend, kind: str, change: dict[str, Any]) -> None:
+    item, claimant = _queued_and_node(backend)
+    backend.meanwhile("work.lease", kind, item.work_id if kind == "work" else claimant.node_id, **change)
+    backend.refused(lambda: _lease(backend, item, claimant))
+
+
+# --- writes of a lease: renew, complete, requeue, bury -----------------------------------
+
+LEASE_WRITES = ["renew", "complete", "requeue", "bury"]
+
+
+EVENTS = {"renew": "work.renewed", "complete": "work.completed", "requeue": "work.requeued", "bury": "work.dead"}
+
+
+def _lease_write(backend: Backend, method: str, item: Any, owner: Any, check: LeaseCheck | None = None) -> Any:
+    work_store, ours = backend.stores.work, holder(owner)
+    if method == "renew":
+        return work_store.renew(item, ours, NOW + 600, NOW, event(EVENTS[method]))
+    if method == "complete":
+        return work_store.complete(item, ours, RESULT, NOW, event(EVENTS[method]))
+    check = check or LeaseCheck.of(ours)
+    return getattr(work_store, method)(item, check, ERROR, NOW, event(EVENTS[method]))
+
+
+def _leased(backend: Backend) -> tuple[Any, Any]:
+    owner = node()
+    item = work("leased", node_id=owner.node_id)
+    backend.seed(owner)
+    backend.seed(item)
+    return backend.stores.work.get(item.work_id), owner
+
+
+EXPECTED: dict[str, dict[str, Any]] = {
+    "renew": {"status": "leased", "lease_expires_at": NOW + 600},
+    "complete": {"status": "succeeded", "result": RESULT, "lease_expires_at": None, "finished_at": NOW},
+    "requeue": {"status": "queued", "errors": [ERROR], "lease_expires_at": None, "queued_at": NOW},
+    "bury": {"status": "dead", "errors": [ERROR], "lease_expires_at": None, "finished_at": NOW},
+}
+
+
+@pytest.mark.parametrize("method", LEASE_WRITES)
+def test_work_lease_write_by_holder_is_written(backend: Backend, method: str) -> None:
+    item, owner = _leased(backend)
+    written = _lease_write(backend, method, item, owner)
+    stored = backend.stores.work.get(item.work_id)
+    assert stored == written
+    assert {name: getattr(stored, name) for name in EXPECTED[method]} == EXPECTED[method]
+    still_held = backend.stores.work.leases_held_by(owner.node_id)
+    assert still_held == ([written] if method == "renew" else [])
+    assert backend.stores.work.oldest_queued("echo", 5) == ([written] if method == "requeue" else [])
+    assert backend.event_types() == [EVENTS[method]]
+
+
+@pytest.mark.parametrize("method", LEASE_WRITES)
+@pytest.mark.parametrize(
+    ("kind", "change"),
+    [
+        ("work", {"status": "succeeded"}),  # finished at the epoch read
+        ("work", {"epoch": 2}),  # the lease expired and the same node claimed the item again
+        ("work", {"status": "leased", "node_id": "node_" + "9" * 32}),  # another holder at this epoch
+        ("nodes", {"credential_sha256": "f" * 64}),
+        ("nodes", {"credential_state": "revoked"}),
+    ],
+    ids=["status", "epoch", "holder", "credential", "revoked"],
+)
+def test_work_lease_write_moved_meanwhile_is_refused(
+    backend: Backend, method: str, kind: str, change: dict[str, Any]
+) -> None:
+    item, owner = _leased(backend)
+    backend.meanwhile(f"work.{method}", kind, item.work_id if kind == "work" else owner.node_id, **change)
+    backend.refused(lambda: _lease_write(backend, method, item, owner))
+
+
+@pytest.mark.parametrize("method", ["requeue", "bury"])
+def test_work_expired_lease_failed_by_the_sweep_is_written(backend: Backend, method: str) -> None:
+    item, owner = _leased(backend)
+    check = LeaseCheck(expired_by=item.lease_expires_at)
+    written = _lease_write(backend, method, item, owner, check)
+    assert backend.stores.work.get(item.work_id) == written
+    assert written.status == ("queued" if method == "requeue" else "dead")
+
+
+@pytest.mark.parametrize("method", ["requeue", "bury"])
+@pytest.mark.parametrize(
+    "change",
+    [{"status": "succeeded"}, {"epoch": 2}],
+    ids=["status", "epoch"],
+)
+def test_work_expired_lease_finished_meanwhile_is_refused(
+    backend: Backend, method: str, change: dict[str, Any]
+) -> None:
+    """The sweep's check names no holder: the status and the epoch alone fence it."""
+    item, owner = _leased(backend)
+    backend.meanwhile(f"work.{method}", "work", item.work_id, **change)
+    backend.refused(lambda: _lease_write(backend, method, item, owner, LeaseCheck(expired_by=item.lease_expires_at)))
+
+
+@pytest.mark.parametrize("method", ["requeue", "bury"])
+def test_work_expired_lease_renewed_meanwhile_is_refused(backend: Backend, method: str) -> None:
+    item, owner = _leased(backend)
+    check = LeaseCheck(expired_by=item.lease_expires_at)
+    backend.meanwhile(f"work.{method}", "work", item.work_id, lease_expires_at=item.lease_expires_at + 0.001)
+    backend.refused(lambda: _lease_write(backend, method, item, owner, check))
+
+
+# --- cancel -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("status", ["queued", "leased"])
+def test_work_cancel_unchanged_item_is_cancelled(backend: Backend, status: str) -> None:
+    item = work(status, node_id="node_" + "1" * 32 if status == "leased" else None)
+    backend.seed(item)
+    written = backend.stores.work.cancel(backend.stores.work.get(item.work_id), NOW, event("work.cancelled"))
+    assert backend.stores.work.get(item.work_id) == written
+    assert (written.status, written.queued_at, written.lease_expires_at) == ("cancelled", None, None)
+    assert backend.stores.work.oldest_queued("echo", 5) == []
+    assert backend.stores.work.expired_leases(NOW + 1000, 5) == []
+    assert backend.event_types() == ["work.cancelled"]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"status": "leased", "node_id": "node_" + "2" * 32}, {"epoch": 1}],
+    ids=["status", "epoch"],
+)
+def test_work_cancel_moved_meanwhile_is_refused(backend: Backend, change: dict[str, Any]) -> None:
+    item = work()
+    backend.seed(item)
+    backend.meanwhile("work.cancel", "work", item.work_id, **change)
+    backend.refused(lambda: backend.stores.work.cancel(item, NOW, event()))
