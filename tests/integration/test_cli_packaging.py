@@ -5,7 +5,6 @@ index), gives every command that talks to a control plane and nothing of the loc
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 import zipfile
@@ -16,7 +15,7 @@ from modelforge_cli.aws_sigv4 import NEEDS_EXTRA
 from modelforge_protocol.versions import RELEASE
 from packaging.requirements import Requirement
 
-from tests.support.agent_wheels import agent_wheels, outside_env
+from tests.support.agent_wheels import agent_wheels, build_wheels, outside_env
 from tests.support.processes import run_to_exit
 
 REPO = Path(__file__).resolve().parents[2]
@@ -36,19 +35,9 @@ def _run(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess[
 @pytest.fixture(scope="module")
 def cli_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """modelforge-cli's wheel, built from a copy (tools/cli reads its version from ../../protocol)."""
-    tree = tmp_path_factory.mktemp("cli-wheel")
-    junk = shutil.ignore_patterns("__pycache__", "*.pyc", "build", "*.egg-info", "dist")
-    shutil.copytree(REPO / "protocol", tree / "protocol", ignore=junk)
-    shutil.copytree(REPO / "tools" / "cli", tree / "tools" / "cli", ignore=junk)
-    out = tree / "wheels"
-    done = _run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation"]
-        + ["--wheel-dir", str(out), str(tree / "tools" / "cli")],
-        cwd=tree,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    (wheel,) = out.glob("modelforge_cli-*.whl")
-    return wheel
+    built = build_wheels(tmp_path_factory.mktemp("cli-wheel"), ("protocol", "tools/cli"), ("tools/cli",))
+    assert set(built) == {"modelforge_cli"}, sorted(built)
+    return built["modelforge_cli"]
 
 
 @pytest.fixture(scope="module")

@@ -5,8 +5,6 @@ distribution does not pull the model runtime onto a host that runs only the agen
 from __future__ import annotations
 
 import importlib.metadata as metadata
-import shutil
-import subprocess
 import sys
 import tomllib
 import zipfile
@@ -15,6 +13,7 @@ from pathlib import Path
 from modelforge_protocol.versions import RELEASE
 from packaging.requirements import Requirement
 
+from tests.support.agent_wheels import build_wheels
 from tests.support.processes import run_to_exit
 
 REPO = Path(__file__).resolve().parents[2]
@@ -86,29 +85,9 @@ def test_starting_the_worker_imports_nothing_of_the_agent_or_control_plane() -> 
 
 
 def test_the_wheel_holds_the_worker_package_only(tmp_path: Path) -> None:
-    junk = shutil.ignore_patterns("__pycache__", "*.pyc", "build", "*.egg-info", "dist")
-    for project in ("protocol", "worker"):  # the worker reads its version from ../protocol
-        shutil.copytree(REPO / project, tmp_path / project, ignore=junk)
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--quiet",
-            "--no-deps",
-            "--no-build-isolation",
-            "--wheel-dir",
-            str(tmp_path / "out"),
-            str(tmp_path / "worker"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=tmp_path,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    (wheel_path,) = (tmp_path / "out").glob("*.whl")
+    built = build_wheels(tmp_path, ("protocol", "worker"), ("worker",))  # it reads its version from ../protocol
+    assert set(built) == {"modelforge_runtime_worker"}, sorted(built)
+    wheel_path = built["modelforge_runtime_worker"]
     assert wheel_path.name.startswith(f"modelforge_runtime_worker-{RELEASE}-py3-none-any")
     wheel = zipfile.ZipFile(wheel_path)
     code = [name for name in wheel.namelist() if ".dist-info/" not in name]
