@@ -283,26 +283,14 @@ def _start_agent(
 
     state_volume = scratch / "agent-state"
     agent_started = time.monotonic()
-    agent = start_child(
-        "agent",
-        [sys.executable, "-m", "modelforge_node_agent.main"],
-        child_environment(
-            {
-                "MODELFORGE_AGENT_CONTROL_PLANE_URL": api_url,
-                "MODELFORGE_AGENT_ENROLLMENT_TOKEN": enrollment_token,
-                "MODELFORGE_AGENT_ACCELERATOR_MODE": "cpu",
-                "MODELFORGE_AGENT_HEARTBEAT_INTERVAL_SECONDS": f"{args.interval:g}",
-                "MODELFORGE_AGENT_STATE_VOLUME": str(state_volume),
-                "MODELFORGE_AGENT_HOSTNAME": "bench-agent-footprint",
-            }
-        ),
-        scratch,  # not the repository: the agent must run from its installed package
+    agent = _support.start_cpu_agent(
+        api_url, enrollment_token, args.interval, state_volume, "bench-agent-footprint", scratch
     )
     children.append(agent)
     both = [agent, control_plane]
 
     def enrolled() -> dict[str, Any] | None:
-        return next((r for r in agent.records() if r.get("event") == "enrolled" and r.get("node_id")), None)
+        return _support.enrolled_record(agent)
 
     node_id = str(wait_for(enrolled, ENROLL_TIMEOUT, both, "'enrolled' log line from the agent")["node_id"])
     enrolled_after = time.monotonic() - agent_started

@@ -461,26 +461,19 @@ def _start_agent(
     control_plane: Child,
 ) -> Child:
     """The disposable CPU-mode agent, started and enrolled (its node id in ``result.node_id``)."""
-    agent = start_child(
-        "agent",
-        [sys.executable, "-m", "modelforge_node_agent.main"],
-        child_environment(
-            {
-                "MODELFORGE_AGENT_CONTROL_PLANE_URL": api_url,
-                "MODELFORGE_AGENT_ENROLLMENT_TOKEN": enrollment_token,
-                "MODELFORGE_AGENT_ACCELERATOR_MODE": "cpu",
-                "MODELFORGE_AGENT_HEARTBEAT_INTERVAL_SECONDS": f"{result.interval:g}",
-                "MODELFORGE_AGENT_STATE_VOLUME": str(scratch / "agent-state"),
-                "MODELFORGE_AGENT_HOSTNAME": "disconnect-check",
-            }
-        ),
-        scratch,  # not the repository: the agent runs from its installed package
+    agent = _support.start_cpu_agent(
+        api_url,
+        enrollment_token,
+        result.interval,
+        scratch / "agent-state",
+        "disconnect-check",
+        scratch,
         result.log_dir / "agent.log",
     )
     children["agent"] = agent
 
     def enrolled() -> dict[str, Any] | None:
-        return next((r for r in agent.records() if r.get("event") == "enrolled" and r.get("node_id")), None)
+        return _support.enrolled_record(agent)
 
     watched = [agent, control_plane]
     node_id = str(_wait_for(enrolled, ENROLL_TIMEOUT, watched, "'enrolled' log line from the agent")["node_id"])

@@ -228,6 +228,35 @@ def child_environment(extra: dict[str, str]) -> dict[str, str]:
     return env
 
 
+def start_cpu_agent(
+    api_url: str,
+    enrollment_token: str,
+    interval: float,
+    state_volume: Path,
+    hostname: str,
+    cwd: Path,
+    log_path: Path | None = None,
+) -> Child:
+    """A disposable CPU-mode node agent that enrolls with ``enrollment_token`` and heartbeats every
+    ``interval`` seconds; ``cwd`` is not the repository, so it runs from its installed package."""
+    env = child_environment(
+        {
+            "MODELFORGE_AGENT_CONTROL_PLANE_URL": api_url,
+            "MODELFORGE_AGENT_ENROLLMENT_TOKEN": enrollment_token,
+            "MODELFORGE_AGENT_ACCELERATOR_MODE": "cpu",
+            "MODELFORGE_AGENT_HEARTBEAT_INTERVAL_SECONDS": f"{interval:g}",
+            "MODELFORGE_AGENT_STATE_VOLUME": str(state_volume),
+            "MODELFORGE_AGENT_HOSTNAME": hostname,
+        }
+    )
+    return start_child("agent", [sys.executable, "-m", "modelforge_node_agent.main"], env, cwd, log_path)
+
+
+def enrolled_record(agent: Child) -> dict[str, Any] | None:
+    """The agent's ``enrolled`` log record with its node id, once it has written one."""
+    return next((r for r in agent.records() if r.get("event") == "enrolled" and r.get("node_id")), None)
+
+
 def exit_description(code: int) -> str:
     if code < 0:
         return f"was killed by signal {-code} ({signal.Signals(-code).name})"
