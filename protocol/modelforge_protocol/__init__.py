@@ -9,6 +9,6 @@ The contract: ``versions``, ``schemas``, ``work``, ``credentials``, ``addresses`
 (parsing untrusted JSON), ``canonical`` (canonical JSON bytes), ``files`` (atomic, durable
 writes), ``capped_read`` (bounded HTTP bodies), ``environment`` (every ``MODELFORGE_*`` variable,
 the settings reader, the unknown-variable warning), ``backoff`` (1-16 s with jitter),
-``schema_check`` (the schemas without ``jsonschema``), ``http_server`` (the hardened base of the
+``http_server`` (the hardened base of the
 standard-library HTTP servers).
 """

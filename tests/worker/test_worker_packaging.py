@@ -44,7 +44,7 @@ def test_the_worker_distribution_requires_nothing_of_the_control_plane() -> None
     requires = metadata.requires("modelforge-runtime-worker")
     everything = requirement_names(requires, with_extras=True)
     assert not everything & CONTROL_PLANE_AND_TOOLING, everything
-    assert requirement_names(requires) == {"modelforge-protocol", "rapidocr", "onnxruntime", "pillow"}
+    assert requirement_names(requires) == {"modelforge-protocol", "rapidocr", "onnxruntime", "pillow", "jsonschema"}
     assert "rapidocr==3.10.0" in [str(Requirement(line)) for line in requires or []]
     assert metadata.version("modelforge-runtime-worker") == RELEASE, "reinstall with ./scripts/test"
 
@@ -99,6 +99,6 @@ def test_the_wheel_holds_the_worker_package_only(tmp_path: Path) -> None:
         if line.startswith("Requires-Dist:")
     ]
     assert not requirement_names(requires, with_extras=True) & CONTROL_PLANE_AND_TOOLING
-    assert requirement_names(requires) == {"modelforge-protocol", "rapidocr", "onnxruntime", "pillow"}
+    assert requirement_names(requires) == {"modelforge-protocol", "rapidocr", "onnxruntime", "pillow", "jsonschema"}
     entry_points = wheel.read(f"{dist_info}/entry_points.txt").decode()
     assert "modelforge-runtime-worker = modelforge_runtime_worker.main:main" in entry_points

@@ -5,9 +5,9 @@ against the protocol's ``WORKER_RUN_REQUEST`` schema. Refusals are ``RunError``s
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, NamedTuple
 
-from modelforge_protocol.schema_check import Violation, violations
+from jsonschema import Draft202012Validator
 from modelforge_protocol.work import WORKER_RUN_REQUEST
 
 from . import WORKER_PROTOCOL_VERSION, WORKER_VERSION
@@ -16,6 +16,29 @@ from .errors import InvalidInput, InvalidRequest, ShuttingDown, UnknownCapabilit
 from .jobs import JobRunner
 
 _FIELDS = frozenset(WORKER_RUN_REQUEST["properties"])
+_RUN_REQUEST = Draft202012Validator(WORKER_RUN_REQUEST)
+
+
+class Violation(NamedTuple):
+    """``path``: the field (for ``required``, the missing one); ``keyword``: the rule it breaks."""
+
+    path: tuple[str | int, ...]
+    keyword: str
+
+
+def violations(request: Any) -> list[Violation]:
+    """Every way ``request`` breaks ``WORKER_RUN_REQUEST`` (jsonschema), a missing field named by its
+    own path."""
+    found: list[Violation] = []
+    for error in _RUN_REQUEST.iter_errors(request):
+        path = tuple(error.absolute_path)
+        if error.validator == "required" and isinstance(error.instance, dict):
+            found += [
+                Violation((*path, name), "required") for name in error.validator_value if name not in error.instance
+            ]
+        else:
+            found.append(Violation(path, str(error.validator)))
+    return found
 
 
 class WorkerApp:
@@ -55,7 +78,7 @@ class WorkerApp:
     def run(self, request: Any) -> dict[str, Any]:
         """``{"result": ...}`` for a valid request, else the first refusal in this order: the
         request's shape, the capability (unknown, then unavailable), its input, the worker stopping."""
-        broken = violations(WORKER_RUN_REQUEST, request)
+        broken = violations(request)
         _refuse_the_envelope(broken, request)
         capability = self.capabilities.get(request["capability"])
         if capability is None:
