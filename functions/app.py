@@ -6,6 +6,10 @@ method and path, and the OpenAPI document is built from the operations the route
 (``chalicelib/domain/requests.py``), call a service and shape the answer (``chalicelib/api/views.py``).
 Domain errors become JSON answers in one place (``_answer_errors``, by ``STATUS_OF``); nothing else
 reaches the caller.
+
+Cold start: this module imports the edge, the stores and the auth check. Each route imports its
+services, views and typed requests inside its body, so a function instance loads only what the
+requests it serves need (``tests/unit/test_cold_start_imports.py``; ``bench/cold_start.py``).
 """
 
 from __future__ import annotations
@@ -14,14 +18,13 @@ import functools
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from chalice import Chalice, Rate, Response
 from chalicelib import instance
-from chalicelib.api import console, operations, paging, views
+from chalicelib.api import console, operations, paging
 from chalicelib.api.operation import Operation, declare, declared
 from chalicelib.config.settings import SettingsError
-from chalicelib.domain import requests
 from chalicelib.domain.errors import (
     Conflict,
     DomainError,
@@ -34,11 +37,8 @@ from chalicelib.domain.errors import (
     Unauthenticated,
     invalid_request,
 )
-from chalicelib.domain.records import WorkItem
 from chalicelib.domain.validation import ascii_int, parse_json_object, validate, validate_query
-from chalicelib.services import enrollments, listing, node_agent_settings, nodes, readiness, sweep, work
 from chalicelib.services.auth import require_admin, require_node
-from chalicelib.stores import state_log_store
 from modelforge_logging import jsonlog
 from modelforge_protocol import work as work_protocol
 from modelforge_protocol.versions import (
@@ -50,6 +50,9 @@ from modelforge_protocol.versions import (
     parse_query_protocol_version,
     verdict,
 )
+
+if TYPE_CHECKING:
+    from chalicelib.domain.records import WorkItem
 
 app = Chalice(app_name="modelforge-control-plane")
 app.debug = False
@@ -215,6 +218,8 @@ def health() -> dict[str, Any]:
 
 @endpoint(operations.GET_COMPATIBILITY)
 def compatibility() -> dict[str, Any]:
+    from chalicelib.api import views
+
     params = _query()
     names = [component.value for component in Component]
     if params.get("component") not in names:
@@ -243,6 +248,10 @@ def openapi_document() -> dict[str, Any]:
 
 @endpoint(operations.CREATE_ENROLLMENT)
 def create_enrollment() -> Response:
+    from chalicelib.api import views
+    from chalicelib.domain import requests
+    from chalicelib.services import enrollments
+
     inst = _admin()
     now = _now()
     minted = enrollments.create(inst.stores, requests.create_enrollment(_body()), now)
@@ -252,6 +261,9 @@ def create_enrollment() -> Response:
 
 @endpoint(operations.LIST_ENROLLMENTS)
 def list_enrollments() -> dict[str, Any]:
+    from chalicelib.api import views
+    from chalicelib.services import listing
+
     inst = _admin()
     limit, start = _page_params("enrollment_id")
     page = listing.enrollments(inst.stores, limit, start)
@@ -264,6 +276,9 @@ def list_enrollments() -> dict[str, Any]:
 
 @endpoint(operations.GET_ENROLLMENT)
 def get_enrollment(enrollment_id: str) -> dict[str, Any]:
+    from chalicelib.api import views
+    from chalicelib.services import enrollments
+
     inst = _admin()
     _query()
     return views.enrollment(enrollments.get(inst.stores, enrollment_id), _now())
@@ -271,6 +286,9 @@ def get_enrollment(enrollment_id: str) -> dict[str, Any]:
 
 @endpoint(operations.REVOKE_ENROLLMENT)
 def revoke_enrollment(enrollment_id: str) -> dict[str, Any]:
+    from chalicelib.api import views
+    from chalicelib.services import enrollments
+
     inst = _admin()
     validate(_body(), "EMPTY")
     now = _now()
@@ -280,6 +298,10 @@ def revoke_enrollment(enrollment_id: str) -> dict[str, Any]:
 @endpoint(operations.CHECK_NODE_AGENT_SETTINGS)
 def check_node_agent_settings() -> dict[str, Any]:
     """The Enroll node wizard's check: what is wrong with its choices, or the node's .env settings."""
+    from chalicelib.api import views
+    from chalicelib.domain import requests
+    from chalicelib.services import node_agent_settings
+
     _admin()
     return views.node_agent_settings(node_agent_settings.check(requests.node_agent_settings(_body())))
 
@@ -289,6 +311,9 @@ def check_node_agent_settings() -> dict[str, Any]:
 
 @endpoint(operations.LIST_NODES)
 def list_nodes() -> dict[str, Any]:
+    from chalicelib.api import views
+    from chalicelib.services import listing
+
     inst = _admin()
     limit, start = _page_params("node_id")
     page = listing.nodes(inst.stores, limit, start)
@@ -301,6 +326,9 @@ def list_nodes() -> dict[str, Any]:
 
 @endpoint(operations.GET_NODE)
 def get_node(node_id: str) -> dict[str, Any]:
+    from chalicelib.api import views
+    from chalicelib.services import listing
+
     inst = _admin()
     _query()
     return views.node(listing.node(inst.stores, node_id), inst.settings, _now())
@@ -309,6 +337,9 @@ def get_node(node_id: str) -> dict[str, Any]:
 @endpoint(operations.GET_NODE_READINESS)
 def node_readiness(node_id: str) -> dict[str, Any]:
     """Readiness of the exact node an enrollment produced (its enrollment id is accepted too)."""
+    from chalicelib.api import views
+    from chalicelib.services import readiness
+
     inst = _admin()
     _query()
     now = _now()
@@ -317,6 +348,9 @@ def node_readiness(node_id: str) -> dict[str, Any]:
 
 @endpoint(operations.REVOKE_NODE_CREDENTIAL)
 def revoke_node_credential(node_id: str) -> dict[str, Any]:
+    from chalicelib.api import views
+    from chalicelib.services import listing, nodes
+
     inst = _admin()
     validate(_body(), "EMPTY")
     now = _now()
@@ -329,6 +363,10 @@ def revoke_node_credential(node_id: str) -> dict[str, Any]:
 
 @endpoint(operations.ENROLL)
 def enroll() -> Response:
+    from chalicelib.api import views
+    from chalicelib.domain import requests
+    from chalicelib.services import enrollments
+
     inst = instance.get()
     enrolled = enrollments.enroll(inst.stores, inst.settings, requests.enroll(_body()), _now())
     answer = {
@@ -345,6 +383,9 @@ def enroll() -> Response:
 
 @endpoint(operations.HEARTBEAT)
 def heartbeat() -> dict[str, Any]:
+    from chalicelib.domain import requests
+    from chalicelib.services import nodes
+
     inst = instance.get()
     caller = require_node(_request().headers)
     now = _now()
@@ -360,6 +401,10 @@ def heartbeat() -> dict[str, Any]:
 
 @endpoint(operations.REPLACE_INVENTORY)
 def replace_inventory() -> dict[str, Any]:
+    from chalicelib.api import views
+    from chalicelib.domain import requests
+    from chalicelib.services import nodes
+
     inst = instance.get()
     caller = require_node(_request().headers)
     request = requests.replace_inventory(_body())
@@ -371,11 +416,17 @@ def replace_inventory() -> dict[str, Any]:
 
 
 def _work_view(inst: instance.Instance, item: WorkItem) -> dict[str, Any]:
+    from chalicelib.api import views
+    from chalicelib.services import listing
+
     return views.work_item(listing.shown(inst.stores, item))
 
 
 @endpoint(operations.SUBMIT_WORK)
 def submit_work() -> Response:
+    from chalicelib.domain import requests
+    from chalicelib.services import work
+
     inst = _admin()
     request = requests.submit_work(_body(max_bytes=work_protocol.MAX_SUBMIT_BODY_BYTES))
     submitted = work.submit(inst.stores, request, _now())
@@ -384,6 +435,9 @@ def submit_work() -> Response:
 
 @endpoint(operations.LIST_WORK)
 def list_work() -> dict[str, Any]:
+    from chalicelib.api import views
+    from chalicelib.services import listing
+
     inst = _admin()
     params = _query()
     status, capability = params.get("status"), params.get("capability")
@@ -401,6 +455,8 @@ def list_work() -> dict[str, Any]:
 
 @endpoint(operations.GET_WORK)
 def get_work(work_id: str) -> dict[str, Any]:
+    from chalicelib.services import work
+
     inst = _admin()
     _query()
     return _work_view(inst, work.get(inst.stores, work_id))
@@ -408,6 +464,8 @@ def get_work(work_id: str) -> dict[str, Any]:
 
 @endpoint(operations.CANCEL_WORK)
 def cancel_work(work_id: str) -> dict[str, Any]:
+    from chalicelib.services import work
+
     inst = _admin()
     validate(_body(), "EMPTY")
     return _work_view(inst, work.cancel(inst.stores, work_id, _now()))
@@ -447,6 +505,9 @@ def console_asset(name: str) -> Response:
 
 @endpoint(operations.CLAIM_WORK)
 def claim_work() -> Response:
+    from chalicelib.api import views
+    from chalicelib.services import work
+
     inst = instance.get()
     caller = require_node(_request().headers)
     validate(_body(), "EMPTY")
@@ -458,6 +519,10 @@ def claim_work() -> Response:
 
 @endpoint(operations.RENEW_LEASE)
 def renew_work(work_id: str) -> dict[str, Any]:
+    from chalicelib.api import views
+    from chalicelib.domain import requests
+    from chalicelib.services import work
+
     inst = instance.get()
     caller = require_node(_request().headers)
     return views.lease(
@@ -467,6 +532,10 @@ def renew_work(work_id: str) -> dict[str, Any]:
 
 @endpoint(operations.COMPLETE_WORK)
 def complete_work(work_id: str) -> dict[str, Any]:
+    from chalicelib.api import views
+    from chalicelib.domain import requests
+    from chalicelib.services import work
+
     inst = instance.get()
     caller = require_node(_request().headers)
     request = requests.complete_work(_body())
@@ -475,6 +544,10 @@ def complete_work(work_id: str) -> dict[str, Any]:
 
 @endpoint(operations.FAIL_WORK)
 def fail_work(work_id: str) -> dict[str, Any]:
+    from chalicelib.api import views
+    from chalicelib.domain import requests
+    from chalicelib.services import work
+
     inst = instance.get()
     caller = require_node(_request().headers)
     return views.lease(work.fail(inst.stores, caller, work_id, requests.fail_work(_body()), _now(), inst.known_callers))
@@ -498,6 +571,8 @@ def _instance_or_refuse() -> instance.Instance:
 
 @app.schedule(Rate(1, unit=Rate.MINUTES), name="liveness_sweep")
 def liveness_sweep(event: Any) -> dict[str, int]:
+    from chalicelib.services import sweep
+
     inst = _instance_or_refuse()
     report = sweep.report_dict(sweep.run(inst.stores, inst.settings, _now()))
     log.info("sweep finished", extra={"event": "sweep_finished", **report})
@@ -507,6 +582,8 @@ def liveness_sweep(event: Any) -> dict[str, int]:
 @app.on_dynamodb_record(stream_arn=OUTBOX_STREAM_ARN_PLACEHOLDER, starting_position="TRIM_HORIZON", name="state_log")
 def state_log(event: Any) -> dict[str, int]:
     """Ship each new outbox event to S3. Redelivery is harmless; failures make Lambda retry."""
+    from chalicelib.stores import state_log_store
+
     inst = _instance_or_refuse()
     shipped = already = 0
     for record in event:

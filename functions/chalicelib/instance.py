@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Instance:
+    """What one function instance keeps between requests: its settings, stores and caches."""
+
     settings: Settings
     #: where state lives: the DynamoDB stores over the tables settings name
     stores: Stores
@@ -137,12 +139,20 @@ def sweep_index_partition(liveness: str, node_id: str) -> str | None:
     return node_store.index_partition(liveness, node_id)
 
 
+#: The modules the heartbeat route imports on its first call (a unit test keeps this equal to app.py).
+HEARTBEAT_ROUTE_IMPORTS = ("chalicelib.domain.requests", "chalicelib.services.nodes")
+
+
 def load_heartbeat_path() -> None:
     """Load what the first heartbeat of a function instance loads (its request schema, the table
     models and a DynamoDB connection), without a request or any network call: for cold-start
     measurement."""
+    import importlib
+
     from chalicelib.domain import validation
     from chalicelib.stores import transactions  # the table models come with it
 
+    for name in HEARTBEAT_ROUTE_IMPORTS:  # what app.heartbeat imports on its first call
+        importlib.import_module(name)
     validation._validator("HEARTBEAT")
     transactions.connection()

@@ -11,7 +11,6 @@ whole and every problem is named by variable, never by value (some values are se
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 PREFIX = "MODELFORGE_"
@@ -107,6 +106,8 @@ _TRUE, _FALSE = frozenset({"1", "true", "yes", "on"}), frozenset({"0", "false", 
 
 def closest(name: str, known: Iterable[str] = VARIABLES) -> str | None:
     """The known name ``name`` most likely misspells, or None when none is close."""
+    import difflib  # only a misspelled variable pays for it, not every cold start
+
     matches = difflib.get_close_matches(name, list(known), n=1, cutoff=0.8)
     return matches[0] if matches else None
 

@@ -52,6 +52,8 @@ class Component(str, enum.Enum):
 
 @dataclass(frozen=True)
 class AcceptedRange:
+    """The oldest and newest protocol version a component may speak."""
+
     oldest: int
     newest: int
 

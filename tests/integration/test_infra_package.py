@@ -193,3 +193,48 @@ def test_functions_folder_carries_the_shared_packages_for_any_chalice_command(pa
     assert vendored.is_symlink()
     assert vendored.resolve() == (REPO_ROOT / "protocol" / package).resolve()
     assert (vendored / "__init__.py").is_file()
+
+
+def test_the_bundle_carries_unchecked_hash_bytecode_beside_each_source_and_no_stray_pyc(packaged: Path) -> None:
+    import importlib.util
+
+    with zipfile.ZipFile(packaged / "deployment.zip") as bundle:
+        names = set(bundle.namelist())
+        sources = {name for name in names if name.endswith(".py")}
+        pycs = {name for name in names if name.endswith(".pyc")}
+        tag = sys.implementation.cache_tag
+        expected = {
+            f"{name.rpartition('/')[0]}/__pycache__/{name.rpartition('/')[2][:-3]}.{tag}.pyc".lstrip("/")
+            for name in sources
+        }
+        assert pycs <= expected  # nothing stray (a developer tree's timestamp pycs used to ride along)
+        assert {"__pycache__/app.cpython-311.pyc".replace("cpython-311", tag)} <= pycs
+        assert len(pycs) >= 0.95 * len(sources)  # only a source this Python cannot compile lacks one
+        for name in ("__pycache__/app", "chalicelib/__pycache__/instance", "botocore/__pycache__/client"):
+            header = bundle.read(f"{name}.{tag}.pyc")[:8]
+            assert header[:4] == importlib.util.MAGIC_NUMBER
+            assert int.from_bytes(header[4:8], "little") == 0b01  # hash-based, source not checked (PEP 552)
+
+
+def test_the_unpacked_bundle_imports_the_app_from_bytecode_alone_read_only(packaged: Path, tmp_path: Path) -> None:
+    """As Lambda runs it: the bundle alone on the path (no site-packages), its folder read-only."""
+    task = tmp_path / "task"
+    with zipfile.ZipFile(packaged / "deployment.zip") as bundle:
+        bundle.extractall(task)
+    for path in [task, *task.rglob("*")]:
+        path.chmod(0o555 if path.is_dir() else 0o444)
+    env = {"PATH": "/usr/bin:/bin", "AWS_DEFAULT_REGION": "us-east-1"}
+    try:
+        done = subprocess.run(
+            [sys.executable, "-S", "-v", "-c", "import app; print(app.app.app_name)"],
+            cwd=task, env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    finally:
+        for path in [task, *task.rglob("*")]:
+            path.chmod(0o755 if path.is_dir() else 0o644)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "modelforge-control-plane"
+    loaded = [line for line in done.stderr.splitlines() if line.startswith("# code object from") and str(task) in line]
+    assert any("__pycache__/app." in line for line in loaded)
+    compiled_from_source = [line for line in loaded if line.rstrip("'").endswith(".py")]
+    assert compiled_from_source == []

@@ -2,8 +2,9 @@
 
 A name-level call graph over ``app.py`` and ``chalicelib/``: each top-level function and method
 (nested functions, such as a transaction's ``build``, count as their enclosing one) links to the
-functions it names: module functions, imported ones, ``module.function``, ``self.method``, and
-``stores.<store>.<method>`` (the ``Stores`` of ``stores/dynamodb.py``, by field). Following the
+functions it names: module functions, imported ones (at the top or inside a function: app.py's
+routes import their services), ``module.function``, ``self.method``, and ``stores.<store>.<method>``
+(the ``Stores`` of ``stores/dynamodb.py``, by field). Following the
 links from a function's entry point gives every function it can reach (a superset: a name is
 followed whether or not that branch runs). In those, an AWS call is a call on a PynamoDB model class
 (``NodeModel.get``), its index (``NodeModel.by_liveness.query``), a model instance made in the same
@@ -61,7 +62,8 @@ def _modules() -> dict[str, _Module]:
     found: dict[str, _Module] = {}
     for path in [FUNCTIONS / "app.py", *sorted((FUNCTIONS / "chalicelib").rglob("*.py"))]:
         module = _Module(_module_name(path), ast.parse(path.read_text(), str(path)))
-        for node in module.tree.body:
+        # imports anywhere in the module: app.py imports each route's services inside the route
+        for node in ast.walk(module.tree):
             if isinstance(node, ast.ImportFrom):
                 base = node.module or ""
                 for alias in node.names:
@@ -70,7 +72,8 @@ def _modules() -> dict[str, _Module]:
                         module.modules[local] = f"{base}.{alias.name}"  # from chalicelib.layer import module
                     else:
                         module.names[local] = (base, alias.name)
-            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        for node in module.tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 module.defs[node.name] = node
             elif isinstance(node, ast.ClassDef):
                 for item in node.body:

@@ -66,6 +66,8 @@ SECURITY_HEADERS: dict[str, str] = {
 
 @dataclass(frozen=True)
 class ConsoleFile:
+    """One file of the console as served: its text and media type."""
+
     body: str
     content_type: str
 

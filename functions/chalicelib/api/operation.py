@@ -68,6 +68,8 @@ PAGE_TOKEN = nullable({"type": "string", "description": "pass as next_token for 
 
 @dataclass(frozen=True)
 class Answer:
+    """One answer an operation documents: its description, body schema, media types and headers."""
+
     description: str
     #: the body's schema; None: no body
     schema: dict[str, Any] | None = None
@@ -79,6 +81,8 @@ class Answer:
 
 @dataclass(frozen=True)
 class Parameter:
+    """A path or query parameter of an operation."""
+
     name: str
     where: str  # "path" or "query"
     schema: dict[str, Any]
@@ -88,6 +92,8 @@ class Parameter:
 
 @dataclass(frozen=True)
 class Operation:
+    """One route's declaration: its method and path, and its entry in the OpenAPI document."""
+
     method: str
     path: str
     operation_id: str

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Resource:
+    """One table or bucket of the control plane, by every name it goes by."""
+
     #: the logical name, as the state log's changes name their table (``"gpu_claims"``)
     name: str
     #: the environment variable that gives the functions the physical name

@@ -29,6 +29,8 @@ class SettingsError(Exception):
 
 @dataclass(frozen=True)
 class Settings:
+    """The control plane's configuration, read once per function instance from its environment."""
+
     admin_token_sha256: str = field(repr=False)
     #: physical name of each resource, by its logical name in the catalogue (resources.py)
     names: dict[str, str]

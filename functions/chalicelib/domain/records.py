@@ -15,6 +15,8 @@ from modelforge_protocol.schemas import GPU_TELEMETRY_FIELDS
 
 @dataclass
 class Enrollment:
+    """A single-use enrollment token's record (the token itself is kept only as its hash)."""
+
     enrollment_id: str
     token_sha256: str = field(repr=False)
     display_name: str
@@ -63,6 +65,8 @@ class Node:
 
 @dataclass
 class Inventory:
+    """A node's last reported inventory, kept apart from the node so that a heartbeat stays small."""
+
     node_id: str
     inventory: dict[str, Any]
     updated_at: float

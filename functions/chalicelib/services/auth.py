@@ -37,6 +37,8 @@ def require_admin(headers: Mapping[str, str], admin_token_sha256: str) -> None:
 
 @dataclass(frozen=True)
 class NodeCaller:
+    """A node's claimed identity and credential hash, before the database has checked them."""
+
     node_id: str
     credential_sha256: str = field(repr=False)
 

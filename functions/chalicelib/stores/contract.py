@@ -224,6 +224,8 @@ PARTNERS_PER_WRITE = 98
 
 @dataclass(frozen=True)
 class Stores:
+    """One of each store: what every service takes."""
+
     enrollments: EnrollmentStore
     nodes: NodeStore
     control: ControlStore

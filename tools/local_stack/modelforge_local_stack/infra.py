@@ -2,7 +2,8 @@
 
 ``modelforge infra package OUT_DIR`` vendors the shared protocol package into the Lambda
 bundle, writes the merge template (tables, bucket, stream wiring, parameters, least-privilege
-roles, log groups, the nodes' HTTP API, IAM mode for the admin routes) and runs ``chalice package``.
+roles, log groups, the nodes' HTTP API, IAM mode for the admin routes) and runs ``chalice package``,
+then adds compiled bytecode to the bundle (``bundle_bytecode``).
 """
 
 from __future__ import annotations
@@ -13,13 +14,14 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from chalicelib.api import console  # importable once .catalogue put functions/ on the path
 from chalicelib.stores import aws_permissions
 
-from . import infra_admin_iam, infra_node_api
+from . import bundle_bytecode, infra_admin_iam, infra_node_api
 from .catalogue import FUNCTIONS_DIR, REPO_ROOT, resources
 from .provision import RESOURCE_ENV, load_resources
 
@@ -367,8 +369,25 @@ def _link_into_vendor(package: Path) -> Path:
     return target
 
 
-def package(out_dir: Path, stage: str = "dev") -> Path:
-    """Write deployment.zip and sam.json to out_dir; return the template path."""
+@dataclass(frozen=True)
+class Packaged:
+    template: Path
+    bundle: Path
+    bytecode: bundle_bytecode.Outcome
+
+
+def function_runtimes(template: dict[str, Any]) -> set[str]:
+    """The Lambda runtimes of the template's functions (``python3.11``)."""
+    return {
+        resource["Properties"]["Runtime"]
+        for resource in template["Resources"].values()
+        if resource.get("Type") == "AWS::Serverless::Function"
+    }
+
+
+def package(out_dir: Path, stage: str = "dev") -> Packaged:
+    """Write deployment.zip (with bytecode, where this Python is the functions' runtime) and sam.json
+    to out_dir."""
     vendor_shared_packages()
     with tempfile.TemporaryDirectory() as scratch:
         merge_file = Path(scratch) / "merge.json"
@@ -381,4 +400,6 @@ def package(out_dir: Path, stage: str = "dev") -> Path:
              "--merge-template", str(merge_file), str(out_dir.resolve())],
             cwd=FUNCTIONS_DIR, env=env, check=True,
         )  # fmt: skip
-    return out_dir / "sam.json"
+    template, bundle = out_dir / "sam.json", out_dir / "deployment.zip"
+    runtimes = function_runtimes(json.loads(template.read_text()))
+    return Packaged(template, bundle, bundle_bytecode.add(bundle, runtimes))
