@@ -1,12 +1,13 @@
-"""The runtime worker's local API as the agent calls it: ``GET /v1/status`` and ``POST /v1/run``,
-over a unix socket (``unix:///path``) or a loopback port (``http://127.0.0.1:PORT``).
+"""The runtime worker's local API as the agent calls it: ``GET /v1/status``, ``POST /v1/run`` and,
+to a worker whose status lists the ``cancel`` feature, ``POST /v1/cancel``; over a unix socket
+(``unix:///path``) or a loopback port (``http://127.0.0.1:PORT``).
 
 ``http.client`` with a connection class that can also dial a unix socket: no new dependency, and
 nothing that could follow a redirect (a 3xx is an unexpected answer). Every call is bounded: a
 whole-request deadline (a timer shuts the socket down when it passes, which ends a blocked read
 at once; a caller that stops waiting can cut it the same way, ``Cutter``), answers read up to a
 cap, parsed strictly and validated against the protocol's worker schemas
-(``modelforge_protocol.work.WORKER_STATUS``, ``WORKER_RUN_ANSWER``). The worker's
+(``modelforge_protocol.work.WORKER_STATUS``, ``WORKER_RUN_ANSWER``, ``WORKER_CANCEL_ANSWER``). The worker's
 ``protocol_version`` is judged with ``versions.verdict(Component.WORKER, ...)`` before anything
 else in its status is believed.
 """
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from jsonschema import Draft202012Validator
 from modelforge_protocol import capped_read, schemas, work
 from modelforge_protocol.versions import Component, Verdict, next_step, verdict
 
@@ -30,6 +32,7 @@ from . import answers
 from .answers import MalformedAnswer
 
 OK, DEGRADED, UNREACHABLE, INCOMPATIBLE = schemas.WORKER_STATES
+_CANCEL_ANSWER = Draft202012Validator(work.WORKER_CANCEL_ANSWER)
 #: Bound of one status call (the agent polls once per heartbeat, on the publishing thread).
 STATUS_TIMEOUT_SECONDS = 5.0
 #: Bound of one run. The worker bounds each job itself (MODELFORGE_WORKER_JOB_TIMEOUT_SECONDS, at
@@ -38,8 +41,11 @@ RUN_TIMEOUT_SECONDS = 3600.0 + 30.0
 MAX_STATUS_BYTES = schemas.MAX_ANSWER_BYTES
 #: A run's answer carries the result, which may be as large as the control plane accepts.
 MAX_RUN_ANSWER_BYTES = work.MAX_RESULT_BYTES + 64 * 1024
+#: Bound of one cancel call: the worker answers once the job has unwound, or after about 1 s.
+CANCEL_TIMEOUT_SECONDS = 3.0
+MAX_CANCEL_ANSWER_BYTES = 4096
 MAX_DETAIL_CHARS = 512
-STATUS_PATH, RUN_PATH = "/v1/status", "/v1/run"
+STATUS_PATH, RUN_PATH, CANCEL_PATH = "/v1/status", "/v1/run", "/v1/cancel"
 _CONTROL = {code: " " for code in [*range(0x20), 0x7F]}
 
 
@@ -172,6 +178,13 @@ class WorkerStatus:
     verdict: Verdict | None = None
     next_step: str | None = None
     worker_version: str | None = None
+    #: what the worker can do beyond running jobs (``work.WORKER_FEATURES``: ``cancel``)
+    features: frozenset[str] = frozenset()
+
+    @property
+    def cancels(self) -> bool:
+        """Whether runs can be given a job id and cancelled by it."""
+        return work.WORKER_FEATURE_CANCEL in self.features
 
     @property
     def available(self) -> tuple[str, ...]:
@@ -231,7 +244,15 @@ def _judged(answer: Any) -> WorkerStatus:
     else:
         names = ", ".join(sorted(seen)) or "no capabilities"
         status, detail = OK, f"worker {version}: {names}"
-    return WorkerStatus(status, detail, capabilities, healthy=answer["healthy"], verdict=judged, worker_version=version)
+    return WorkerStatus(
+        status,
+        detail,
+        capabilities,
+        healthy=answer["healthy"],
+        verdict=judged,
+        worker_version=version,
+        features=frozenset(answer.get("features") or ()),
+    )
 
 
 class WorkerClient:
@@ -241,10 +262,12 @@ class WorkerClient:
         *,
         status_timeout_seconds: float = STATUS_TIMEOUT_SECONDS,
         run_timeout_seconds: float = RUN_TIMEOUT_SECONDS,
+        cancel_timeout_seconds: float = CANCEL_TIMEOUT_SECONDS,
     ) -> None:
         self.endpoint = Endpoint.parse(url)
         self._status_timeout = status_timeout_seconds
         self._run_timeout = run_timeout_seconds
+        self._cancel_timeout = cancel_timeout_seconds
 
     def status(self) -> WorkerStatus:
         """The worker's status, judged; never raises."""
@@ -261,10 +284,16 @@ class WorkerClient:
             return WorkerStatus(UNREACHABLE, f"InvalidAnswer on GET {STATUS_PATH}: {malformed.reason}")
         return _judged(answer)
 
-    def run(self, capability: str, payload: dict[str, Any], cutter: Cutter | None = None) -> dict[str, Any]:
+    def run(
+        self, capability: str, payload: dict[str, Any], cutter: Cutter | None = None, job_id: str | None = None
+    ) -> dict[str, Any]:
         """The result of running ``payload``; ``WorkerRefused`` when the worker answers an error,
-        ``WorkerFailure`` when there is no usable answer (``cutter`` ends the call early)."""
-        body = json.dumps({"capability": capability, "input": payload}, separators=(",", ":"), ensure_ascii=False)
+        ``WorkerFailure`` when there is no usable answer (``cutter`` ends the call early).
+        ``job_id`` (only to a worker that ``cancels``) names the job for ``cancel``."""
+        request: dict[str, Any] = {"capability": capability, "input": payload}
+        if job_id is not None:
+            request["job_id"] = job_id
+        body = json.dumps(request, separators=(",", ":"), ensure_ascii=False)
         status, raw = self._exchange(
             "POST", RUN_PATH, body.encode("utf-8"), self._run_timeout, MAX_RUN_ANSWER_BYTES, cutter
         )
@@ -279,6 +308,25 @@ class WorkerClient:
             message = printable(str(error.get("message") or ""), work.MAX_REASON_CHARS)
             raise WorkerRefused(status, error["code"], message, error["retryable"])
         raise WorkerFailure(f"InvalidAnswer (HTTP {status})", "the status and the answer disagree")
+
+    def cancel(self, job_id: str) -> str:
+        """Stop the job ``job_id`` on the worker: what the worker says of it (``ended``: it has
+        unwound, the worker is free; ``ending``; ``not_running``). ``WorkerRefused`` or
+        ``WorkerFailure`` as for ``run``."""
+        body = json.dumps({"job_id": job_id}, separators=(",", ":")).encode("utf-8")
+        status, raw = self._exchange("POST", CANCEL_PATH, body, self._cancel_timeout, MAX_CANCEL_ANSWER_BYTES, None)
+        if status != 200:
+            try:
+                error = answers.validated(answers.WORKER_RUN_ANSWER, raw, max_bytes=MAX_CANCEL_ANSWER_BYTES)["error"]
+            except (MalformedAnswer, KeyError):
+                raise WorkerFailure(f"InvalidAnswer (HTTP {status})", "not an error answer") from None
+            message = printable(str(error.get("message") or ""), work.MAX_REASON_CHARS)
+            raise WorkerRefused(status, error["code"], message, error["retryable"])
+        try:
+            answer = answers.validated(_CANCEL_ANSWER, raw, max_bytes=MAX_CANCEL_ANSWER_BYTES)
+        except MalformedAnswer as malformed:
+            raise WorkerFailure("InvalidAnswer (HTTP 200)", malformed.reason) from None
+        return answer["state"]  # type: ignore[no-any-return]
 
     def _exchange(
         self, method: str, path: str, body: bytes | None, timeout: float, cap: int, cutter: Cutter | None

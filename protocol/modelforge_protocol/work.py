@@ -15,7 +15,12 @@ from .schemas import MAX_CAPABILITIES, _answer, _obj
 #: adds the ones its runtime worker reports available).
 OCR = "ocr"
 ECHO = "diagnostic.echo"
-CAPABILITIES = (OCR, ECHO)
+#: Holds a worker slot on purpose for ``seconds`` (tests, benches); bounded by the job timeout and
+#: cancellable like any job.
+SLEEP = "diagnostic.sleep"
+CAPABILITIES = (OCR, ECHO, SLEEP)
+#: ``diagnostic.sleep``'s longest sleep.
+MAX_SLEEP_SECONDS = 300
 
 WORK_STATES = ("queued", "leased", "succeeded", "dead", "cancelled")
 #: States a work item never leaves.
@@ -46,6 +51,7 @@ INPUTS: dict[str, dict[str, Any]] = {
         {"image_base64": {"type": "string", "minLength": 1, "maxLength": MAX_SUBMIT_BODY_BYTES}}, ["image_base64"]
     ),
     ECHO: {"type": "object", "maxProperties": 64},
+    SLEEP: _obj({"seconds": {"type": "number", "minimum": 0, "maximum": MAX_SLEEP_SECONDS}}, ["seconds"]),
 }
 
 SUBMIT_WORK = _obj(
@@ -104,10 +110,27 @@ _WORKER_CAPABILITY_NAME = {"type": "string", "pattern": r"^[a-z0-9][a-z0-9._:/-]
 #: Why a capability is unavailable (``artifact_quarantined``, ``model_load_failed``, ...).
 _WORKER_REASON = {"type": "string", "pattern": r"^[a-z0-9_]{1,64}\Z"}
 
-#: ``POST /v1/run`` (what the agent asks its worker): the capability to run and its input.
+#: What a worker that advertises it in ``GET /v1/status`` ``features`` can do beyond running jobs:
+#: ``cancel``: ``POST /v1/run`` takes a ``job_id`` and ``POST /v1/cancel`` stops that job. An agent
+#: sends ``job_id`` or calls cancel only to a worker that lists ``cancel`` (an older worker refuses the
+#: unknown field: its request schema is closed).
+WORKER_FEATURE_CANCEL = "cancel"
+WORKER_FEATURES = (WORKER_FEATURE_CANCEL,)
+#: A job's name, chosen by the agent (``<work_id>:<epoch>``): unique per claim.
+WORKER_JOB_ID = {"type": "string", "pattern": r"^[A-Za-z0-9._:-]{1,128}\Z"}
+#: What ``POST /v1/cancel`` says of the job: ``ended`` (it was running and has unwound: the worker
+#: is free), ``ending`` (aborted, still unwinding after the cancel's wait: its run answers once it
+#: has), ``not_running`` (no job of that id runs; a run that arrives later with it is refused).
+WORKER_CANCEL_STATES = ("ended", "ending", "not_running")
+
+#: ``POST /v1/run`` (what the agent asks its worker): the capability to run, its input and, to a
+#: worker with the ``cancel`` feature, the job's id.
 WORKER_RUN_REQUEST = _obj(
-    {"capability": {"type": "string", "minLength": 1}, "input": {"type": "object"}}, ["capability", "input"]
+    {"capability": {"type": "string", "minLength": 1}, "input": {"type": "object"}, "job_id": WORKER_JOB_ID},
+    ["capability", "input"],
 )
+#: ``POST /v1/cancel``: stop the job of this id.
+WORKER_CANCEL_REQUEST = _obj({"job_id": WORKER_JOB_ID}, ["job_id"])
 
 #: ``GET /v1/status``.
 WORKER_STATUS = _answer(
@@ -115,6 +138,12 @@ WORKER_STATUS = _answer(
         "protocol_version": {},
         "worker_version": {"type": "string", "minLength": 1, "maxLength": 64, "pattern": r"^[0-9A-Za-z.+_-]+\Z"},
         "healthy": {"type": "boolean"},
+        "busy": {"type": "boolean"},
+        "features": {
+            "type": "array",
+            "maxItems": 32,
+            "items": {"type": "string", "pattern": r"^[a-z0-9][a-z0-9._-]{0,63}\Z"},
+        },
         "capabilities": {
             "type": "array",
             "maxItems": MAX_CAPABILITIES,
@@ -152,3 +181,8 @@ WORKER_RUN_ANSWER: dict[str, Any] = {
     },
     "oneOf": [{"required": ["result"]}, {"required": ["error"]}],
 }
+
+#: ``POST /v1/cancel``'s 200 answer.
+WORKER_CANCEL_ANSWER = _answer(
+    {"job_id": WORKER_JOB_ID, "state": {"enum": list(WORKER_CANCEL_STATES)}}, ["job_id", "state"]
+)

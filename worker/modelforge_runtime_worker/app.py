@@ -1,6 +1,7 @@
-"""What the worker's HTTP API serves, in the worker's own terms: its status, and one run checked
-against the protocol's ``WORKER_RUN_REQUEST`` schema. Refusals are ``RunError``s; the HTTP layer
-(``server.py``) gives them their status codes."""
+"""What the worker's HTTP API serves, in the worker's own terms: its status, one run checked
+against the protocol's ``WORKER_RUN_REQUEST`` schema, and the cancel of a run by the id its caller
+gave it (``WORKER_CANCEL_REQUEST``). Refusals are ``RunError``s; the HTTP layer (``server.py``)
+gives them their status codes."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import threading
 from typing import Any, NamedTuple
 
 from jsonschema import Draft202012Validator
-from modelforge_protocol.work import WORKER_RUN_REQUEST
+from modelforge_protocol.work import WORKER_CANCEL_REQUEST, WORKER_FEATURES, WORKER_RUN_REQUEST
 
 from . import WORKER_PROTOCOL_VERSION, WORKER_VERSION
 from .capabilities import Capability, describe, refuse_unavailable
@@ -17,6 +18,9 @@ from .jobs import JobRunner
 
 _FIELDS = frozenset(WORKER_RUN_REQUEST["properties"])
 _RUN_REQUEST = Draft202012Validator(WORKER_RUN_REQUEST)
+_CANCEL_REQUEST = Draft202012Validator(WORKER_CANCEL_REQUEST)
+#: How long a cancel waits for its job to unwind before it answers ``ending``.
+CANCEL_WAIT_SECONDS = 1.0
 
 
 class Violation(NamedTuple):
@@ -26,11 +30,11 @@ class Violation(NamedTuple):
     keyword: str
 
 
-def violations(request: Any) -> list[Violation]:
-    """Every way ``request`` breaks ``WORKER_RUN_REQUEST`` (jsonschema), a missing field named by its
-    own path."""
+def violations(request: Any, validator: Draft202012Validator = _RUN_REQUEST) -> list[Violation]:
+    """Every way ``request`` breaks ``WORKER_RUN_REQUEST`` (or ``validator``'s schema), a missing
+    field named by its own path."""
     found: list[Violation] = []
-    for error in _RUN_REQUEST.iter_errors(request):
+    for error in validator.iter_errors(request):
         path = tuple(error.absolute_path)
         if error.validator == "required" and isinstance(error.instance, dict):
             found += [
@@ -72,6 +76,8 @@ class WorkerApp:
             "protocol_version": WORKER_PROTOCOL_VERSION,
             "worker_version": WORKER_VERSION,
             "healthy": not self.stopping and all(entry["available"] for entry in listed),
+            "busy": self.jobs.busy,
+            "features": list(WORKER_FEATURES),
             "capabilities": listed,
         }
 
@@ -90,7 +96,20 @@ class WorkerApp:
             raise refuse_unavailable(capability)
         if self.stopping:
             raise ShuttingDown("the worker is stopping")
-        return {"result": self.jobs.run(capability, request["input"])}
+        return {"result": self.jobs.run(capability, request["input"], request.get("job_id"))}
+
+    def cancel(self, request: Any) -> dict[str, Any]:
+        """Stop the running job of ``request["job_id"]``: ``{"job_id", "state"}`` once it has
+        unwound, or after ``CANCEL_WAIT_SECONDS`` (``ending``)."""
+        broken = violations(request, _CANCEL_REQUEST)
+        if any(violation.path == () and violation.keyword == "type" for violation in broken):
+            raise InvalidRequest('the body must be a JSON object {"job_id": "..."}')
+        if any(violation.keyword == "additionalProperties" for violation in broken):
+            raise InvalidRequest(f"unknown fields: {', '.join(sorted(set(request) - {'job_id'}))}")
+        if broken:
+            raise InvalidRequest(_JOB_ID_RULE)
+        job_id = request["job_id"]
+        return {"job_id": job_id, "state": self.jobs.cancel(job_id, CANCEL_WAIT_SECONDS)}
 
 
 def _refuse_the_envelope(broken: list[Violation], request: Any) -> None:
@@ -101,3 +120,8 @@ def _refuse_the_envelope(broken: list[Violation], request: Any) -> None:
         raise InvalidRequest("capability is required (a string)")
     if any(violation.keyword == "additionalProperties" for violation in broken):
         raise InvalidRequest(f"unknown fields: {', '.join(sorted(set(request) - _FIELDS))}")
+    if any(violation.path[:1] == ("job_id",) for violation in broken):
+        raise InvalidRequest(_JOB_ID_RULE)
+
+
+_JOB_ID_RULE = "job_id must be a string of 1 to 128 characters from A-Z a-z 0-9 . _ : -"

@@ -1,4 +1,5 @@
-"""What the worker can run: ``ocr`` (RapidOCR) and ``diagnostic.echo`` (no model, always there).
+"""What the worker can run: ``ocr`` (RapidOCR), ``diagnostic.echo`` and ``diagnostic.sleep`` (no
+model, always there).
 
 A capability reports what ``GET /v1/status`` shows (model, model digest, device, whether it is
 available and why not) and runs one job's input into a result. Input problems are
@@ -12,19 +13,22 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
+from modelforge_protocol import work
 from modelforge_protocol.canonical import canonical_bytes
 
 from .artifacts import QUARANTINED, RAPIDOCR_VERSION, Artifacts, ArtifactState
 from .errors import CapabilityUnavailable, invalid_input
 from .images import decode_image
-from .ocr import Cancel, ModelLoadFailed, OcrEngine
+from .ocr import Cancel, JobCancelled, ModelLoadFailed, OcrEngine
 
 log = logging.getLogger("modelforge.worker")
 
 OCR = "ocr"
 ECHO = "diagnostic.echo"
+SLEEP = "diagnostic.sleep"
 OCR_MODEL = f"rapidocr-{RAPIDOCR_VERSION}/PP-OCRv6-small"
 #: What the reasons mean, for the refusal's message.
 REASONS = {
@@ -79,6 +83,42 @@ class Echo:
 
     def run(self, payload: dict[str, Any], cancel: Cancel) -> dict[str, Any]:
         return {"sha256": hashlib.sha256(canonical_bytes(payload, ascii_only=True)).hexdigest(), "device": "cpu"}
+
+
+class Sleep:
+    """``diagnostic.sleep``: waits ``seconds`` (0 to ``MAX_SLEEP_SECONDS``) and says how long it
+    slept. Holds the worker's slot on purpose (tests, benches); its job's deadline, a stop or a
+    cancel ends the wait at once."""
+
+    name = SLEEP
+    model = "builtin"
+    model_sha256: str | None = None
+    device = "cpu"
+    available = True
+    reason: str | None = None
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+
+    def run(self, payload: dict[str, Any], cancel: Cancel) -> dict[str, Any]:
+        seconds = sleep_seconds(payload)
+        started = self._clock()
+        if cancel.wait(seconds):
+            raise JobCancelled()
+        return {"slept_seconds": round(self._clock() - started, 3), "device": "cpu"}
+
+
+def sleep_seconds(payload: dict[str, Any]) -> float:
+    """``diagnostic.sleep``'s input: ``{"seconds": <number 0..MAX_SLEEP_SECONDS>}``, nothing else."""
+    unknown = sorted(set(payload) - {"seconds"})
+    if unknown:
+        raise invalid_input(f"input has unknown fields: {', '.join(unknown)} (diagnostic.sleep takes seconds only)")
+    seconds = payload.get("seconds")
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        raise invalid_input("input/seconds is required: a number of seconds")
+    if not 0 <= seconds <= work.MAX_SLEEP_SECONDS:
+        raise invalid_input(f"input/seconds must be between 0 and {work.MAX_SLEEP_SECONDS}")
+    return float(seconds)
 
 
 class Ocr:

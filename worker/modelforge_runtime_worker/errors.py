@@ -62,6 +62,14 @@ class JobTimedOut(RunError):
     retryable = True
 
 
+class Cancelled(RunError):
+    """The job was cancelled (``POST /v1/cancel``) and has unwound; its caller asked for that, so
+    it is no failure of the work."""
+
+    code = "job_cancelled"
+    retryable = True
+
+
 class JobFailed(RunError):
     """The capability raised: a bug or a broken model, not the input's fault."""
 

@@ -1,9 +1,15 @@
-"""One job at a time, each bounded in time.
+"""One job at a time, each bounded in time, and each stoppable by the id its caller gave it.
 
 The busy lock is taken when a job starts and released by the job's own thread when it has really
 ended, not when its caller stopped waiting: a job past its deadline is aborted (``Cancel``) and
 its caller gets ``JobTimedOut`` at once, and the worker stays busy (``WorkerBusy``) until the
-aborted run has unwound, so two jobs never run together. The errors are the worker's own
+aborted run has unwound, so two jobs never run together.
+
+A cancel (``cancel(job_id)``) aborts the running job of that id the same way; its caller gets
+``Cancelled`` once the job has unwound (at its deadline at the latest), so the answer of a
+cancelled run means the worker is free. A cancel that finds no job of that id remembers the id
+(the last ``REMEMBERED_CANCELS``): a run that arrives with it afterwards is refused at once, so a
+cancel that overtakes its own run still stops it. The errors are the worker's own
 (``errors.py``); the HTTP layer gives them their status codes.
 """
 
@@ -12,13 +18,32 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
 from typing import Any
 
+from modelforge_protocol.work import WORKER_CANCEL_STATES
+
 from .capabilities import Capability
-from .errors import JobFailed, JobTimedOut, RunError, ShuttingDown, WorkerBusy
+from .errors import Cancelled, JobFailed, JobTimedOut, RunError, ShuttingDown, WorkerBusy
 from .ocr import Cancel, JobCancelled
 
 log = logging.getLogger("modelforge.worker")
+
+ENDED, ENDING, NOT_RUNNING = WORKER_CANCEL_STATES
+#: How many ids of cancels that found no running job are remembered.
+REMEMBERED_CANCELS = 64
+
+
+@dataclass
+class _Running:
+    job: int
+    job_id: str | None
+    capability: str
+    cancel: Cancel = field(default_factory=Cancel)
+    ended: threading.Event = field(default_factory=threading.Event)
+    #: set by ``cancel``: the caller asked for the stop, its run answers ``Cancelled``
+    cancelled: bool = False
 
 
 class JobRunner:
@@ -26,81 +51,100 @@ class JobRunner:
         self.timeout_seconds = timeout_seconds
         self._busy = threading.Lock()
         self._guard = threading.Lock()
-        self._cancel: Cancel | None = None
+        self._running: _Running | None = None
         self._stopping = False
         self._sequence = 0
+        self._cancelled_early: OrderedDict[str, None] = OrderedDict()
 
-    def run(self, capability: Capability, payload: dict[str, Any]) -> dict[str, Any]:
+    def run(self, capability: Capability, payload: dict[str, Any], job_id: str | None = None) -> dict[str, Any]:
         """``capability``'s result for ``payload``, or a ``RunError``."""
-        if not self._busy.acquire(blocking=False):
-            raise WorkerBusy("another job is running; retry when it is done")
-        with self._guard:
-            if self._stopping:
-                self._busy.release()
-                raise ShuttingDown("the worker is stopping")
-            cancel = self._cancel = Cancel()
-            self._sequence += 1
-            job = self._sequence
+        running = self._begin(capability, job_id)
         outcome: dict[str, Any] = {}
-        finished = threading.Event()
         started = time.monotonic()
 
         def work() -> None:
             try:
-                outcome["result"] = capability.run(payload, cancel)
+                outcome["result"] = capability.run(payload, running.cancel)
             except BaseException as error:  # noqa: BLE001 - handed to the waiting request
                 outcome["error"] = error
             finally:
                 with self._guard:
-                    self._cancel = None
+                    self._running = None
                 self._busy.release()
-                finished.set()
-                if cancel.is_set():
+                running.ended.set()
+                if running.cancel.is_set():
                     log.info(
                         "aborted job ended",
                         extra={
                             "event": "job_aborted",
-                            "job": job,
+                            "job": running.job,
+                            "job_id": running.job_id,
                             "capability": capability.name,
+                            "cancelled": running.cancelled,
                             "duration_ms": _ms(started),
                         },
                     )
 
-        log.debug("job started", extra={"event": "job_started", "job": job, "capability": capability.name})
+        log.debug(
+            "job started",
+            extra={"event": "job_started", "job": running.job, "job_id": job_id, "capability": capability.name},
+        )
         try:
-            threading.Thread(target=work, name=f"job-{job}", daemon=True).start()
+            threading.Thread(target=work, name=f"job-{running.job}", daemon=True).start()
         except BaseException:
             with self._guard:
-                self._cancel = None
+                self._running = None
             self._busy.release()
             raise
-        if not finished.wait(self.timeout_seconds):
-            cancel.set()
+        if not running.ended.wait(self.timeout_seconds):
+            running.cancel.set()
+            if running.cancelled:
+                raise Cancelled("the job was cancelled; it is still unwinding (the worker stays busy until it has)")
             log.warning(
                 f"job exceeded {self.timeout_seconds:g} s and is being aborted",
-                extra={"event": "job_timeout", "job": job, "capability": capability.name},
+                extra={"event": "job_timeout", "job": running.job, "capability": capability.name},
             )
             raise JobTimedOut(f"the job ran over {self.timeout_seconds:g} s and was aborted")
-        error = outcome.get("error")
-        if isinstance(error, RunError):
-            raise error
-        if isinstance(error, JobCancelled):
-            raise ShuttingDown("the job was aborted: the worker is stopping")
-        if error is not None:
-            log.error(
-                "job failed",
-                exc_info=error,
-                extra={"event": "job_failed", "job": job, "capability": capability.name},
-            )
-            raise JobFailed(f"{capability.name} failed ({type(error).__name__})")
-        return outcome["result"]
+        return _answer(running, capability, outcome)
+
+    def _begin(self, capability: Capability, job_id: str | None) -> _Running:
+        with self._guard:
+            if job_id is not None and job_id in self._cancelled_early:
+                del self._cancelled_early[job_id]
+                raise Cancelled(f"job {job_id} was cancelled before it started")
+            if not self._busy.acquire(blocking=False):
+                raise WorkerBusy("another job is running; retry when it is done")
+            if self._stopping:
+                self._busy.release()
+                raise ShuttingDown("the worker is stopping")
+            self._sequence += 1
+            self._running = _Running(self._sequence, job_id, capability.name)
+            return self._running
+
+    def cancel(self, job_id: str, wait_seconds: float) -> str:
+        """Abort the running job ``job_id`` and wait up to ``wait_seconds`` for it to unwind:
+        ``ended`` (the worker is free), ``ending``, or ``not_running`` (the id is remembered)."""
+        with self._guard:
+            running = self._running
+            if running is None or running.job_id != job_id:
+                self._cancelled_early[job_id] = None
+                while len(self._cancelled_early) > REMEMBERED_CANCELS:
+                    self._cancelled_early.popitem(last=False)
+                return NOT_RUNNING
+            running.cancelled = True
+            running.cancel.set()
+        log.info(
+            f"job {job_id} cancelled",
+            extra={"event": "job_cancelled", "job": running.job, "job_id": job_id, "capability": running.capability},
+        )
+        return ENDED if running.ended.wait(wait_seconds) else ENDING
 
     def stop(self, grace_seconds: float) -> bool:
         """Refuse new jobs, abort the running one, and wait up to ``grace_seconds`` for it to end."""
         with self._guard:
             self._stopping = True
-            if self._cancel is not None:
-                self._cancel.set()
+            if self._running is not None:
+                self._running.cancel.set()
         if self._busy.acquire(timeout=grace_seconds):
             self._busy.release()
             return True
@@ -109,6 +153,25 @@ class JobRunner:
     @property
     def busy(self) -> bool:
         return self._busy.locked()
+
+
+def _answer(running: _Running, capability: Capability, outcome: dict[str, Any]) -> dict[str, Any]:
+    """The ended job's result, or the error its caller gets."""
+    if running.cancelled:
+        raise Cancelled(f"job {running.job_id} was cancelled")
+    error = outcome.get("error")
+    if isinstance(error, RunError):
+        raise error
+    if isinstance(error, JobCancelled):
+        raise ShuttingDown("the job was aborted: the worker is stopping")
+    if error is not None:
+        log.error(
+            "job failed",
+            exc_info=error,
+            extra={"event": "job_failed", "job": running.job, "capability": capability.name},
+        )
+        raise JobFailed(f"{capability.name} failed ({type(error).__name__})")
+    return outcome["result"]  # type: ignore[no-any-return]
 
 
 def _ms(started: float) -> float:

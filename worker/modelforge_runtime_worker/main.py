@@ -28,7 +28,7 @@ from modelforge_protocol import environment
 
 from . import WORKER_PROTOCOL_VERSION, WORKER_VERSION
 from .artifacts import Artifacts, StorageUnusable, bundled_models_dir
-from .capabilities import Capability, Echo, Ocr
+from .capabilities import Capability, Echo, Ocr, Sleep
 from .config import DEFAULTS, LOG_LEVEL, WorkerConfig, load_config
 from .errors import ConfigurationInvalid, ListenFailed
 from .jobs import JobRunner
@@ -76,7 +76,7 @@ def serve(config: WorkerConfig, stop: threading.Event) -> int:
             state = artifacts.prepare()
         except StorageUnusable as unusable:
             return _exit(STORAGE_UNUSABLE, unusable.message)
-        capabilities: list[Capability] = [Ocr(state, artifacts, config.device), Echo()]
+        capabilities: list[Capability] = [Ocr(state, artifacts, config.device), Echo(), Sleep()]
         jobs = JobRunner(config.job_timeout_seconds)
         app = WorkerApp(capabilities, jobs)
         if stop.is_set():

@@ -38,7 +38,7 @@ class DownloadRefused(RuntimeError):
 
 
 class JobCancelled(Exception):
-    """The job was aborted (timeout or shutdown) while it ran."""
+    """The job was aborted (timeout, shutdown or cancel) while it ran."""
 
 
 def refuse_downloads() -> None:
@@ -54,11 +54,13 @@ def refuse_downloads() -> None:
 
 
 class Cancel:
-    """A job's abort switch, shared by the job and whoever may abort it."""
+    """A job's abort switch, shared by the job and whoever may abort it (its deadline, a stop, a
+    cancel). A job that waits waits on it (``wait``), so an abort ends the wait at once."""
 
     def __init__(self) -> None:
         self._guard = threading.Lock()
         self._set = False
+        self._event = threading.Event()
         self._options: list[Any] = []
 
     def is_set(self) -> bool:
@@ -68,8 +70,13 @@ class Cancel:
     def set(self) -> None:
         with self._guard:
             self._set = True
+            self._event.set()
             for options in self._options:
                 options.terminate = True
+
+    def wait(self, seconds: float) -> bool:
+        """Wait up to ``seconds``; whether the job was aborted meanwhile (True at once if it was)."""
+        return self._event.wait(seconds)
 
     def run_options(self, factory: Any) -> Any:
         with self._guard:

@@ -1,7 +1,7 @@
 """The worker's HTTP API on a unix socket or a loopback port (standard library ``http.server`` on
 the bottom layer's hardened base, ``modelforge_protocol.http_server``).
 
-``GET /v1/status`` and ``POST /v1/run``, JSON in and out. Bounded: a body needs one
+``GET /v1/status``, ``POST /v1/run`` and ``POST /v1/cancel``, JSON in and out. Bounded: a body needs one
 ``Content-Length`` of at most ``MAX_BODY_BYTES`` (413 before it is read; chunked bodies get 411);
 each request must arrive whole within ``READ_TIMEOUT_SECONDS`` of its first byte being awaited
 (headers and body together, so a client trickling bytes cannot hold a connection), an idle
@@ -24,6 +24,7 @@ import stat
 import sys
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any, cast
@@ -35,6 +36,7 @@ from modelforge_protocol.http_server import BodyRefused, Framing, HardenedServer
 from .app import WorkerApp
 from .config import LISTEN, Listen
 from .errors import (
+    Cancelled,
     CapabilityUnavailable,
     InvalidInput,
     InvalidRequest,
@@ -62,12 +64,15 @@ STATUS: dict[type[RunError], int] = {
     InvalidRequest: 400,
     UnknownCapability: 404,
     CapabilityUnavailable: 409,
+    Cancelled: 409,
     InvalidInput: 422,
     JobFailed: 500,
     WorkerBusy: 503,
     ShuttingDown: 503,
     JobTimedOut: 504,
 }
+#: Each route and the methods it accepts.
+_ROUTES = {"/v1/status": "GET, HEAD", "/v1/run": "POST", "/v1/cancel": "POST"}
 _HTTP_ERROR_CODES = {
     400: "bad_request",
     408: "request_timeout",
@@ -180,21 +185,22 @@ class Handler(BaseHTTPRequestHandler):
                 request = self._read_json()
                 if isinstance(request, dict) and isinstance(request.get("capability"), str):
                     self._capability = request["capability"][:64]
-                self._answer(200, self._run(app, request))
-            elif path in ("/v1/status", "/v1/run"):
+                self._answer(200, self._call(app.run, request))
+            elif path == "/v1/cancel" and method == "POST":
+                self._answer(200, self._call(app.cancel, self._read_json()))
+            elif path in _ROUTES:
                 self.close_connection = True
-                allowed = "GET, HEAD" if path == "/v1/status" else "POST"
-                raise WorkerError(405, "method_not_allowed", f"{path} accepts {allowed}", retryable=False)
+                raise WorkerError(405, "method_not_allowed", f"{path} accepts {_ROUTES[path]}", retryable=False)
             else:
                 self.close_connection = True
-                raise WorkerError(404, "route_not_found", "routes: GET /v1/status, POST /v1/run")
+                raise WorkerError(404, "route_not_found", "routes: GET /v1/status, POST /v1/run, POST /v1/cancel")
         except WorkerError as error:
             self._answer(error.status, error.body(), error=error.code)
 
     @staticmethod
-    def _run(app: WorkerApp, request: Any) -> dict[str, Any]:
+    def _call(handler: Callable[[Any], dict[str, Any]], request: Any) -> dict[str, Any]:
         try:
-            return app.run(request)
+            return handler(request)
         except RunError as error:
             raise http_error(error) from None
 
@@ -230,7 +236,7 @@ class Handler(BaseHTTPRequestHandler):
         length = self._content_length()
         if self.headers.get("Content-Length") is None:
             self.close_connection = True
-            raise WorkerError(411, "length_required", "POST /v1/run needs a Content-Length")
+            raise WorkerError(411, "length_required", f"POST {urlsplit(self.path).path} needs a Content-Length")
         body = self._read_exactly(length)
         self._request_read()
         try:

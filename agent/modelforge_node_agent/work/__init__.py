@@ -4,11 +4,13 @@ keep its lease, upload its result and complete it (or fail it); one job at a tim
 One concern per module, none reaching into another's private members:
 
 - ``claim_loop``: the work thread (wait for a hint, drain, claim) and the publishing thread's side
-  (``observe``, ``hint``, ``fatal``); ``WorkRunner``.
+  (``observe``, ``hint``, ``renew_now``, ``fatal``); ``WorkRunner``.
 - ``job``: one job from its claim to its settling, and its ``work_finished`` line.
-- ``lease_keeper``: renews the lease every ``lease_seconds / 3`` on its own thread.
+- ``lease_keeper``: renews the lease every ``lease_seconds / 3`` on its own thread, or at once
+  when asked (``renew_now``).
 - ``transfers``: presigned GET of the input and PUT of the result (bearer secrets, never logged).
-- ``run``: the ``POST /v1/run`` call on its own thread, and what its error means for the work.
+- ``run``: the ``POST /v1/run`` call on its own thread, its ``POST /v1/cancel`` on the worker, and
+  what its error means for the work.
 - ``settle``: complete or fail, with backoff never past the lease.
 - ``worker_view``: the worker's status, polled once per heartbeat.
 - ``signals``: stop, hint, and the fatal failure handed to the publishing thread.

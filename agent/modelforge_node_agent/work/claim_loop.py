@@ -1,7 +1,9 @@
 """The claim loop: the work thread, and the publishing thread's side of it.
 
 - the publishing thread (``agent.Agent``) calls ``observe`` once per heartbeat and ``hint`` when a
-  heartbeat answer says ``work_waiting``;
+  heartbeat answer says ``work_waiting`` (or a channel says ``wake``); ``renew_now(work_id)`` (a
+  channel's ``cancel``) makes the running job of that work renew its lease at once, so a 409
+  ``work_cancelled`` stops it on the worker within about a second rather than at the next interval;
 - the work thread waits for a hint, then drains: claims, runs the job (``job.Job``), claims again
   at once, until the claim answers 204 (nothing claimable); then it waits for the next hint. A
   node whose worker is not ready ignores hints: idle nodes never send a claim. After a retryable
@@ -54,6 +56,7 @@ class WorkRunner:
             client, worker, objects, self._view, self._signals, timing or Timing(), renew_interval, poll_seconds
         )
         self._thread: threading.Thread | None = None
+        self._current: Job | None = None
         self._identity: Identity | None = None
         self._abandoned: RunCall | None = None
         #: how each job ended, in order (``succeeded``, ``failed``, ``lease_lost``, ...)
@@ -78,6 +81,15 @@ class WorkRunner:
         """A heartbeat answer said ``work_waiting``: drain, if the worker can take work."""
         if self._view.claimable:
             self._signals.hinted.set()
+
+    def renew_now(self, work_id: str) -> None:
+        """A hint that ``work_id`` may have been cancelled: if this node runs it, its lease is
+        renewed at once (only that renewal's 409 stops the job); otherwise nothing happens."""
+        job = self._current
+        if job is not None and job.work_id == work_id:
+            job.renew_now()
+        else:
+            log.debug("renew_now for work not running here", extra={"event": "work_renew_now_ignored"})
 
     def start(self, identity: Identity, wake: Callable[[], None] | None = None) -> None:
         if self._thread is not None:
@@ -119,8 +131,11 @@ class WorkRunner:
             lease = self._claim(identity)
             if lease is None:
                 return
-            job = Job(self._station, lease, identity)
-            keep_draining = job.run()
+            job = self._current = Job(self._station, lease, identity)
+            try:
+                keep_draining = job.run()
+            finally:
+                self._current = None
             self._abandoned = job.abandoned
             assert job.outcome is not None  # every job ends in one ``work_finished``
             self.outcomes.append(job.outcome)

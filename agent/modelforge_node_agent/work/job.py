@@ -3,15 +3,20 @@ with a presigned GET, run it on the worker (``RunCall``), upload the result's ca
 a presigned PUT, then complete the work with that upload's SHA-256 and size, or fail it
 (``Settler``); one ``work_finished`` line says how it ended.
 
-A lease lost while the job runs (a renewal answered 409) ends it at once: the run is no longer
-waited for (``abandoned``: the next claim waits until the worker has finished it) and nothing is
-uploaded. A stop while it runs fails it retryable, if that can be said at once.
+A lease lost while the job runs (a renewal answered 409 ``work_cancelled`` or ``lease_lost``)
+ends it at once: a worker with the ``cancel`` feature is told to stop the job (the run was given
+the job id ``<work_id>:<epoch>``), the run is no longer waited for (``abandoned``: the next claim
+waits until the worker has finished it, which a cancelled job does as soon as it has unwound),
+nothing is uploaded and nothing is failed. A stop while it runs fails it retryable, if that can be
+said at once, and tells the worker to stop the job on the side. ``renew_now`` asks the lease keeper
+to renew at once (a channel's ``cancel`` hint).
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +28,7 @@ from .. import answers
 from ..answers import MalformedAnswer
 from ..control_plane import COMPLETE, FAIL, ControlPlaneClient
 from ..identity import Identity
-from ..worker_client import WorkerClient
+from ..worker_client import WorkerClient, WorkerFailure, WorkerRefused
 from .claimed import Done, Failed, Interrupted, Lease
 from .lease_keeper import LeaseKeeper
 from .run import RunCall
@@ -66,6 +71,14 @@ class Job:
         self.outcome: str | None = None
         #: a run the job stopped waiting for when its lease was lost (the worker may still be on it)
         self.abandoned: RunCall | None = None
+
+    @property
+    def work_id(self) -> str:
+        return self._lease.work_id
+
+    def renew_now(self) -> None:
+        """Renew the lease at once (from any thread); a 409 then stops the job."""
+        self._keeper.renew_now()
 
     def run(self) -> bool:
         """Run the job to its end; whether to keep draining."""
@@ -119,14 +132,20 @@ class Job:
         return payload
 
     def _run(self, payload: dict[str, Any]) -> dict[str, Any] | Failed:
-        station = self._station
-        call = RunCall(station.worker, self._lease.capability, payload)
+        station, lease = self._station, self._lease
+        job_id = f"{lease.work_id}:{lease.epoch}" if station.view.cancels else None
+        call = RunCall(station.worker, lease.capability, payload, job_id)
         call.start()
         while not station.timing.wait(call.done, station.poll_seconds):
             if self._keeper.lost.is_set():
-                self.abandoned = call  # the worker is still busy with it: the next claim waits
+                self._cancel(call, self._keeper.lost_code or "lease_lost")
+                self.abandoned = call  # until the worker has unwound it: the next claim waits
                 raise Interrupted()
             if station.signals.stopping():
+                if call.job_id is not None:  # on the side: the stop must not wait for the worker
+                    threading.Thread(
+                        target=self._cancel, args=(call, "agent_stopping"), name="modelforge-work-cancel", daemon=True
+                    ).start()
                 call.abort()
                 raise Interrupted()
         failed = call.failure()
@@ -136,6 +155,31 @@ class Job:
             return failed
         assert call.result is not None
         return call.result
+
+    def _cancel(self, call: RunCall, why: str) -> None:
+        """Tell the worker to stop the job (when it can be told); logged either way."""
+        if call.job_id is None:
+            return
+        station, fields = self._station, {**self._lease.fields(), "job_id": call.job_id, "why": why}
+        asked = station.timing.clock()
+        try:
+            state = call.cancel()
+        except (WorkerRefused, WorkerFailure) as error:
+            log.warning(
+                f"work {self._lease.work_id}: the worker could not be told to stop the job ({error}); "
+                "waiting for it to end",
+                extra={"event": "work_job_cancel_failed", **fields, "error": str(error)},
+            )
+            return
+        log.info(
+            f"work {self._lease.work_id}: the worker stopped the job ({state})",
+            extra={
+                "event": "work_job_cancelled",
+                **fields,
+                "state": state,
+                "duration_ms": round((station.timing.clock() - asked) * 1000, 2),
+            },
+        )
 
     def _upload(self, data: bytes) -> Done | Failed:
         if len(data) > work.MAX_RESULT_BYTES:

@@ -1,7 +1,11 @@
 """Keeps one lease: renews it every ``interval`` seconds on its own thread until stopped, and marks
 it ``lost`` when a renewal is answered 409 (``lease_lost``, ``work_cancelled``) or fatally (a
 redirect, a refused credential; handed to ``Signals.halt``). A transient failure or another
-refusal is logged and the next renewal comes at its time."""
+refusal is logged and the next renewal comes at its time.
+
+``renew_now`` (a channel's ``cancel`` hint) renews at once instead of at the interval, at most
+once per ``MIN_EARLY_RENEW_SECONDS`` after the previous renewal: a hint costs one renewal, and a
+flood of them no more than one per that time. Only the renewal's answer stops the job."""
 
 from __future__ import annotations
 
@@ -19,6 +23,8 @@ log = logging.getLogger("modelforge.agent")
 
 #: The status of a lease call that says the lease is gone (lost, or its work cancelled).
 LEASE_GONE = 409
+#: Least time between a renewal and one asked early by ``renew_now``.
+MIN_EARLY_RENEW_SECONDS = 0.5
 
 
 class LeaseKeeper:
@@ -37,8 +43,11 @@ class LeaseKeeper:
         self.lost_code: str | None = None
         self.renewals = 0
         #: When the lease runs out as far as this node knows (claim or last renewal + lease).
-        self.expires_at = timing.clock() + lease.lease_seconds
+        self._asked = timing.clock()  # the claim counts as the first ask
+        self.expires_at = self._asked + lease.lease_seconds
         self._halt = threading.Event()
+        #: set by ``renew_now`` and by ``stop``: ends the wait for the next interval
+        self._wake = threading.Event()
         self._thread = threading.Thread(target=self.run, name="modelforge-work-lease", daemon=True)
 
     def start(self) -> None:
@@ -46,18 +55,31 @@ class LeaseKeeper:
 
     def stop(self) -> None:
         self._halt.set()
+        self._wake.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join()
 
+    def renew_now(self) -> None:
+        """Renew at once rather than at the next interval (from any thread)."""
+        self._wake.set()
+
     def run(self) -> None:
-        """Renew at each interval until stopped or lost (the thread's body)."""
-        while not self._timing.wait(self._halt, self._interval):
+        """Renew at each interval, or at once when woken, until stopped or lost (the thread's body)."""
+        while True:
+            woken = self._timing.wait(self._wake, self._interval)
+            if self._halt.is_set():
+                return
+            if woken:
+                self._wake.clear()  # a hint that comes during this renewal asks for another
+                gap = self._asked + MIN_EARLY_RENEW_SECONDS - self._timing.clock()
+                if gap > 0 and self._timing.wait(self._halt, gap):
+                    return
             if not self.renew():
                 return
 
     def renew(self) -> bool:
         """One renewal; whether to keep renewing."""
-        asked = self._timing.clock()
+        asked = self._asked = self._timing.clock()
         try:
             self._client.lease(self._lease.work_id, RENEW, {"epoch": self._lease.epoch}, self._identity)
         except CONTROL_PLANE_FAILURES as error:

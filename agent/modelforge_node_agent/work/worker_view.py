@@ -29,6 +29,12 @@ class WorkerView:
         view = self.current
         return view is not None and capability in view.available
 
+    @property
+    def cancels(self) -> bool:
+        """Whether the worker, as last polled, can cancel a job by its id (the ``cancel`` feature)."""
+        view = self.current
+        return view is not None and view.cancels
+
     def mark_stale(self) -> None:
         self.stale = True
 
