@@ -67,6 +67,7 @@ def test_worker_app_run_valid_request_returns_the_result() -> None:
         (errors.InvalidRequest("m"), 400, False),
         (errors.UnknownCapability("m"), 404, False),
         (errors.CapabilityUnavailable("m", "artifact_quarantined"), 409, False),
+        (errors.Cancelled("m"), 409, True),
         (errors.InvalidInput("m"), 422, False),
         (errors.JobFailed("m"), 500, False),
         (errors.WorkerBusy("m"), 503, True),

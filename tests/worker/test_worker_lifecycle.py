@@ -103,3 +103,12 @@ def test_sigterm_during_a_job_aborts_it_removes_the_socket_and_exits_0(root: Pat
         answer.status == 503 and answer.body["error"]["code"] == "shutting_down" and answer.body["error"]["retryable"]
     )
     assert '"event": "worker_stopped"' in worker.output()
+
+
+def test_a_sleep_over_the_deadline_is_504_and_the_worker_is_free_at_once(quick: Worker) -> None:
+    started = time.monotonic()
+    answer = quick.client().run("diagnostic.sleep", {"seconds": 30})
+    assert answer.status == 504 and answer.body["error"]["code"] == "job_timeout", answer.body
+    assert time.monotonic() - started < 5
+    wait_until(lambda: quick.client().status().body["busy"] is False, 2, "the timed-out sleep to unwind")
+    assert quick.client().run("diagnostic.echo", {}).status == 200

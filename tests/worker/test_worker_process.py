@@ -10,6 +10,7 @@ import os
 import socket
 import stat
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from modelforge_protocol.versions import RELEASE, WORKER_PROTOCOL_VERSION
 from modelforge_runtime_worker.artifacts import BUNDLED, models_digest
 from modelforge_runtime_worker.client import Answer
 
+from tests.support.polling import wait_until
 from tests.support.raw_http import read_until_closed, split_answers
 from tests.worker.worker_support import (
     Worker,
@@ -51,7 +53,7 @@ def refused(answer: Answer) -> tuple[int, str | None, bool]:
 
 def test_it_announces_where_it_listens_and_what_it_runs(worker: Worker, root: Path) -> None:
     assert worker.address == f"unix://{root / 'worker.sock'}"
-    assert worker.capabilities == "ocr (cpu), diagnostic.echo"
+    assert worker.capabilities == "ocr (cpu), diagnostic.echo, diagnostic.sleep"
     assert stat.S_IMODE(os.stat(root / "worker.sock").st_mode) == 0o660
     assert '"event": "stale_socket_removed"' in worker.output()
 
@@ -63,6 +65,8 @@ def test_status(worker: Worker) -> None:
         "protocol_version": WORKER_PROTOCOL_VERSION,
         "worker_version": RELEASE,
         "healthy": True,
+        "busy": False,
+        "features": ["cancel"],
         "capabilities": [
             {
                 "name": "ocr",
@@ -74,6 +78,14 @@ def test_status(worker: Worker) -> None:
             },
             {
                 "name": "diagnostic.echo",
+                "model": "builtin",
+                "model_sha256": None,
+                "device": "cpu",
+                "available": True,
+                "reason": None,
+            },
+            {
+                "name": "diagnostic.sleep",
                 "model": "builtin",
                 "model_sha256": None,
                 "device": "cpu",
@@ -159,7 +171,7 @@ def test_input_must_be_an_object(worker: Worker) -> None:
 def test_an_unknown_capability_is_404(worker: Worker) -> None:
     answer = worker.client().run("translate", {})
     assert refused(answer) == (404, "unknown_capability", False)
-    assert "diagnostic.echo, ocr" in answer.body["error"]["message"]
+    assert "diagnostic.echo, diagnostic.sleep, ocr" in answer.body["error"]["message"]
 
 
 def test_an_oversized_body_is_413_before_it_is_read(worker: Worker, root: Path) -> None:
@@ -241,11 +253,74 @@ def test_answers_match_the_protocol_schemas_the_agent_checks(worker: Worker) -> 
     jsonschema.validate(worker.client().status().body, work.WORKER_STATUS)
     answers = [
         worker.client().run("diagnostic.echo", {"a": 1}),
+        worker.client().run("diagnostic.sleep", {"seconds": 0}, "work_d:1"),
         worker.client().run("ocr", {"image_base64": b64(text_png(["OK"]))}),
         worker.client().run("ocr", {}),
         worker.client().run("nope", {}),
         worker.client().request("POST", "/v1/run", b"{bad json"),
     ]
-    assert [answer.status for answer in answers] == [200, 200, 422, 404, 400]
+    assert [answer.status for answer in answers] == [200, 200, 200, 422, 404, 400]
     for answer in answers:
         jsonschema.validate(answer.body, work.WORKER_RUN_ANSWER)
+    jsonschema.validate(worker.client().cancel("work_d:1").body, work.WORKER_CANCEL_ANSWER)
+
+
+def test_a_cancelled_sleep_stops_at_once_and_the_worker_takes_jobs_again(worker: Worker) -> None:
+    answers: list[Answer] = []
+    thread = threading.Thread(
+        target=lambda: answers.append(worker.client().run("diagnostic.sleep", {"seconds": 60}, "work_a:1")),
+        daemon=True,
+    )
+    thread.start()
+    wait_until(lambda: worker.client().status().body["busy"], 10, "the sleep to start")
+    began = time.monotonic()
+    cancelled = worker.client().cancel("work_a:1")
+    assert (cancelled.status, cancelled.body) == (200, {"job_id": "work_a:1", "state": "ended"})
+    thread.join(5)
+    took = time.monotonic() - began
+    assert refused(answers[0]) == (409, "job_cancelled", True)
+    assert worker.client().status().body["busy"] is False
+    assert worker.client().run("diagnostic.echo", {}).status == 200
+    assert took < 1.0, took  # the worker is free as soon as the cancel is answered
+
+
+def test_a_short_sleep_runs_to_its_end(worker: Worker) -> None:
+    answer = worker.client().run("diagnostic.sleep", {"seconds": 0.1}, "work_b:1")
+    assert answer.status == 200 and answer.body["result"]["device"] == "cpu"
+    assert 0.1 <= answer.body["result"]["slept_seconds"] < 5
+
+
+def test_a_cancelled_ocr_run_is_aborted_inside_onnxruntime(worker: Worker) -> None:
+    page = text_png([f"LINE {number:03d} OF A VERY LONG PAGE 2026" for number in range(100)], font_size=20)
+    answers: list[Answer] = []
+    thread = threading.Thread(
+        target=lambda: answers.append(worker.client().run("ocr", {"image_base64": b64(page)}, "work_c:1")),
+        daemon=True,
+    )
+    thread.start()
+    wait_until(lambda: worker.client().status().body["busy"], 30, "the OCR run to start")
+    began = time.monotonic()
+    state = worker.client(timeout=10).cancel("work_c:1").body["state"]
+    thread.join(10)
+    assert state in ("ended", "ending") and answers, state
+    assert refused(answers[0]) == (409, "job_cancelled", True)
+    assert time.monotonic() - began < 4  # the page alone takes about 7 s
+    assert worker.client().run("diagnostic.echo", {}).status == 200
+
+
+def test_an_old_agent_reads_the_new_status_and_runs_as_before(worker: Worker) -> None:
+    """An agent of 1.3.0 knows neither ``features`` nor ``busy`` nor ``job_id``: its status schema
+    (the same object schema without the new properties) still accepts the answer, and its run
+    request is served as it always was."""
+    import copy
+
+    import jsonschema
+    from modelforge_protocol import work
+
+    old_status = copy.deepcopy(work.WORKER_STATUS)
+    for added in ("features", "busy"):
+        del old_status["properties"][added]
+    jsonschema.validate(worker.client().status().body, old_status)
+    answer = worker.client().request("POST", "/v1/run", b'{"capability": "diagnostic.sleep", "input": {"seconds": 0}}')
+    assert answer.status == 200
+    jsonschema.validate(answer.body, work.WORKER_RUN_ANSWER)

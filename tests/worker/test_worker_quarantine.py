@@ -22,7 +22,7 @@ def tampered(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Worker,
     """A worker populated and stopped once, then started again after one byte of the rec model changed."""
     root = tmp_path_factory.mktemp("quarantine")
     with start_worker(root / "first.log", worker_env(root)) as first:
-        assert first.capabilities == "ocr (cpu), diagnostic.echo"
+        assert first.capabilities == "ocr (cpu), diagnostic.echo, diagnostic.sleep"
     rec = root / "artifacts" / REC.name
     os.chmod(rec, 0o644)
     with open(rec, "r+b") as handle:  # same size, one byte flipped in the middle
@@ -49,7 +49,7 @@ def test_the_file_is_moved_to_quarantine_with_a_note(tampered: tuple[Worker, Pat
 
 def test_ocr_is_unavailable_and_never_loaded(tampered: tuple[Worker, Path, bytes]) -> None:
     worker, _, _ = tampered
-    assert worker.capabilities == "ocr (unavailable: artifact_quarantined), diagnostic.echo"
+    assert worker.capabilities == "ocr (unavailable: artifact_quarantined), diagnostic.echo, diagnostic.sleep"
     status = worker.client().status().body
     assert status["healthy"] is False
     assert status["capabilities"][0] == {
@@ -83,7 +83,7 @@ def test_the_next_start_stays_quarantined_until_an_operator_acts(tampered: tuple
         root, MODELFORGE_WORKER_LISTEN=f"unix://{root / 'third.sock'}", MODELFORGE_WORKER_LOG_LEVEL="ERROR"
     )
     with start_worker(root / "third.log", env) as third:  # the listening line shows at any level
-        assert third.capabilities == "ocr (unavailable: artifact_quarantined), diagnostic.echo"
+        assert third.capabilities == "ocr (unavailable: artifact_quarantined), diagnostic.echo, diagnostic.sleep"
     assert not (root / "artifacts" / REC.name).exists()  # never refilled behind the operator's back
     # the first note (what was found) is kept; a missing file adds no second one
     assert sorted(path.name for path in (root / "quarantine").iterdir()) == [REC.name, f"{REC.name}.quarantine.json"]

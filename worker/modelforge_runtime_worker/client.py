@@ -88,9 +88,14 @@ class WorkerClient:
     def status(self) -> Answer:
         return self.request("GET", "/v1/status")
 
-    def run(self, capability: str, payload: Any) -> Answer:
-        body = json.dumps({"capability": capability, "input": payload}).encode()
-        return self.request("POST", "/v1/run", body)
+    def run(self, capability: str, payload: Any, job_id: str | None = None) -> Answer:
+        request = {"capability": capability, "input": payload}
+        if job_id is not None:
+            request["job_id"] = job_id
+        return self.request("POST", "/v1/run", json.dumps(request).encode())
+
+    def cancel(self, job_id: str) -> Answer:
+        return self.request("POST", "/v1/cancel", json.dumps({"job_id": job_id}).encode())
 
     def close(self) -> None:
         if self._connection is not None:
