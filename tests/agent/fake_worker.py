@@ -1,6 +1,7 @@
 """Small fake runtime workers for the agent's tests: the standard library's http.server on a real
-unix socket (or a real loopback port), answering ``GET /v1/status`` and ``POST /v1/run`` in the
-worker's API shapes. Records every request."""
+unix socket (or a real loopback port), answering ``GET /v1/status``, ``POST /v1/run`` and (when
+given a ``cancel`` script; else 404 as a worker before cancel) ``POST /v1/cancel`` in the worker's
+API shapes. Records every request."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import socket
 import socketserver
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -39,15 +41,23 @@ OCR_QUARANTINED = {**OCR, "available": False, "reason": "artifact_quarantined"}
 
 
 def status_answer(
-    *capabilities: dict[str, Any], protocol_version: Any = 1, healthy: bool | None = None
+    *capabilities: dict[str, Any],
+    protocol_version: Any = 1,
+    healthy: bool | None = None,
+    features: list[str] | None = None,
 ) -> dict[str, Any]:
+    """A worker's status; ``features`` (e.g. ``["cancel"]``) only when given, as a worker of 1.3.0
+    has none."""
     listed = list(capabilities) or [ECHO, OCR]
-    return {
+    answer = {
         "protocol_version": protocol_version,
         "worker_version": "1.3.0rc1",
         "healthy": all(entry["available"] for entry in listed) if healthy is None else healthy,
         "capabilities": listed,
     }
+    if features is not None:
+        answer["features"] = features
+    return answer
 
 
 def echo_result(payload: dict[str, Any]) -> dict[str, Any]:
@@ -84,10 +94,15 @@ class FakeWorker:
         run: RunScript = echo_run,
         *,
         unix: bool = True,
+        cancel: RunScript | None = None,
     ) -> None:
         self.status = status if status is not None else status_answer()
         self.run = run
+        self.cancel = cancel
         self.runs: list[dict[str, Any]] = []
+        self.cancels: list[dict[str, Any]] = []
+        #: when each run was answered (time.monotonic())
+        self.run_ends: list[float] = []
         self.status_calls = 0
         self.finished_runs = 0
         worker = self
@@ -110,6 +125,11 @@ class FakeWorker:
 
             def do_POST(self) -> None:
                 request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if self.path == "/v1/cancel":
+                    worker.cancels.append(request)
+                    old = worker_error(404, "route_not_found", "routes: GET /v1/status, POST /v1/run", False)
+                    self._answer(*(old if worker.cancel is None else worker.cancel(request)))
+                    return
                 worker.runs.append(request)
                 try:
                     status, body = worker.run(request)
@@ -120,6 +140,7 @@ class FakeWorker:
                 finally:
                     worker.finished_runs += 1
                 self._answer(status, body)
+                worker.run_ends.append(time.monotonic())
 
             def log_message(self, *_: Any) -> None:
                 """Quiet."""
@@ -147,9 +168,13 @@ class FakeWorker:
 
 @contextmanager
 def fake_worker(
-    status: dict[str, Any] | bytes | Callable[[], Any] | None = None, run: RunScript = echo_run, *, unix: bool = True
+    status: dict[str, Any] | bytes | Callable[[], Any] | None = None,
+    run: RunScript = echo_run,
+    *,
+    unix: bool = True,
+    cancel: RunScript | None = None,
 ) -> Iterator[FakeWorker]:
-    worker = FakeWorker(status, run, unix=unix)
+    worker = FakeWorker(status, run, unix=unix, cancel=cancel)
     try:
         yield worker
     finally:
@@ -164,3 +189,33 @@ def socket_path() -> Iterator[Path]:
         yield Path(folder) / "worker.sock"
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+class CancellableRuns:
+    """A worker's runs that hold their slot until cancelled by job id (as ``diagnostic.sleep``
+    does): ``run`` waits for ``cancel`` and answers 409 ``job_cancelled``; ``release`` ends every
+    run with a result instead."""
+
+    def __init__(self) -> None:
+        self.cancelled: set[str] = set()
+        self.released = threading.Event()
+        self._changed = threading.Condition()
+
+    def run(self, request: dict[str, Any]) -> tuple[int, Any]:
+        job_id = request.get("job_id")
+        with self._changed:
+            self._changed.wait_for(lambda: job_id in self.cancelled or self.released.is_set(), 30)
+        if job_id in self.cancelled:
+            return worker_error(409, "job_cancelled", f"job {job_id} was cancelled", True)
+        return 200, {"result": echo_result(request["input"])}
+
+    def cancel(self, request: dict[str, Any]) -> tuple[int, Any]:
+        with self._changed:
+            self.cancelled.add(request["job_id"])
+            self._changed.notify_all()
+        return 200, {"job_id": request["job_id"], "state": "ended"}
+
+    def release(self) -> None:
+        with self._changed:
+            self.released.set()
+            self._changed.notify_all()

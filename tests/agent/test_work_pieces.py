@@ -1,10 +1,13 @@
 """The work loop's pieces on their own, in fake time (``FakeTime``): the lease keeper's schedule
-and what each renewal answer does, settling's backoff bounded by the lease, the signals a fatal
-answer raises, and one job timed on the injected clock. No test waits on real time."""
+(and ``renew_now``) and what each renewal answer does, settling's backoff bounded by the lease,
+the signals a fatal answer raises, one job timed on the injected clock, and a job whose lease is
+lost while its worker runs it (cancelled on a worker that can, only let go on one that cannot).
+No test waits on real time."""
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -15,12 +18,12 @@ from modelforge_node_agent.failures import RedirectRefused, Refused, TransientFa
 from modelforge_node_agent.identity import Identity, new_identity
 from modelforge_node_agent.work.claimed import Lease
 from modelforge_node_agent.work.job import Job, Station
-from modelforge_node_agent.work.lease_keeper import LeaseKeeper
+from modelforge_node_agent.work.lease_keeper import MIN_EARLY_RENEW_SECONDS, LeaseKeeper
 from modelforge_node_agent.work.settle import SETTLE_BACKOFF, UNSETTLED, Settler
 from modelforge_node_agent.work.signals import Signals
 from modelforge_node_agent.work.transfers import PresignedObjects
 from modelforge_node_agent.work.worker_view import WorkerView
-from modelforge_node_agent.worker_client import WorkerClient
+from modelforge_node_agent.worker_client import OK, WorkerCapability, WorkerClient, WorkerRefused, WorkerStatus
 
 from tests.agent.fake_time import FakeTime, StillTime
 
@@ -123,6 +126,70 @@ def test_lease_keeper_redirect_loses_the_lease_as_redirect_and_halts_the_loop() 
     keeper, _ = _keeper(FakeTime(), [redirect], signals)
     keeper.run()
     assert keeper.lost_code == "redirect" and signals.fatal is redirect and woken == [True]
+
+
+class HookedPlane(ScriptedPlane):
+    """A ``ScriptedPlane`` that calls ``hook`` (with the call's number) inside each lease call."""
+
+    def __init__(self, clock: Callable[[], float], script: list[Answer], hook: Callable[[int], None]) -> None:
+        super().__init__(clock, script)
+        self._hook = hook
+
+    def lease(self, work_id: str, action: str, body: dict[str, Any], identity: Identity) -> dict[str, Any]:
+        self._hook(len(self.calls) + 1)
+        return super().lease(work_id, action, body, identity)
+
+
+def test_lease_keeper_renew_now_renews_at_once_instead_of_at_the_interval() -> None:
+    time = FakeTime(now=1000.0)
+    keeper, plane = _keeper(time, [_refused(409, "work_cancelled")])
+    time.now = 1007.0
+    keeper.renew_now()
+    keeper.run()
+    assert plane.calls == [(RENEW, 1007.0)] and time.waits == []
+    assert keeper.lost_code == "work_cancelled"
+
+
+def test_lease_keeper_renew_now_right_after_a_renewal_waits_the_least_gap() -> None:
+    time = FakeTime(now=1000.0)
+    keeper, plane = _keeper(time, [_refused(409, "work_cancelled")])
+    keeper.renew_now()  # at the claim itself
+    keeper.run()
+    assert plane.calls == [(RENEW, 1000.0 + MIN_EARLY_RENEW_SECONDS)] and time.waits == [MIN_EARLY_RENEW_SECONDS]
+
+
+def test_lease_keeper_renew_now_during_a_renewal_asks_for_one_more() -> None:
+    time = FakeTime(now=1000.0)
+    keeper: LeaseKeeper | None = None
+
+    def hint(number: int) -> None:
+        if number == 1:
+            assert keeper is not None
+            keeper.renew_now()  # a cancel hint while the first renewal is on the wire
+
+    plane = HookedPlane(time.clock, [None, _refused(409, "work_cancelled")], hint)
+    keeper = LeaseKeeper(plane, new_identity("https://cp.example"), LEASE, 20.0, Signals(), time.timing())
+    keeper.run()
+    assert plane.calls == [(RENEW, 1020.0), (RENEW, 1020.0 + MIN_EARLY_RENEW_SECONDS)]
+
+
+def test_lease_keeper_many_hints_cost_one_renewal() -> None:
+    time = FakeTime(now=1000.0)
+    keeper, plane = _keeper(time, [_refused(409, "work_cancelled")])
+    time.now = 1010.0
+    for _ in range(100):
+        keeper.renew_now()
+    keeper.run()
+    assert plane.calls == [(RENEW, 1010.0)]
+
+
+def test_lease_keeper_stopped_after_a_hint_renews_nothing() -> None:
+    time = FakeTime()
+    keeper, plane = _keeper(time, [])
+    keeper.renew_now()
+    keeper.stop()
+    keeper.run()
+    assert plane.calls == []
 
 
 # --- settling -----------------------------------------------------------------------------------
@@ -253,3 +320,94 @@ def test_job_for_a_capability_the_worker_does_not_offer_fails_it_and_times_itsel
     finished = [record for record in caplog.records if getattr(record, "event", None) == "work_finished"]
     assert len(finished) == 1 and getattr(finished[0], "duration_ms", None) == 2500.0
     assert getattr(finished[0], "renewals", None) == 0
+
+
+# --- a lease lost while the worker runs the job ----------------------------------------------------
+
+SLEEP_LEASE = Lease("w-1", "diagnostic.sleep", 3, 60, "https://objects.example/in", "https://objects.example/out")
+
+
+class ScriptedWorker(WorkerClient):
+    """A runtime worker in this process: ``run`` holds until the job is cancelled (then 409
+    ``job_cancelled``) or ``released``; ``cancels``: whether its status lists the feature."""
+
+    def __init__(self, cancels: bool) -> None:
+        super().__init__("unix:///nonexistent/worker.sock")
+        self._features = frozenset({"cancel"}) if cancels else frozenset()
+        self.runs: list[tuple[str, dict[str, Any], str | None]] = []
+        self.cancelled: list[str] = []
+        self.started = threading.Event()
+        self.released = threading.Event()
+
+    def status(self) -> WorkerStatus:
+        capability = WorkerCapability("diagnostic.sleep", True, None)
+        return WorkerStatus(OK, "ok", (capability,), healthy=True, features=self._features)
+
+    def run(self, capability: str, payload: dict[str, Any], cutter: Any = None, job_id: str | None = None) -> Any:
+        self.runs.append((capability, payload, job_id))
+        self.started.set()
+        assert self.released.wait(10), "a test never released its worker"
+        if job_id in self.cancelled:
+            raise WorkerRefused(409, "job_cancelled", f"job {job_id} was cancelled", True)
+        return {"slept_seconds": 60}
+
+    def cancel(self, job_id: str) -> str:
+        self.cancelled.append(job_id)
+        self.released.set()
+        return "ended"
+
+
+class StoredObjects(PresignedObjects):
+    def __init__(self) -> None:
+        super().__init__(requests.Session(), 1.0)
+        self.puts: list[bytes] = []
+
+    def get(self, url: str, what: str, max_bytes: int) -> bytes:
+        return b'{"seconds":60}'
+
+    def put(self, url: str, what: str, data: bytes) -> None:
+        self.puts.append(data)
+
+
+def _lost_while_running(worker: ScriptedWorker, code: str) -> tuple[Job, HookedPlane, StoredObjects]:
+    """One job whose first renewal (once the worker runs it) answers 409 ``code``."""
+    time = FakeTime(now=1000.0)
+    plane = HookedPlane(time.clock, [_refused(409, code)], lambda number: worker.started.wait(10))
+    objects = StoredObjects()
+    view = WorkerView(worker)
+    view.observe()
+    station = Station(
+        plane, worker, objects, view, Signals(), time.timing(), renew_interval=lambda lease: 20.0, poll_seconds=0.05
+    )
+    return Job(station, SLEEP_LEASE, new_identity("https://cp.example")), plane, objects
+
+
+@pytest.mark.parametrize("code", ["work_cancelled", "lease_lost"])
+def test_job_lease_lost_cancels_the_job_on_a_worker_that_can_and_settles_nothing(
+    code: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    worker = ScriptedWorker(cancels=True)
+    job, plane, objects = _lost_while_running(worker, code)
+    with caplog.at_level(logging.INFO, logger="modelforge.agent"):
+        keep_draining = job.run()
+    assert keep_draining is True and job.outcome == code
+    assert [job_id for _, _, job_id in worker.runs] == ["w-1:3"] and worker.cancelled == ["w-1:3"]
+    assert [action for action, _ in plane.calls] == [RENEW]  # no fail, no complete
+    assert objects.puts == []
+    assert job.abandoned is not None and job.abandoned.done.wait(5)  # the worker answered: it is free
+    cancelled = [record for record in caplog.records if getattr(record, "event", None) == "work_job_cancelled"]
+    assert len(cancelled) == 1 and getattr(cancelled[0], "state", None) == "ended"
+    assert getattr(cancelled[0], "why", None) == code
+
+
+def test_job_lease_lost_on_a_worker_without_cancel_only_stops_waiting() -> None:
+    worker = ScriptedWorker(cancels=False)
+    job, plane, objects = _lost_while_running(worker, "work_cancelled")
+    try:
+        assert job.run() is True and job.outcome == "work_cancelled"
+        assert [job_id for _, _, job_id in worker.runs] == [None] and worker.cancelled == []
+        assert [action for action, _ in plane.calls] == [RENEW] and objects.puts == []
+        assert job.abandoned is not None and not job.abandoned.done.is_set()  # the worker is still on it
+    finally:
+        worker.released.set()
+    assert job.abandoned.done.wait(5)

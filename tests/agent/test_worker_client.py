@@ -219,6 +219,77 @@ def test_worker_run_answer_over_the_cap_is_refused_before_it_is_read() -> None:
     assert "larger than" in failed.value.detail
 
 
+# --- cancel ---------------------------------------------------------------------------------------
+
+
+def test_worker_status_features_say_whether_the_worker_cancels() -> None:
+    with fake_worker(status_answer(features=["cancel", "something_later"])) as new, fake_worker() as old:
+        assert WorkerClient(new.url).status().cancels is True
+        assert WorkerClient(old.url).status().cancels is False  # a 1.3.0 worker lists no features
+
+
+def test_worker_status_with_malformed_features_is_incompatible() -> None:
+    with fake_worker(status_answer(features=["Not A Feature!"])) as worker:
+        view = WorkerClient(worker.url).status()
+    assert view.status == INCOMPATIBLE and "features" in view.detail and not view.cancels
+
+
+def test_worker_run_sends_the_job_id_only_when_given() -> None:
+    with fake_worker() as worker:
+        client = WorkerClient(worker.url)
+        client.run("diagnostic.echo", {"n": 1})
+        client.run("diagnostic.echo", {"n": 2}, job_id="work_1:2")
+    assert worker.runs == [
+        {"capability": "diagnostic.echo", "input": {"n": 1}},
+        {"capability": "diagnostic.echo", "input": {"n": 2}, "job_id": "work_1:2"},
+    ]
+
+
+@pytest.mark.parametrize("state", ["ended", "ending", "not_running"])
+def test_worker_cancel_answers_what_the_worker_says_of_the_job(state: str) -> None:
+    with fake_worker(cancel=lambda request: (200, {"job_id": request["job_id"], "state": state})) as worker:
+        assert WorkerClient(worker.url).cancel("work_1:2") == state
+    assert worker.cancels == [{"job_id": "work_1:2"}]
+
+
+@pytest.mark.parametrize(
+    ("answer", "error", "label_or_code"),
+    [
+        ((200, {"job_id": "work_1:2", "state": "exploded"}), WorkerFailure, "InvalidAnswer (HTTP 200)"),
+        ((200, b"not json"), WorkerFailure, "InvalidAnswer (HTTP 200)"),
+        ((502, b"Bad Gateway"), WorkerFailure, "InvalidAnswer (HTTP 502)"),
+        (worker_error(400, "invalid_request", "job_id must be ...", False), WorkerRefused, "invalid_request"),
+    ],
+)
+def test_worker_cancel_answer_that_is_not_a_state_is_a_failure_or_a_refusal(
+    answer: tuple[int, Any], error: type[Exception], label_or_code: str
+) -> None:
+    with fake_worker(cancel=lambda request: answer) as worker, pytest.raises(error) as failed:
+        WorkerClient(worker.url).cancel("work_1:2")
+    assert getattr(failed.value, "label", None) == label_or_code or getattr(failed.value, "code", None) == label_or_code
+
+
+def test_worker_cancel_to_a_worker_without_it_is_refused_404() -> None:
+    with fake_worker() as worker, pytest.raises(WorkerRefused) as refused:
+        WorkerClient(worker.url).cancel("work_1:2")
+    assert (refused.value.status, refused.value.code) == (404, "route_not_found")
+
+
+def test_worker_cancel_is_bounded_in_time() -> None:
+    release = threading.Event()
+
+    def stuck(request: dict[str, Any]) -> tuple[int, Any]:
+        release.wait(10)
+        return 200, {"job_id": request["job_id"], "state": "ended"}
+
+    with fake_worker(cancel=stuck) as worker:
+        started = time.monotonic()
+        with pytest.raises(WorkerFailure) as failed:
+            WorkerClient(worker.url, cancel_timeout_seconds=0.3).cancel("work_1:2")
+        assert failed.value.label == "DeadlineExceeded" and time.monotonic() - started < 3
+        release.set()
+
+
 # --- configuration --------------------------------------------------------------------------------
 
 
