@@ -47,7 +47,7 @@ HEARTBEAT_ATTRIBUTES = (
     "protocol_version",
 )
 #: What the sweep reads of a node its index names: whether it is still late.
-_SILENCE_ATTRIBUTES = ("node_id", "liveness", "last_heartbeat_at")
+_SILENCE_ATTRIBUTES = ["node_id", "liveness", "last_heartbeat_at"]
 #: Partitions of the sweep's index per liveness state, so heartbeats of a large fleet do not all
 #: write to one index partition.
 SHARDS = 4
