@@ -925,7 +925,10 @@ def build_report(
                 for name, usage in channel_lines.items()
             },
             "per_thousand_items": {
-                name: {"usage": usage.scaled(1000).as_dict(), "http": _priced(usage.scaled(1000), prices, deployments["http"])}
+                name: {
+                    "usage": usage.scaled(1000).as_dict(),
+                    "http": _priced(usage.scaled(1000), prices, deployments["http"]),
+                }
                 for name, usage in item_lines.items()
             },
         },
@@ -1111,7 +1114,9 @@ def _print_per_thousand(report: dict[str, Any]) -> None:
     print("    parked nodes, their parks and the loser's empty claim (counted from the design)")
     print("    " + f"{'':<18}" + "".join(f"{'REST API':>12}{'HTTP API':>12}"))
     for line in model.LINES:
-        print("    " + f"{line:<18}" + f"{_usd(items['rest']['lines'][line]):>12}{_usd(items['http']['lines'][line]):>12}")
+        print(
+            "    " + f"{line:<18}" + f"{_usd(items['rest']['lines'][line]):>12}{_usd(items['http']['lines'][line]):>12}"
+        )
     print("    " + f"{'total':<18}" + f"{_usd(items['rest']['total']):>12}{_usd(items['http']['total']):>12}")
     channel = report["channel"]["per_thousand_items"]
     print(

@@ -183,7 +183,10 @@ class DynamoNodeStore:
 
     def _index_keys(self, node_id: str, state: str, now: float) -> dict[str, Any]:
         """The sweep index entry of a node that enters ``state`` at ``now`` (set on transitions only)."""
-        return {"liveness_shard": index_partition(state, node_id), "heartbeat_bucket": bucket(now, self._bucket_seconds)}
+        return {
+            "liveness_shard": index_partition(state, node_id),
+            "heartbeat_bucket": bucket(now, self._bucket_seconds),
+        }
 
     # --- heartbeats ----------------------------------------------------------------------
 
