@@ -3,9 +3,9 @@
 
 Run from the repository root:
 
-    .venv/bin/python bench/disconnect_check.py [--seconds 100] [--stale-after 90] [--offline-after 300] [--interval 40]
+    .venv/bin/python bench/disconnect_check.py [--seconds 100] [--stale-after 90] [--offline-after 300] [--interval 45]
 
-The defaults are the deployed ones (a heartbeat every 40 s, stale after 90 s, offline after 300 s):
+The defaults are the deployed ones (a heartbeat every 45 s, stale after 90 s, offline after 300 s):
 frozen for the release check's 100 s, the node must read ``stale`` from 90 s on and the sweep must
 persist it. Short thresholds (``--stale-after 3 --offline-after 6 --interval 1``) see both
 transitions in seconds.
@@ -905,7 +905,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--interval",
         type=float,
-        default=40.0,
+        default=45.0,
         help=f"the agent's heartbeat interval ({MIN_INTERVAL:g}..below --stale-after)",
     )
     parser.add_argument(

@@ -54,7 +54,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 def test_a_steady_heartbeat_is_one_request_one_update_and_no_read_at_every_interval(report: dict[str, Any]) -> None:
-    for interval in ("30", "40", "60"):
+    for interval in ("30", "45", "60"):
         figures = report["measured"][f"heartbeat_{interval}s"]
         assert figures["runs"] == HEARTBEATS
         assert figures["operations_per_run"] == {"UpdateItem": 1.0}
@@ -116,7 +116,7 @@ def test_prices_come_from_the_table_file_with_their_date_and_source(report: dict
             table[key]["source"],
             table[key]["read_on"],
         )
-    month = report["node_month"]["40"]
+    month = report["node_month"]["45"]
     assert month["http"]["lines"]["API Gateway"] == pytest.approx(month["usage"]["api_requests"] * HTTP_API_PRICE / 1e6)
     assert month["rest"]["lines"]["API Gateway"] == pytest.approx(month["usage"]["api_requests"] * 3.50 / 1e6)
 

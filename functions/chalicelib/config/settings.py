@@ -61,9 +61,9 @@ class Settings:
 
 _INTEGERS = {
     # name: (default, minimum, maximum)
-    # a heartbeat every 40 s: under $0.20 a node-month with the push channel, and a silent node
+    # a heartbeat every 45 s: under $0.20 a node-month with the push channel, and a silent node
     # stale within 90 s (bench/README.md, "cost.py"); dispatch does not wait for heartbeats
-    "MODELFORGE_HEARTBEAT_INTERVAL_SECONDS": (40, 1, 3600),
+    "MODELFORGE_HEARTBEAT_INTERVAL_SECONDS": (45, 1, 3600),
     "MODELFORGE_READINESS_INVENTORY_MAX_AGE_SECONDS": (7200, 10, 7 * 86400),
     "MODELFORGE_OUTBOX_RETENTION_SECONDS": (7 * 86400, 3600, 365 * 86400),
     "MODELFORGE_INVENTORY_RATE_LIMIT": (10, 1, 1000),
