@@ -3,7 +3,12 @@
 
 Run from the repository root:
 
-    .venv/bin/python bench/disconnect_check.py [--seconds 100] [--stale-after 3] [--offline-after 6] [--interval 1]
+    .venv/bin/python bench/disconnect_check.py [--seconds 100] [--stale-after 90] [--offline-after 300] [--interval 45]
+
+The defaults are the deployed ones (a heartbeat every 45 s, stale after 90 s, offline after 300 s):
+frozen for the release check's 100 s, the node must read ``stale`` from 90 s on and the sweep must
+persist it. Short thresholds (``--stale-after 3 --offline-after 6 --interval 1``) see both
+transitions in seconds.
 
 The spec's release check: "A disconnected agent stops publishing and the control plane says so
 rather than assuming the node is fine -- verified by disconnecting a disposable agent for 100
@@ -95,7 +100,7 @@ CONTROL_PLANE_START_TIMEOUT = 60.0
 ENROLL_TIMEOUT = 30.0  # from starting the agent to its "enrolled" log line
 ONLINE_TIMEOUT = 30.0  # from enrolling to online with the heartbeat advancing
 FREEZE_CONFIRM_TIMEOUT = 2.0  # for every thread of the agent to show state T after SIGSTOP
-RESUME_TIMEOUT = 30.0  # from SIGCONT to two new heartbeats and online (a reconnect backs off 1 s)
+RESUME_TIMEOUT = 30.0  # plus 2 intervals: from SIGCONT to two new heartbeats and online (a reconnect backs off 1 s)
 STATE_LOG_TIMEOUT = 10.0  # for the state log to hold the transition back to online
 STOP_TIMEOUT_AGENT = 5.0  # the agent is specified to stop within 2 s of SIGTERM
 STOP_TIMEOUT_CONTROL_PLANE = 10.0
@@ -598,7 +603,13 @@ def _check_back_online(
         return node if len(beats_after) >= 2 and node.get("status") == ONLINE else None
 
     try:
-        node = _wait_for(advancing_again, RESUME_TIMEOUT, both, "two new heartbeats and online after SIGCONT", 0.05)
+        node = _wait_for(
+            advancing_again,
+            RESUME_TIMEOUT + 2 * result.interval,
+            both,
+            "two new heartbeats and online after SIGCONT",
+            0.05,
+        )
     except CheckFailure as failure:
         result.problems.append(f"after resuming: {failure}")
         say(f"after resuming: {failure}")
@@ -879,14 +890,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=100.0,
         help=f"how long the agent stays frozen ({MIN_SECONDS:g}..{MAX_SECONDS:g})",
     )
-    parser.add_argument("--stale-after", type=int, default=3, help="MODELFORGE_NODE_STALE_AFTER_SECONDS (at least 2)")
     parser.add_argument(
-        "--offline-after", type=int, default=6, help="MODELFORGE_NODE_OFFLINE_AFTER_SECONDS (above --stale-after)"
+        "--stale-after",
+        type=int,
+        default=90,
+        help="MODELFORGE_NODE_STALE_AFTER_SECONDS (at least 2; default: deployed)",
+    )
+    parser.add_argument(
+        "--offline-after",
+        type=int,
+        default=300,
+        help="MODELFORGE_NODE_OFFLINE_AFTER_SECONDS (above --stale-after; default: deployed)",
     )
     parser.add_argument(
         "--interval",
         type=float,
-        default=1.0,
+        default=45.0,
         help=f"the agent's heartbeat interval ({MIN_INTERVAL:g}..below --stale-after)",
     )
     parser.add_argument(

@@ -11,9 +11,12 @@ into the nodes table (boto3 ``BatchWriteItem`` against the emulator, 25 items a 
 calls), ``--stale-percent`` of them last heard from ``stale_after + 5`` s ago and the rest 5 s
 ago, then runs the deployed sweep (``chalicelib.instance.run_sweep``) once and prints:
 
-- what the sweep read (``SweepReport.items_read``: the late nodes' index entries, plus the
-  online-node counter the mass-outage guard reads when at least 10 nodes are late), what it
-  transitioned, and its wall time (index reads and guarded writes apart);
+- what the sweep read: the index entries of the nodes online since before the cutoff (steady
+  heartbeats leave a node's entry where its transition to online put it, an hour before the sweep
+  here, so that is every node), the node items it read to get their last heartbeats (BatchGetItem,
+  eventually consistent, billed by the whole item), the late nodes ``late_nodes`` kept
+  (``SweepReport.items_read`` adds the online-node counter the mass-outage guard reads when at least
+  10 nodes are late), what it transitioned, and its wall time (index reads and guarded writes apart);
 - for comparison, one real paginated ``Scan`` of the nodes table: the items it reads (the
   whole fleet) and its wall time;
 - bytes read by each, by DynamoDB's item-size rules.
@@ -109,6 +112,8 @@ class SizeResult:
     insert_calls: int
     items_read: int
     late_read: int
+    #: node items the store read to get the last heartbeats of the nodes the index named
+    item_reads: int
     online_counted: int | None
     late_seconds: float
     count_seconds: float
@@ -140,6 +145,34 @@ class _Timed:
             self.seconds += time.perf_counter() - began
         self.results.append(result)
         return result
+
+
+class _ItemReads:
+    """Counts the node items the store's batch reads return while active (the sweep's reads of the
+    last heartbeats of the nodes its index named)."""
+
+    def __init__(self) -> None:
+        self.node_ids: list[str] = []
+
+    def __enter__(self) -> _ItemReads:
+        from chalicelib.stores.models import NodeModel
+
+        original = NodeModel.batch_get
+        reads = self
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            for item in original(*args, **kwargs):
+                reads.node_ids.append(item.node_id)
+                yield item
+
+        self._original = original
+        NodeModel.batch_get = counted  # type: ignore[method-assign,assignment]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        from chalicelib.stores.models import NodeModel
+
+        NodeModel.batch_get = self._original  # type: ignore[method-assign]
 
 
 def _phase(label: str, began: float) -> None:
@@ -200,9 +233,11 @@ def run_size(count: int, stale_percent: float) -> SizeResult:
         late_nodes = _Timed(stores.nodes.late_nodes)
         count_in_state = _Timed(stores.nodes.count_in_state)
         stores.nodes.late_nodes, stores.nodes.count_in_state = late_nodes, count_in_state  # type: ignore[method-assign]
+        item_reads = _ItemReads()
         try:
             began = time.perf_counter()
-            report = instance.run_sweep(now)
+            with item_reads:
+                report = instance.run_sweep(now)
             sweep_seconds = time.perf_counter() - began
         finally:
             del stores.nodes.late_nodes, stores.nodes.count_in_state  # the store's own methods again
@@ -236,17 +271,23 @@ def run_size(count: int, stale_percent: float) -> SizeResult:
         late_ids = [node_id for ids in late_nodes.results for node_id in ids]
         online_counted = count_in_state.results[0] if count_in_state.results else None
         entries = {item["node_id"]["S"]: _item_size(index_entry(item)) for item in scan.items}
-        # the guard's count reads the index entry of every online node; the sweep read them before moving any
-        sweep_bytes = sum(entries[node_id] for node_id in late_ids) + (
-            sum(entries[item["node_id"]["S"]] for item in scan.items) if online_counted is not None else 0
+        whole = {item["node_id"]["S"]: _item_size(item) for item in scan.items}
+        # the index entries the sweep's queries named, the items it read (billed whole), and the
+        # guard's count of every online node's entry when it ran
+        named = [node_id for node_id in item_reads.node_ids if node_id in entries]
+        sweep_bytes = (
+            sum(entries[node_id] for node_id in named)
+            + sum(whole[node_id] for node_id in named)
+            + (sum(entries.values()) if online_counted is not None else 0)
         )
         return SizeResult(
             nodes=count,
             stale=stale_count,
             insert_seconds=insert_seconds,
             insert_calls=calls,
-            items_read=report.items_read,
+            items_read=report.items_read + len(item_reads.node_ids),
             late_read=len(late_ids),
+            item_reads=len(item_reads.node_ids),
             online_counted=online_counted,
             late_seconds=late_nodes.seconds,
             count_seconds=count_in_state.seconds,
@@ -306,7 +347,7 @@ def _kb(size: int) -> str:
 def print_table(results: list[SizeResult]) -> None:
     print("\nSweep (one run) vs a full Scan of the nodes table")
     header = (
-        f"{'nodes':>6} {'stale':>5} | {'read':>6} {'=late':>5} {'+online':>7} {'late s':>6} {'count s':>7}"
+        f"{'nodes':>6} {'stale':>5} | {'read':>6} {'items':>6} {'late':>5} {'+online':>7} {'late s':>6} {'count s':>7}"
         f" {'moved':>5} {'sweep s':>7} {'data':>8} | {'read':>6} {'pages':>5} {'scan s':>6} {'data':>8} | check"
     )
     rule = "-" * len(header)
@@ -316,19 +357,22 @@ def print_table(results: list[SizeResult]) -> None:
     for r in results:
         counted = "-" if r.online_counted is None else f"{r.online_counted}"
         print(
-            f"{r.nodes:>6} {r.stale:>5} | {r.items_read:>6} {r.late_read:>5} {counted:>7} {r.late_seconds:>6.2f}"
+            f"{r.nodes:>6} {r.stale:>5} | {r.items_read:>6} {r.item_reads:>6} {r.late_read:>5} {counted:>7}"
+            f" {r.late_seconds:>6.2f}"
             f" {r.count_seconds:>7.2f} {r.transitioned:>5} {r.sweep_seconds:>7.2f} {_kb(r.sweep_bytes):>8} |"
             f" {r.scan_items:>6} {r.scan_pages:>5} {r.scan_seconds:>6.2f} {_kb(r.scan_bytes):>8} |"
             f" {'ok' if r.moved_ok else 'WRONG'}"
         )
     print(rule)
     print(
-        "read: items read (sweep: SweepReport.items_read = late + online). late: index entries of late nodes\n"
-        "(stores.nodes.late_nodes); read also counts the online-node counter item the mass-outage guard reads\n"
+        "read: items read (sweep: the node items read + SweepReport.items_read = late + online). items: node\n"
+        "items read for their last heartbeat (one per index entry named: every node online since before the\n"
+        "cutoff). late: late nodes found (stores.nodes.late_nodes); read also counts the counter item the guard reads\n"
         "when >= 10 nodes are late; online: index entries of a full recount (count_in_state), done only to\n"
         "repair a missing counter ('-' otherwise). late s / count s: time in those reads. sweep s:\n"
-        "the whole sweep, its guarded writes included. data: bytes read by DynamoDB's item-size rules (keys-only\n"
-        "index entries for the sweep, whole node items for the scan). check: exactly the stale nodes moved."
+        "the whole sweep, its guarded writes included. data: bytes read by DynamoDB's item-size rules\n"
+        "(keys-only index entries and the items read for the sweep, whole node items for the scan).\n"
+        "check: exactly the stale nodes moved."
     )
 
 

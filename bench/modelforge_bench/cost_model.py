@@ -66,6 +66,8 @@ REQUIRED_PRICES: dict[str, str] = {
     "eventbridge_scheduled_rule_events": "events",
     "eventbridge_scheduler_invocations": "invocations",
     "data_transfer_out": "GB",
+    "api_gateway_websocket_messages": "messages",
+    "api_gateway_websocket_connection_minutes": "connection minutes",
 }
 
 
@@ -331,6 +333,9 @@ class Usage:
     log_bytes: float = 0.0
     scheduled_events: float = 0.0
     transfer_out_bytes: float = 0.0
+    #: WebSocket API messages, sent and received, each counted per started 32 KB
+    websocket_messages: float = 0.0
+    websocket_connection_minutes: float = 0.0
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)})
@@ -370,6 +375,8 @@ LINES = (
     "CloudWatch Logs",
     "EventBridge",
     "Data transfer out",
+    "WebSocket messages",
+    "WebSocket minutes",
 )
 
 
@@ -393,6 +400,9 @@ def cost(usage: Usage, prices: Prices, deployment: Deployment) -> dict[str, floa
             else "eventbridge_scheduler_invocations"
         ),
         "Data transfer out": usage.transfer_out_bytes / BYTES_PER_GB * prices.rate("data_transfer_out"),
+        "WebSocket messages": usage.websocket_messages * prices.rate("api_gateway_websocket_messages"),
+        "WebSocket minutes": usage.websocket_connection_minutes
+        * prices.rate("api_gateway_websocket_connection_minutes"),
     }
 
 

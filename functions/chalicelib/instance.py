@@ -123,9 +123,9 @@ def online_node_item(
     node_id: str, last_heartbeat_at: float, created_at: float, bucket_seconds: int | None = None
 ) -> dict[str, Any]:
     """The wire item (DynamoDB JSON) of an enrolled node that is online and last heartbeated at
-    ``last_heartbeat_at``, with the sweep's index keys a heartbeat writes (its heartbeat bucket
-    ``bucket_seconds`` wide, by default as settings say): for seeding a large fleet straight into
-    the nodes table."""
+    ``last_heartbeat_at``, with the sweep's index keys its transition to online wrote (online since
+    ``created_at``, in a bucket ``bucket_seconds`` wide, by default as settings say): for seeding a
+    large fleet straight into the nodes table."""
     from chalicelib.stores import node_store
 
     width = bucket_seconds or get().settings.sweep_bucket_seconds

@@ -47,6 +47,16 @@ def test_nodes_heartbeat_moved_meanwhile_is_refused(backend: Backend, change: di
     backend.refused(lambda: backend.stores.nodes.record_heartbeat(holder(ours), HEARTBEAT, NOW))
 
 
+def test_nodes_late_nodes_after_steady_heartbeats_go_by_the_last_heartbeat(backend: Backend) -> None:
+    """A steady heartbeat leaves the sweep's index entry where the transition put it (one write
+    unit): the node is still found late by its last heartbeat, and not before."""
+    ours = _seeded(backend, last_heartbeat_at=NOW - 1000)
+    backend.stores.nodes.record_heartbeat(holder(ours), HEARTBEAT, NOW)
+    assert backend.stores.nodes.late_nodes("online", NOW - 100) == []
+    assert backend.stores.nodes.late_nodes("online", NOW + 100) == [ours.node_id]
+    assert backend.stores.nodes.late_nodes("stale", NOW + 100) == []
+
+
 # --- bring_online -----------------------------------------------------------------------
 
 

@@ -1,5 +1,8 @@
-"""The sweep reads the late nodes through its index, not the fleet: checked on a few hundred nodes
-by counting the emulator's requests.
+"""The sweep finds the late nodes through its index and the nodes' last heartbeats, and writes only
+those: checked on a few hundred nodes by counting the emulator's requests. Steady heartbeats do not
+move a node's index entry (one write unit each), so every node online since before the cutoff is
+named by the index and its last heartbeat read (BatchGetItem, 100 a call); no Scan, no write for an
+on-time node.
 
 The nodes are written straight into the session stack's nodes table (modelforge_bench.node_items,
 as bench/sweep.py does at larger sizes), and the sweep runs on a clock far in the past, so that only
@@ -11,6 +14,7 @@ is repaired.
 from __future__ import annotations
 
 import dataclasses
+import math
 import secrets
 import time
 
@@ -32,7 +36,7 @@ def _app_operations(stack) -> dict[str, int]:  # type: ignore[no-untyped-def]
     return {name: count for name, count in stack.aws_operations().items() if not name.startswith("poller:")}
 
 
-def test_sweep_reads_late_nodes_only_at_scale(counted_stack) -> None:  # type: ignore[no-untyped-def]
+def test_sweep_reads_the_named_nodes_in_batches_and_moves_only_the_late_ones_at_scale(counted_stack) -> None:  # type: ignore[no-untyped-def]
     stack = counted_stack
     settings = dataclasses.replace(instance.get().settings, mass_stale_fraction=1.0)  # never hold
     sweep_at = time.time() - 10_000_000  # older than any other test's clock
@@ -45,7 +49,8 @@ def test_sweep_reads_late_nodes_only_at_scale(counted_stack) -> None:  # type: i
             node_id,
             sweep_at - settings.stale_after_seconds - 5 if node_id in stale_ids else sweep_at - 5,
             settings.sweep_bucket_seconds,
-            created_at=time.time(),
+            # online since an hour before the sweep: steady heartbeats since left the entry there
+            created_at=sweep_at - 3600,
         )
         for node_id in node_ids
     ]
@@ -61,13 +66,14 @@ def test_sweep_reads_late_nodes_only_at_scale(counted_stack) -> None:  # type: i
         shipped = delta.pop("S3:PUT", 0)
 
         # one keys-only index query per state and shard, one query of expired work leases, the hold
-        # item, one transaction per transition; no Scan, no count, no read of a node item: the
-        # fresh nodes cost nothing
+        # item, the last heartbeat of every node the index named (100 a call), one transaction per
+        # transition; no Scan, no count: the fresh nodes cost an eventually consistent read each
         # (work leases that other tests left to expire are taken back in the same sweep: one
         # transaction each)
         expected = {
             "Query": 2 * node_store.SHARDS + 1,
             "GetItem": 1,
+            "BatchGetItem": math.ceil(FLEET / 100),
             "TransactWriteItems": STALE + report.leases_expired,
         }
         assert delta == expected

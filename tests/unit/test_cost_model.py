@@ -190,3 +190,67 @@ def test_a_price_table_without_a_source_or_a_price_is_refused_naming_them(tmp_pa
         model.Prices.load(path)
     assert "lambda_requests: 'source'" in str(refused.value)
     assert "data_transfer_out: missing" in str(refused.value)
+
+
+# --- the push channel (modelforge_bench.channel_cost) -------------------------------------------
+
+
+def test_channel_cost_forced_reconnects_spread_over_the_last_fifth_of_two_hours() -> None:
+    from modelforge_bench import channel_cost
+
+    assert channel_cost.mean_connection_seconds() == pytest.approx(0.9 * 7200)
+    assert channel_cost.connections_per_month() == pytest.approx(730 * 3600 / 6480)
+
+
+def test_channel_cost_node_month_counts_minutes_pings_reconnects_and_mints() -> None:
+    from modelforge_bench import channel_cost
+
+    handler = model.Usage(api_requests=1, lambda_invocations=1, lambda_billed_ms=12, dynamodb_wru=1, log_bytes=400)
+    sizes = channel_cost.NodeItemSizes(measured=880, connected=960, connected_parked=980, with_ticket=1040)
+    lines = channel_cost.node_month(handler, sizes)
+    connections = channel_cost.connections_per_month()
+    assert lines["connection minutes"].websocket_connection_minutes == 730 * 60
+    pings = lines["keep-alive pings"]
+    assert pings.websocket_messages == pings.lambda_invocations == 730 * 12
+    assert pings.lambda_billed_ms == 12 * 730 * 12 and pings.log_bytes == 400 * 730 * 12
+    assert pings.api_requests == 0 and pings.dynamodb_wru == 0  # a ping writes nothing
+    reconnects = lines["forced reconnects"]
+    assert reconnects.lambda_invocations == pytest.approx(2 * connections)
+    # connect: the item billed at its larger image (with the ticket: 2 units) + the by_channel entry;
+    # disconnect: 1 unit + the entry leaving
+    assert reconnects.dynamodb_wru == pytest.approx(connections * (2 + 1 + 1 + 1))
+    assert reconnects.dynamodb_rru == pytest.approx(connections * 1.5)
+    mints = lines["ticket mints"]
+    assert mints.api_requests == 0 and mints.lambda_invocations == 0
+    assert mints.dynamodb_wru == pytest.approx(connections)  # the ticket tips the item over 1 KB
+    assert mints.transfer_out_bytes > 0
+
+
+def test_channel_cost_per_item_wakes_two_parked_nodes_and_counts_their_parks() -> None:
+    from modelforge_bench import channel_cost
+
+    empty_claim = model.Usage(api_requests=1, lambda_invocations=1, dynamodb_rru=1.5)
+    sizes = channel_cost.NodeItemSizes(measured=880, connected=960, connected_parked=980, with_ticket=1040)
+    lines = channel_cost.per_item(empty_claim, sizes)
+    assert lines["wake"].websocket_messages == 2 and lines["wake"].dynamodb_wru == 4
+    assert lines["parks"].dynamodb_wru == 2 * 3 and lines["parks"].dynamodb_rru == 2 * 0.5
+    assert lines["empty claims"].api_requests == 1
+
+
+def test_channel_cost_node_item_sizes_add_the_channel_attributes() -> None:
+    from modelforge_bench import channel_cost
+
+    item = {"node_id": {"S": "node_" + "0" * 32}, "telemetry": {"S": "x" * 700}}
+    sizes = channel_cost.node_item_sizes(item)
+    assert sizes.measured < sizes.connected < sizes.connected_parked
+    assert sizes.with_ticket - sizes.measured > 64  # a SHA-256 in hex and its expiry
+    assert sizes.as_dict()["heartbeat_write_units_connected_parked"] == 1
+
+
+def test_cost_prices_websocket_messages_and_connection_minutes(tmp_path: Path) -> None:
+    prices = model.Prices.load(fixed_prices(tmp_path))
+    lines = model.cost(
+        model.Usage(websocket_messages=3_000_000, websocket_connection_minutes=4_000_000), prices, model.Deployment()
+    )
+    assert lines["WebSocket messages"] == pytest.approx(3 * prices["api_gateway_websocket_messages"].usd)
+    assert lines["WebSocket minutes"] == pytest.approx(4 * prices["api_gateway_websocket_connection_minutes"].usd)

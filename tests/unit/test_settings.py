@@ -11,16 +11,27 @@ TOKEN = secrets.token_urlsafe(32)
 BASE = {
     **resources.local_names("unit"),
     "MODELFORGE_ADMIN_TOKEN": TOKEN,
-    "MODELFORGE_NODE_STALE_AFTER_SECONDS": "60",
+    # the documented defaults (infra PARAMETERS, scripts/dev-up)
+    "MODELFORGE_NODE_STALE_AFTER_SECONDS": "90",
     "MODELFORGE_NODE_OFFLINE_AFTER_SECONDS": "300",
 }
 
 
 def test_settings_defaults_are_valid_with_an_admin_token() -> None:
     settings = load_settings(BASE)
-    assert settings.heartbeat_interval_seconds == 15
+    assert settings.heartbeat_interval_seconds == 45
     assert settings.stale_after_seconds < settings.offline_after_seconds
     assert settings.admin_token_sha256 == hashlib.sha256(TOKEN.encode()).hexdigest()
+
+
+def test_settings_defaults_make_a_silent_node_stale_within_90_seconds_but_not_after_one_lost_heartbeat() -> None:
+    """Issue 19: stale within 90 s of silence; a failed heartbeat is retried within the agent's
+    request timeout (10 s) and backoff (at most 16 s), so one failure never makes an on-time node
+    stale."""
+    settings = load_settings(BASE)
+    assert settings.stale_after_seconds <= 90
+    assert settings.heartbeat_interval_seconds + 10 + 16 < settings.stale_after_seconds
+    assert 2 * settings.heartbeat_interval_seconds <= settings.stale_after_seconds
 
 
 def test_settings_accept_only_the_admin_token_digest() -> None:

@@ -159,11 +159,14 @@ def test_inventory_replacement_writes_everything_but_the_claims() -> None:
     }
 
 
-def test_a_seeded_online_node_item_carries_the_index_keys_a_heartbeat_writes() -> None:
+def test_a_seeded_online_node_item_carries_the_index_keys_of_its_transition_to_online() -> None:
     from chalicelib import instance
 
     item = instance.online_node_item(NODE, 1000.5, 900.0, bucket_seconds=45)
     assert item["liveness"] == {"S": "online"} and item["last_heartbeat_at"] == {"N": "1000.5"}
     assert item["liveness_shard"] == {"S": instance.sweep_index_partition("online", NODE)}
-    assert item["heartbeat_bucket"] == {"N": "990"}
+    # online since it was created: steady heartbeats since then left the entry in that bucket
+    assert item["heartbeat_bucket"] == {"N": "900"}
+    # a heartbeat older than the creation time (a test's clock in the past) bounds it instead
+    assert instance.online_node_item(NODE, 800.5, 900.0, bucket_seconds=45)["heartbeat_bucket"] == {"N": "765"}
     assert instance.sweep_index_partition("offline", NODE) is None

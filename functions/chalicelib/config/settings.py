@@ -49,20 +49,21 @@ class Settings:
 
     @property
     def sweep_bucket_seconds(self) -> int:
-        """Width of the heartbeat buckets the sweep's index sorts by: stale - interval.
+        """Width of the buckets the sweep's index sorts by: stale - interval.
 
-        No wider: a node that heartbeats on time is then never in a bucket the sweep reads, so
-        the sweep reads only late nodes. No narrower than needed: the index entry is rewritten
-        only when a heartbeat moves the node into a new bucket (with the defaults, one heartbeat
-        in three). The width never delays a transition: a node's bucket starts at or before its
-        last heartbeat.
+        The index entry is written when a node enters online or stale, with the start of that
+        moment's bucket, never by a steady heartbeat: the bucket starts at or before every
+        heartbeat since, so the width never delays a transition, and the sweep reads the last
+        heartbeat of the nodes the index names to keep the late ones (stores/node_store.py).
         """
         return max(1, self.stale_after_seconds - self.heartbeat_interval_seconds)
 
 
 _INTEGERS = {
     # name: (default, minimum, maximum)
-    "MODELFORGE_HEARTBEAT_INTERVAL_SECONDS": (15, 1, 3600),
+    # a heartbeat every 45 s: under $0.20 a node-month with the push channel, and a silent node
+    # stale within 90 s (bench/README.md, "cost.py"); dispatch does not wait for heartbeats
+    "MODELFORGE_HEARTBEAT_INTERVAL_SECONDS": (45, 1, 3600),
     "MODELFORGE_READINESS_INVENTORY_MAX_AGE_SECONDS": (7200, 10, 7 * 86400),
     "MODELFORGE_OUTBOX_RETENTION_SECONDS": (7 * 86400, 3600, 365 * 86400),
     "MODELFORGE_INVENTORY_RATE_LIMIT": (10, 1, 1000),

@@ -7,7 +7,9 @@ match ``infra/resources.json``; a test checks that they do.
 
 from __future__ import annotations
 
+import json
 import os
+from typing import Any
 
 from pynamodb.attributes import (
     BooleanAttribute,
@@ -45,11 +47,20 @@ class EnrollmentModel(Model):
     idempotency_key_sha256 = UnicodeAttribute(null=True)
 
 
-class LivenessIndex(GlobalSecondaryIndex):
-    """Online and stale nodes by shard and heartbeat bucket: what the sweep reads.
+class CompactJSONAttribute(JSONAttribute):
+    """JSON without the spaces after separators: what every heartbeat rewrites, so the node item
+    with 8 GPUs of telemetry stays under 1 KB (one write unit) with the push channel's attributes.
+    Reads any JSON, so items written before are read as they were."""
 
-    Sparse: pending and offline nodes have no liveness_shard and are not in it. Keys only, so a
-    heartbeat rewrites the index entry only when it moves the node into a new bucket.
+    def serialize(self, value: Any) -> str | None:
+        return None if value is None else json.dumps(value, separators=(",", ":"))
+
+
+class LivenessIndex(GlobalSecondaryIndex):
+    """Online and stale nodes by shard and the bucket of their transition: what the sweep reads.
+
+    Sparse: pending and offline nodes have no liveness_shard and are not in it. Keys only, and
+    written by transitions only: a steady heartbeat never writes the index.
     """
 
     class Meta:
@@ -87,12 +98,13 @@ class NodeModel(Model):
     liveness = UnicodeAttribute()
     liveness_changed_at = NumberAttribute()
     last_heartbeat_at = NumberAttribute(null=True)
-    health = JSONAttribute(null=True)
+    health = CompactJSONAttribute(null=True)
     #: per-GPU rows in TELEMETRY_COLUMNS order; compact so the item stays under 1 KB
-    telemetry = JSONAttribute(null=True)
+    telemetry = CompactJSONAttribute(null=True)
     #: "<liveness>#<shard>" while online or stale (the sweep's index partition), else absent
     liveness_shard = UnicodeAttribute(null=True)
-    #: start of the heartbeat's bucket (settings.sweep_bucket_seconds wide): the index sort key
+    #: start of the bucket (settings.sweep_bucket_seconds wide) of the heartbeat that brought the
+    #: node online: the index sort key, at or before every heartbeat since
     heartbeat_bucket = NumberAttribute(null=True)
     #: other nodes that reported one of this node's GPU UUIDs while live (duplicate identity);
     #: changed only with ADD/DELETE, so concurrent inventory reports never lose a flag

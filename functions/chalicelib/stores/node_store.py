@@ -1,8 +1,14 @@
 """The DynamoDB node store: nodes, their inventories and GPU claims (stores.NodeStore).
 
 The sweep reads the keys-only ``by_liveness`` index: online and stale nodes, partitioned by state
-and shard (``liveness_shard``: "<liveness>#<shard>") and sorted by the start of their heartbeat's
-bucket (``heartbeat_bucket``). This store sets both with every heartbeat and transition.
+and shard (``liveness_shard``: "<liveness>#<shard>") and sorted by ``heartbeat_bucket``, the start
+of the bucket of the heartbeat that brought the node online. This store sets both with each
+transition and never with a steady heartbeat, so a heartbeat writes the node item and nothing else
+(one write unit while the item is under 1 KB). The entry's sort key is then a lower bound of the
+node's last heartbeat: the index finds every late node (and the on-time nodes online since before
+the cutoff), and the node items it names are read (keys, liveness and last heartbeat, eventually
+consistent) to keep the late ones. Reading a node item costs a twentieth of moving its index entry,
+so the sweep reads where the heartbeat used to write (bench/README.md, "cost.py").
 """
 
 from __future__ import annotations
@@ -24,17 +30,24 @@ from chalicelib.stores.transactions import run_transaction, update_with_event
 from chalicelib.stores.update_actions import update_actions
 
 #: What a heartbeat that brings a node online logs: its liveness, not the telemetry it carried.
-_LOGGED_ON_TRANSITION = ("liveness", "liveness_shard", "liveness_changed_at", "last_heartbeat_at")
+_LOGGED_ON_TRANSITION = (
+    "liveness",
+    "liveness_shard",
+    "heartbeat_bucket",
+    "liveness_changed_at",
+    "last_heartbeat_at",
+)
 #: Node attributes that only heartbeats change: not in the state log (only transitions are), so a
 #: table rebuilt by replay has them as of the last logged transition.
 HEARTBEAT_ATTRIBUTES = (
     "last_heartbeat_at",
-    "heartbeat_bucket",
     "health",
     "telemetry",
     "agent_version",
     "protocol_version",
 )
+#: What the sweep reads of a node its index names: whether it is still late.
+_SILENCE_ATTRIBUTES = ["node_id", "liveness", "last_heartbeat_at"]
 #: Partitions of the sweep's index per liveness state, so heartbeats of a large fleet do not all
 #: write to one index partition.
 SHARDS = 4
@@ -86,7 +99,9 @@ def online_node_item(node_id: str, last_heartbeat_at: float, created_at: float, 
         health={"status": "ok"},
         telemetry=[[index, 87.5, 101234567890, 143771336704, 64, 612.4] for index in range(8)],
         liveness_shard=index_partition(liveness.ONLINE, node_id),
-        heartbeat_bucket=bucket(beat, bucket_seconds),
+        # the bucket of the heartbeat that brought it online (when it was created, or this one if
+        # earlier): steady heartbeats since then left the index entry where it was
+        heartbeat_bucket=bucket(min(beat, created), bucket_seconds),
     ).serialize()
     return item
 
@@ -140,32 +155,48 @@ class DynamoNodeStore:
         return [claim.node_id for claim in GpuClaimModel.query(gpu_uuid, consistent_read=True)]
 
     def late_nodes(self, liveness: str, cutoff: float) -> list[str]:
-        """Reads the keys-only index: only nodes that are late (or within one bucket of it: a
-        bucket starts at or before each heartbeat in it)."""
-        found: list[str] = []
+        """The keys-only index names the nodes in ``liveness`` since a bucket that starts by
+        ``cutoff`` (every late node among them: the bucket starts at or before each heartbeat
+        since); their items' last heartbeats keep the late ones. Both reads are eventually
+        consistent: a heartbeat they miss makes a node look late, and the sweep's guarded write
+        then skips it."""
+        candidates: list[str] = []
         for shard in range(SHARDS):
             query = NodeModel.by_liveness.query(f"{liveness}#{shard}", NodeModel.heartbeat_bucket <= cutoff)
-            found.extend(item.node_id for item in query)
-        return found
+            candidates.extend(item.node_id for item in query)
+        if not candidates:
+            return []
+        late = {
+            item.node_id
+            for item in NodeModel.batch_get(candidates, attributes_to_get=_SILENCE_ATTRIBUTES)
+            if item.liveness == liveness and item.last_heartbeat_at is not None and item.last_heartbeat_at <= cutoff
+        }
+        return [node_id for node_id in candidates if node_id in late]
 
     def count_in_state(self, liveness: str) -> int:
         """How many nodes the index holds in ``liveness`` (reads their index keys)."""
         return sum(NodeModel.by_liveness.count(f"{liveness}#{shard}") for shard in range(SHARDS))
 
-    def _heartbeat_values(self, node_id: str, heartbeat: Heartbeat, now: float) -> dict[str, Any]:
-        values = changes.heartbeat(heartbeat, now)
-        values["liveness_shard"] = index_partition(liveness.ONLINE, node_id)
-        values["heartbeat_bucket"] = bucket(now, self._bucket_seconds)
-        return values
+    def _heartbeat_values(self, heartbeat: Heartbeat, now: float) -> dict[str, Any]:
+        """What every heartbeat sets on the node item (a steady one sets nothing else)."""
+        return changes.heartbeat(heartbeat, now)
+
+    def _index_keys(self, node_id: str, state: str, now: float) -> dict[str, Any]:
+        """The sweep index entry of a node that enters ``state`` at ``now`` (set on transitions only)."""
+        return {
+            "liveness_shard": index_partition(state, node_id),
+            "heartbeat_bucket": bucket(now, self._bucket_seconds),
+        }
 
     # --- heartbeats ----------------------------------------------------------------------
 
     def record_heartbeat(self, holder: Holder, heartbeat: Heartbeat, now: float) -> Node:
-        """The steady-state heartbeat: one conditional UpdateItem, nothing else (not logged)."""
+        """The steady-state heartbeat: one conditional UpdateItem of the node item, nothing else
+        (not logged; the sweep's index entry stays as the transition to online wrote it)."""
         node = NodeModel(holder.node_id)
         try:
             node.update(
-                actions=update_actions(NodeModel, self._heartbeat_values(holder.node_id, heartbeat, now)),
+                actions=update_actions(NodeModel, self._heartbeat_values(heartbeat, now)),
                 condition=(
                     holds_credential(holder.credential_sha256)
                     # an online node stays online: no transition, nothing to log
@@ -183,7 +214,11 @@ class DynamoNodeStore:
     ) -> None:
         """The update, the online counter and the state-log event together."""
         node_id = holder.node_id
-        values = {**self._heartbeat_values(node_id, heartbeat, now), "liveness_changed_at": round(now, 3)}
+        values = {
+            **self._heartbeat_values(heartbeat, now),
+            **self._index_keys(node_id, liveness.ONLINE, now),
+            "liveness_changed_at": round(now, 3),
+        }
         logged = {key: values[key] for key in _LOGGED_ON_TRANSITION}
         update_with_event(
             NodeModel(node_id),

@@ -37,14 +37,14 @@ PARAMETERS: dict[str, dict[str, Any]] = {
         "AllowedPattern": "^[0-9a-f]{64}$",
         "Description": "SHA-256 (hex) of the admin token; the token itself is never deployed",
     },
-    "HeartbeatIntervalSeconds": {"Type": "Number", "Default": 15, "MinValue": 1, "MaxValue": 3600},
+    "HeartbeatIntervalSeconds": {"Type": "Number", "Default": 45, "MinValue": 1, "MaxValue": 3600},
     # Offline must exceed stale. CloudFormation cannot compare two parameters, so each takes its
     # values from a list, and every allowed offline value exceeds every allowed stale value: no
     # deployable combination violates the rule (a test checks the lists).
     "StaleAfterSeconds": {
         "Type": "Number",
-        "Default": 60,
-        "AllowedValues": [20, 30, 45, 60, 90, 120, 180, 240],
+        "Default": 90,
+        "AllowedValues": [60, 75, 90, 120, 180, 240],
         "Description": (
             "seconds without a heartbeat before a node is stale"
             " (every allowed value is below every OfflineAfterSeconds value)"
