@@ -278,8 +278,10 @@ class Steps:
 def _race(stores: MemoryStores, order: tuple[str, ...], monkeypatch: pytest.MonkeyPatch) -> tuple[Agent, str, str]:
     agent, connection = _connected(stores)
     steps = Steps(order)
+    # the claim's queue read (named queue_front once the queue is sharded, oldest_queued before)
+    queue_read = "queue_front" if hasattr(stores.work, "queue_front") else "oldest_queued"
     for name, actor, step, store in (
-        ("oldest_queued", "claim", "query", stores.work),
+        (queue_read, "claim", "query", stores.work),
         ("park", "claim", "park", stores.parking),
         ("create", "submit", "write", stores.work),
         ("parked", "submit", "read_parked", stores.parking),
