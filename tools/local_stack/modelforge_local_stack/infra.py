@@ -263,20 +263,10 @@ def _roles() -> dict[str, Any]:
         "Action": ["s3:PutObject", "s3:GetObject"],
         "Resource": [{"Fn::Sub": objects} for objects in _WORK_OBJECTS],
     }
-    connections = {
-        # wake and cancel messages are posted to (and a revoked node's connection deleted from) the
-        # push channel's WebSocket API (chalicelib/stores/channel_store.py)
-        "Effect": "Allow",
-        "Action": sorted(set(aws_permissions.CHANNEL_CALLS.values())),
-        "Resource": {
-            "Fn::Sub": "arn:${AWS::Partition}:execute-api:${AWS::Region}:${AWS::AccountId}"
-            ":${WebsocketAPI}/*/*/@connections/*"
-        },
-    }
     stream = {"Effect": "Allow", "Action": STREAM_ACTIONS, "Resource": {"Fn::GetAtt": ["OutboxTable", "StreamArn"]}}
     put_events = {"Effect": "Allow", "Action": ["s3:PutObject"], "Resource": {"Fn::Sub": _STATE_LOG_OBJECTS}}
     policies = {
-        "APIHandler": _policy("modelforge-api", "APIHandler", [tables("APIHandler"), work_objects, connections]),
+        "APIHandler": _policy("modelforge-api", "APIHandler", [tables("APIHandler"), work_objects]),
         "LivenessSweep": _policy("modelforge-sweep", "LivenessSweep", [tables("LivenessSweep")]),
         "StateLog": _policy("modelforge-state-log", "StateLog", [stream, put_events]),
     }
