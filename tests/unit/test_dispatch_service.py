@@ -197,6 +197,17 @@ def test_wake_of_a_revoked_node_sends_nothing(stores: MemoryStores) -> None:
     assert stores.channel.messages_to(connection) == []
 
 
+def test_a_retryable_failure_wakes_a_parked_node_for_the_requeued_item(stores: MemoryStores) -> None:
+    holder, _ = _connected(stores)
+    work_id = _submit(stores)
+    claimed = work.claim(stores, SETTINGS, holder.caller, NOW)
+    assert claimed is not None
+    _, parked_connection = _parked(stores)
+    request = typed.fail_work({"epoch": claimed.item.epoch, "reason": "worker restarted", "retryable": True})
+    assert work.fail(stores, holder.caller, work_id, request, NOW + 1, None).status == "queued"
+    assert stores.channel.messages_to(parked_connection) == [WAKE]
+
+
 # --- cancel --------------------------------------------------------------------------------------
 
 
