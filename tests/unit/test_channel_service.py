@@ -137,8 +137,27 @@ def test_heartbeat_report_stores_the_fallback_reason_in_the_same_update(stores: 
         stores, CHANNEL, agent.caller, _beat(state="fallback", reason="proxy refused", need_ticket=False), NOW
     )
     stored = stores.nodes.records[agent.node_id]
-    assert (stored.channel_state, stored.channel_reason) == ("fallback", "proxy refused")
+    assert (stored.channel_state, stored.channel_reason) == (None, "proxy refused")  # the reason says fallback
     assert stores.journal.writes == 1
+
+
+def test_heartbeat_report_keeps_a_short_reason_and_drops_what_the_connection_shows(stores: MemoryStores) -> None:
+    agent = Agent()
+    stores.nodes.seed(node_record(agent, channel_state="off"))
+    long_reason = "the proxy at 10.0.0.1:3128 refused the WebSocket upgrade with 403"
+    nodes.heartbeat(stores, CHANNEL, agent.caller, _beat(state="fallback", reason=long_reason, need_ticket=False), NOW)
+    stored = stores.nodes.records[agent.node_id]
+    assert stored.channel_reason == long_reason[: nodes.STORED_REASON_CHARS] and stored.channel_state is None
+    nodes.heartbeat(stores, CHANNEL, agent.caller, _beat(state="connected", need_ticket=False), NOW + 15)
+    stored = stores.nodes.records[agent.node_id]
+    assert (stored.channel_state, stored.channel_reason) == (None, None)
+
+
+def test_heartbeat_without_a_report_leaves_the_last_one(stores: MemoryStores) -> None:
+    agent = Agent()
+    stores.nodes.seed(node_record(agent, channel_state="off"))
+    nodes.heartbeat(stores, CHANNEL, agent.caller, _beat(), NOW)
+    assert stores.nodes.records[agent.node_id].channel_state == "off"
 
 
 def test_heartbeat_of_a_stale_node_carries_its_ticket_through_the_logged_transition(stores: MemoryStores) -> None:
