@@ -71,6 +71,18 @@ class LivenessIndex(GlobalSecondaryIndex):
     heartbeat_bucket = NumberAttribute(range_key=True)
 
 
+class ConnectionIndex(GlobalSecondaryIndex):
+    """Nodes by their channel connection id: what the disconnect handler reads (API Gateway's
+    ``$disconnect`` event carries the connection id only). Sparse: connected nodes only; keys only,
+    written when a node connects or disconnects, never by a heartbeat."""
+
+    class Meta:
+        index_name = "by_channel"
+        projection = KeysOnlyProjection()
+
+    channel_connection_id = UnicodeAttribute(hash_key=True, attr_name="cn")
+
+
 class NodeModel(Model):
     """Identity, the one credential, liveness and the latest telemetry of a node.
 
@@ -114,7 +126,22 @@ class NodeModel(Model):
     #: what the node serves (its inventory's capabilities), set with each inventory: claims and
     #: the heartbeat's work hint read it from here, in the item they already read or write
     capabilities = UnicodeSetAttribute(null=True)
+    # --- the push channel: ephemeral (never in the state log; replay leaves them out). Stored under
+    # two-letter names: every byte counts in the 1 KB that a heartbeat of an 8-GPU node rewrites for
+    # one write unit (docs/DISPATCH.md, "Item size").
+    #: SHA-256 of the node's one unused channel ticket and its expiry (set by the heartbeat that mints it)
+    channel_ticket_sha256 = UnicodeAttribute(null=True, attr_name="tk")
+    channel_ticket_expires_at = NumberAttribute(null=True, attr_name="tx")
+    #: the live channel connection (API Gateway's connection id) and since when
+    channel_connection_id = UnicodeAttribute(null=True, attr_name="cn")
+    channel_connected_at = NumberAttribute(null=True, attr_name="ca")
+    #: the agent's last report of its channel (connected | connecting | fallback | off) and why
+    channel_state = UnicodeAttribute(null=True, attr_name="cs")
+    channel_reason = UnicodeAttribute(null=True, attr_name="cr")
+    #: since when the node is parked (its park items are in the control table's by_park index)
+    parked_at = NumberAttribute(null=True, attr_name="pk")
     by_liveness = LivenessIndex()
+    by_channel = ConnectionIndex()
 
 
 class InventoryModel(Model):
@@ -145,8 +172,21 @@ class GpuClaimModel(Model):
     claimed_at = NumberAttribute()
 
 
+class ParkIndex(GlobalSecondaryIndex):
+    """Parked nodes by capability, longest parked first: what a submit's wake reads. Sparse: only
+    park items (``park#<capability>#<node_id>``) carry ``park_capability``."""
+
+    class Meta:
+        index_name = "by_park"
+        projection = AllProjection()
+
+    park_capability = UnicodeAttribute(hash_key=True)
+    parked_at = NumberAttribute(range_key=True)
+
+
 class ControlModel(Model):
-    """The control table, one item per name: the sweep's mass-outage hold, the online-node counter."""
+    """The control table, one item per name: the sweep's mass-outage hold, the online-node counter,
+    and one park item per (capability, parked node) (ephemeral: never in the state log)."""
 
     class Meta:
         table_name = UNBOUND
@@ -163,6 +203,12 @@ class ControlModel(Model):
     #: cannot overwrite each other (and a counter that went up and back down meanwhile still counts
     #: as moved)
     revision = NumberAttribute(null=True)
+    #: park items: the capability (index key), when, which node, and every capability it parked for
+    park_capability = UnicodeAttribute(null=True)
+    parked_at = NumberAttribute(null=True)
+    node_id = UnicodeAttribute(null=True)
+    capabilities = UnicodeSetAttribute(null=True)
+    by_park = ParkIndex()
 
 
 class QueueIndex(GlobalSecondaryIndex):
