@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from chalice import Chalice, Rate, Response
 from chalicelib import instance
-from chalicelib.api import console, operations, paging
+from chalicelib.api import access_log, console, operations, paging
 from chalicelib.api.operation import Operation, declare, declared
 from chalicelib.config.settings import SettingsError
 from chalicelib.domain.errors import (
@@ -56,6 +56,8 @@ if TYPE_CHECKING:
 
 app = Chalice(app_name="modelforge-control-plane")
 app.debug = False
+#: the push channel: Chalice's WebSocket handlers (channel_connect, channel_message, channel_disconnect)
+app.experimental_feature_flags.update({"WEBSOCKETS"})
 log = logging.getLogger("modelforge.api")
 
 #: Replaced at deploy time by the outbox table's stream ARN (infra/resources.json).
@@ -128,37 +130,7 @@ def endpoint(operation: Operation, *, answer_errors: bool = True) -> Callable[[C
     return register
 
 
-@app.middleware("http")
-def access_log(event: Any, get_response: Callable[[Any], Response]) -> Response:
-    started = time.monotonic()
-    response = get_response(event)
-    if response.status_code >= 400 and isinstance(response.body, dict) and "Code" in response.body:
-        # Chalice's own refusals (a method the path lacks, an unsupported media type) get our error shape too.
-        code, message = _snake(response.body["Code"]), response.body.get("Message", "")
-        if code == "method_not_allowed":
-            message = f"{event.method} is not a method of this path; it has {response.headers.get('Allow', '')}"
-        response.body = {"error": {"code": code, "message": message}}
-    if console.is_console_path(event.path):
-        # every console answer, Chalice's own refusals of a console route included (405, 415)
-        for name, value in console.SECURITY_HEADERS.items():
-            response.headers.setdefault(name, value)
-    log.info(
-        "request",
-        extra={
-            "event": "http_request",
-            "method": event.method,
-            "path": event.context.get("resourcePath", event.path),
-            "status": response.status_code,
-            "duration_ms": jsonlog.monotonic_ms(started),
-        },
-    )
-    return response
-
-
-def _snake(name: str) -> str:
-    """Chalice's error name as one of our codes: ``MethodNotAllowedError`` -> ``method_not_allowed``."""
-    name = name.removesuffix("Error")
-    return "".join("_" + c.lower() if c.isupper() else c for c in name).lstrip("_")
+app.register_middleware(access_log.access_log, "http")
 
 
 def _request() -> Any:
@@ -363,7 +335,7 @@ def revoke_node_credential(node_id: str) -> dict[str, Any]:
 
 @endpoint(operations.ENROLL)
 def enroll() -> Response:
-    from chalicelib.api import views
+    from chalicelib.api import channel_edge, views
     from chalicelib.domain import requests
     from chalicelib.services import enrollments
 
@@ -377,12 +349,14 @@ def enroll() -> Response:
         "heartbeat_interval_seconds": inst.settings.heartbeat_interval_seconds,
         "replayed": enrolled.replayed,
         "auth": views.node_auth_hint(),
+        **channel_edge.channel_answer(inst.settings, enrolled.ticket),
     }
     return Response(body=answer, status_code=200 if enrolled.replayed else 201)
 
 
 @endpoint(operations.HEARTBEAT)
 def heartbeat() -> dict[str, Any]:
+    from chalicelib.api import channel_edge
     from chalicelib.domain import requests
     from chalicelib.services import nodes
 
@@ -396,6 +370,7 @@ def heartbeat() -> dict[str, Any]:
         "status": result.node.liveness,
         "heartbeat_interval_seconds": inst.settings.heartbeat_interval_seconds,
         "work_waiting": waiting,
+        **channel_edge.channel_answer(inst.settings, result.ticket),
     }
 
 
@@ -474,30 +449,18 @@ def cancel_work(work_id: str) -> dict[str, Any]:
 # --- the web console (static files; it calls the admin API above from the same origin) ----
 
 
-def _console_answer(status: int, body: str | dict[str, Any], content_type: str, **extra: str) -> Response:
-    headers: dict[str, str | list[str]] = {**console.SECURITY_HEADERS, "Content-Type": content_type, **extra}
-    return Response(body=body, status_code=status, headers=headers)
-
-
-def _console_file(found: console.ConsoleFile | None) -> Response:
-    if found is None:
-        error = NotFound("console_file_not_found", "the console has no such file; open /console/")
-        return _console_answer(404, error.body(), "application/json")
-    return _console_answer(200, found.body, found.content_type)
-
-
 @endpoint(operations.GET_CONSOLE, answer_errors=False)
 def console_page() -> Response:
     """The page at ``/console/``; ``/console`` is sent there, so that its files' relative URLs
     (and the API's, ``../api/v1/``) resolve under any stage prefix."""
     if not str(_request().context.get("path", "")).endswith("/"):
-        return _console_answer(308, "", "text/plain; charset=utf-8", Location="console/")
-    return _console_file(console.page())
+        return console.answer(308, "", "text/plain; charset=utf-8", Location="console/")
+    return console.file_answer(console.page())
 
 
 @endpoint(operations.GET_CONSOLE_FILE, answer_errors=False)
 def console_asset(name: str) -> Response:
-    return _console_file(console.find(name))
+    return console.file_answer(console.find(name))
 
 
 # --- agents: work --------------------------------------------------------------------------
@@ -551,6 +514,42 @@ def fail_work(work_id: str) -> dict[str, Any]:
     inst = instance.get()
     caller = require_node(_request().headers)
     return views.lease(work.fail(inst.stores, caller, work_id, requests.fail_work(_body()), _now(), inst.known_callers))
+
+
+# --- the push channel (API Gateway WebSocket API: $connect, $default, $disconnect) ---------
+
+
+@app.on_ws_connect()
+def channel_connect(event: Any) -> dict[str, Any]:
+    """Accept a node's channel when its headers carry its unexpired, unused ticket (else 401/403)."""
+    from chalicelib.api import channel_edge
+    from chalicelib.services import channel
+
+    def connect() -> str:
+        inst = instance.get()
+        return channel.connect(inst.stores, inst.settings, channel_edge.headers(event), event.connection_id, _now())
+
+    return channel_edge.run("channel_connected", connect, http_status)
+
+
+@app.on_ws_message()
+def channel_message(event: Any) -> dict[str, Any]:
+    """An agent's message: a ``ping`` keeps the connection open; anything else is refused and logged."""
+    from chalicelib.api import channel_edge
+    from chalicelib.services import channel
+
+    return channel_edge.run("channel_message", lambda: channel.read_message(event.body) and None, http_status)
+
+
+@app.on_ws_disconnect()
+def channel_disconnect(event: Any) -> dict[str, Any]:
+    """Forget the connection on its node, if it is still the node's."""
+    from chalicelib.api import channel_edge
+    from chalicelib.services import channel
+
+    return channel_edge.run(
+        "channel_disconnected", lambda: channel.disconnect(instance.get().stores, event.connection_id), http_status
+    )
 
 
 # --- scheduled and stream functions ------------------------------------------------------

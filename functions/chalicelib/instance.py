@@ -69,7 +69,11 @@ def get() -> Instance:
             settings = load_settings()
             bind_tables(settings)
             stores = dynamodb_stores(
-                settings.outbox_retention_seconds, settings.sweep_bucket_seconds, _s3_client, settings.state_log_bucket
+                settings.outbox_retention_seconds,
+                settings.sweep_bucket_seconds,
+                _s3_client,
+                settings.state_log_bucket,
+                settings.channel_management_url,
             )
             _instance = Instance(settings=settings, stores=stores)
         return _instance
@@ -140,7 +144,7 @@ def sweep_index_partition(liveness: str, node_id: str) -> str | None:
 
 
 #: The modules the heartbeat route imports on its first call (a unit test keeps this equal to app.py).
-HEARTBEAT_ROUTE_IMPORTS = ("chalicelib.domain.requests", "chalicelib.services.nodes")
+HEARTBEAT_ROUTE_IMPORTS = ("chalicelib.api.channel_edge", "chalicelib.domain.requests", "chalicelib.services.nodes")
 
 
 def load_heartbeat_path() -> None:

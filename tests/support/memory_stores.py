@@ -20,6 +20,7 @@ from chalicelib.stores import changes
 from chalicelib.stores.contract import CLAIM_CHANGES_PER_WRITE, PARTNERS_PER_WRITE, Holder, LeaseCheck, PageKey, Stores
 
 from tests.support.journal import Journal, MemoryObjectStore
+from tests.support.memory_channel import MemoryChannelStore, MemoryParkStore
 
 R = TypeVar("R")
 
@@ -246,6 +247,27 @@ class MemoryNodeStore(_Store[Node]):
         revoked = changes.credential_revoked(now)
         self._update("revoke_credential", node_id, lambda n: n.credential_state == "active", revoked, event)
 
+    # --- the push channel (not logged) ---
+
+    def connect_channel(self, node_id: str, ticket_sha256: str, connection_id: str, now: float) -> None:
+        with self._writing("connect_channel"):
+            node = self.records.get(node_id)
+            _require(node is not None and node.channel_ticket_sha256 == ticket_sha256, "the ticket")
+            _require((node.channel_ticket_expires_at or now) > round(now, 3), "unexpired")
+            _require(node.credential_state == "active", "credential active")
+            self._change(node_id, changes.channel_connected(connection_id, now))
+
+    def disconnect_channel(self, node_id: str, connection_id: str) -> None:
+        with self._writing("disconnect_channel"):
+            node = self.records.get(node_id)
+            _require(node is not None and node.channel_connection_id == connection_id, "still that connection")
+            self._change(node_id, changes.channel_disconnected())
+
+    def node_of_connection(self, connection_id: str) -> str | None:
+        with self._reading("node_of_connection"):
+            found = [key for key, node in self.records.items() if node.channel_connection_id == connection_id]
+            return found[0] if found else None
+
 
 class MemoryEnrollmentStore(_Store[Enrollment]):
     name, key_name = "enrollments", "enrollment_id"
@@ -363,6 +385,8 @@ class MemoryStores(Stores):
     control: MemoryControlStore
     work: MemoryWorkStore
     objects: MemoryObjectStore
+    parking: MemoryParkStore
+    channel: MemoryChannelStore
     journal: Journal
 
 
@@ -372,4 +396,5 @@ def memory_stores(bucket_seconds: int = 45) -> MemoryStores:
     control = MemoryControlStore(journal)
     nodes = MemoryNodeStore(journal, control, bucket_seconds)
     enrollments, work = MemoryEnrollmentStore(journal, nodes), MemoryWorkStore(journal, nodes)
-    return MemoryStores(enrollments, nodes, control, work, MemoryObjectStore(journal), journal)
+    parking, channel = MemoryParkStore(journal, nodes), MemoryChannelStore(journal)
+    return MemoryStores(enrollments, nodes, control, work, MemoryObjectStore(journal), parking, channel, journal)

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from chalicelib.api import openapi
+from chalicelib.services import channel
 from jsonschema import Draft202012Validator
 
 from tests.support.processes import run_to_exit
@@ -151,6 +152,7 @@ def test_every_error_code_the_control_plane_raises_is_documented() -> None:
         raised.update({f"{what}_not_found": source.name for what in _NOT_FOUND.findall(text)})
     raised.update({"invalid_request": "errors.py"})  # invalid_request(...) builds it
     documented = {code for op in openapi.operations(_routes()) for codes in op.errors().values() for code in codes}
+    documented |= set(channel.CHANNEL_ERROR_CODES)  # the WebSocket handlers' (docs/API.md: test below)
     undocumented = {code: where for code, where in raised.items() if code not in documented}
     assert len(raised) > 25, raised  # the scan still finds the codes
     assert not undocumented, (
@@ -178,3 +180,8 @@ def test_endpoint_route_carries_its_operation_and_nothing_else_lists_it() -> Non
 
     entry = _routes()["/api/v1/admin/work/{work_id}"]["GET"]
     assert declared(entry.view_function) is operations.GET_WORK
+
+
+def test_every_channel_error_code_is_in_api_md() -> None:
+    text = (FUNCTIONS.parent / "docs" / "API.md").read_text(encoding="utf-8")
+    assert not [code for code in channel.CHANNEL_ERROR_CODES if not re.search(rf"\b{code}\b", text)]

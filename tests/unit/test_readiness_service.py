@@ -33,6 +33,7 @@ CHECKS = [
     "telemetry_age",
     "identity_unique",
     "worker",
+    "push_channel",
 ]
 
 

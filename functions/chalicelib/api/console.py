@@ -11,6 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import Any
+
+from chalice import Response
+
+from chalicelib.domain.errors import NotFound
 
 ASSET_DIR = Path(__file__).with_name("console_assets")
 #: The page, served at ``/console/`` only (``/console/index.html`` is an unknown name, as in the
@@ -93,3 +98,15 @@ def find(name: str) -> ConsoleFile | None:
 def _read(name: str, content_type: str) -> ConsoleFile:
     """Read once per function instance, on the first request for it (not at cold start)."""
     return ConsoleFile((ASSET_DIR / name).read_text(encoding="utf-8"), content_type)
+
+
+def answer(status: int, body: str | dict[str, Any], content_type: str, **extra: str) -> Response:
+    headers: dict[str, str | list[str]] = {**SECURITY_HEADERS, "Content-Type": content_type, **extra}
+    return Response(body=body, status_code=status, headers=headers)
+
+
+def file_answer(found: ConsoleFile | None) -> Response:
+    if found is None:
+        error = NotFound("console_file_not_found", "the console has no such file; open /console/")
+        return answer(404, error.body(), "application/json")
+    return answer(200, found.body, found.content_type)

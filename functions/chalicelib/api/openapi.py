@@ -147,6 +147,8 @@ NODE_VIEW = closed(
         "liveness_hold": nullable(
             closed({"reason": {"const": "mass_stale_held"}, "since": _TIME, "detail": {}, "meaning": _TEXT})
         ),
+        "channel": {"enum": ["connected", "fallback"], "description": "connected: a live push-channel connection"},
+        "channel_reason": nullable({**_TEXT, "description": "why the node is in fallback (null when connected)"}),
         "created_at": _TIME,
     }
 )
@@ -159,6 +161,7 @@ READINESS_CHECKS = (
     "telemetry_age",
     "identity_unique",
     "worker",
+    "push_channel",
 )
 READINESS = closed(
     {

@@ -9,6 +9,7 @@ from modelforge_protocol.versions import ACCEPTED, IMAGE_TAG_VERSION, Component,
 
 from chalicelib.config.settings import Settings
 from chalicelib.domain import liveness
+from chalicelib.domain.channel_state import channel_of
 from chalicelib.domain.records import TELEMETRY_COLUMNS, ControlItem, Enrollment, Inventory, Node, WorkItem
 from chalicelib.domain.timestamps import iso
 from chalicelib.services.enrollments import public_state
@@ -61,6 +62,7 @@ def liveness_hold(hold: ControlItem | None) -> dict[str, Any] | None:
 
 def node(details: NodeDetails, settings: Settings, now: float) -> dict[str, Any]:
     item = details.node
+    channel_state, channel_reason = channel_of(item, bool(settings.channel_url))
     return {
         "node_id": item.node_id,
         "enrollment_id": item.enrollment_id,
@@ -86,6 +88,8 @@ def node(details: NodeDetails, settings: Settings, now: float) -> dict[str, Any]
         "duplicate_suspected": sorted(item.duplicate_partners or []),
         "duplicate_suspected_since": iso(item.duplicate_suspected_at),
         "liveness_hold": liveness_hold(details.hold),
+        "channel": channel_state,
+        "channel_reason": channel_reason,
         "created_at": iso(item.created_at),
     }
 

@@ -13,7 +13,9 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
+from modelforge_protocol.addresses import is_loopback_host
 from modelforge_protocol.environment import Reader
 
 from chalicelib.config import resources
@@ -42,6 +44,17 @@ class Settings:
     readiness_inventory_max_age_seconds: int
     #: inventory replacements one node may make per INVENTORY_RATE_WINDOW_SECONDS
     inventory_rate_limit: int
+    #: the push channel's URL agents open (wss://, ws:// to loopback only); None: no channel, every
+    #: agent in fallback (the heartbeat's work hint)
+    channel_url: str | None = None
+    #: the API Gateway management API that sends on the channel's connections (https://, http:// to
+    #: loopback only); set exactly when channel_url is
+    channel_management_url: str | None = None
+
+    @property
+    def features(self) -> list[str]:
+        """What the answers advertise beyond protocol 1's base (``push_channel`` with a channel)."""
+        return ["push_channel"] if self.channel_url else []
 
     @property
     def state_log_bucket(self) -> str:
@@ -192,6 +205,48 @@ def _resource_names(reader: Reader, problems: list[str]) -> dict[str, str]:
     return names
 
 
+CHANNEL_URL_VAR = "MODELFORGE_CHANNEL_URL"
+CHANNEL_MANAGEMENT_URL_VAR = "MODELFORGE_CHANNEL_MANAGEMENT_URL"
+
+
+def _url_problem(value: str, secure: str, plain: str) -> str | None:
+    """Why ``value`` is not a ``secure``:// URL (or ``plain``:// to a loopback host), or None."""
+    try:
+        parts = urlsplit(value)
+        host = parts.hostname or ""
+        parts.port  # noqa: B018  (a bad port raises here)
+    except ValueError:
+        return "is not a valid URL"
+    if parts.scheme not in (secure, plain) or not host:
+        return f"must be a {secure}:// URL ({plain}:// only to a loopback host)"
+    if parts.scheme == plain and not is_loopback_host(host):
+        return f"may use {plain}:// only for a loopback host; use {secure}://"
+    if parts.username or parts.password or parts.query or parts.fragment:
+        return "must not carry user information, a query or a fragment"
+    if any(ord(char) <= 0x20 or ord(char) == 0x7F for char in value) or len(value) > 2048:
+        return "must be at most 2048 characters without spaces or control characters"
+    return None
+
+
+def _channel(reader: Reader, problems: list[str]) -> tuple[str | None, str | None]:
+    """The push channel: both URLs, or neither (no channel)."""
+    url, management = reader.text(CHANNEL_URL_VAR) or None, reader.text(CHANNEL_MANAGEMENT_URL_VAR) or None
+    if url is None:
+        if management is not None:
+            problems.append(f"{CHANNEL_MANAGEMENT_URL_VAR} is set but {CHANNEL_URL_VAR} is not: set both or neither")
+        return None, None
+    if management is None:
+        problems.append(f"{CHANNEL_MANAGEMENT_URL_VAR} is required when {CHANNEL_URL_VAR} is set")
+    for name, value, secure, plain in (
+        (CHANNEL_URL_VAR, url, "wss", "ws"),
+        (CHANNEL_MANAGEMENT_URL_VAR, management, "https", "http"),
+    ):
+        problem = _url_problem(value, secure, plain) if value is not None else None
+        if problem:
+            problems.append(f"{name} {problem}")
+    return url, management
+
+
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     env = os.environ if env is None else env
     reader = Reader(env)
@@ -204,6 +259,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     inventory_age = _read_int(reader, "MODELFORGE_READINESS_INVENTORY_MAX_AGE_SECONDS")
     fraction = _read_fraction(reader, "MODELFORGE_SWEEP_MASS_STALE_FRACTION", 0.5)
     inventory_rate = _read_int(reader, "MODELFORGE_INVENTORY_RATE_LIMIT")
+    channel_url, channel_management_url = _channel(reader, problems)
     if stale and stale <= interval:
         problems.append(
             "MODELFORGE_NODE_STALE_AFTER_SECONDS must exceed MODELFORGE_HEARTBEAT_INTERVAL_SECONDS "
@@ -221,4 +277,6 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         mass_stale_fraction=fraction,
         readiness_inventory_max_age_seconds=inventory_age,
         inventory_rate_limit=inventory_rate,
+        channel_url=channel_url,
+        channel_management_url=channel_management_url,
     )

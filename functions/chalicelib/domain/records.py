@@ -61,6 +61,18 @@ class Node:
     duplicate_suspected_at: float | None = None
     #: what the node serves: its inventory's capabilities
     capabilities: set[str] | None = None
+    # --- the push channel (ephemeral: never in the state log, not rebuilt by replay) ---
+    #: the SHA-256 of the node's one unused channel ticket, and when it expires
+    channel_ticket_sha256: str | None = field(default=None, repr=False)
+    channel_ticket_expires_at: float | None = None
+    #: the node's live channel connection (API Gateway's connection id), and since when
+    channel_connection_id: str | None = None
+    channel_connected_at: float | None = None
+    #: the agent's last report of its channel: connected | connecting | fallback | off, and why
+    channel_state: str | None = None
+    channel_reason: str | None = None
+    #: since when the node is parked (idle, waiting for a wake on its channel)
+    parked_at: float | None = None
 
 
 @dataclass
@@ -135,6 +147,22 @@ class Heartbeat:
     telemetry: list[list[float]]
     agent_version: str
     protocol_version: int
+    #: the agent's report of its push channel (None: not reported); its reason (None: none)
+    channel_state: str | None = None
+    channel_reason: str | None = None
+    #: a channel ticket minted for this heartbeat's answer: its SHA-256 and expiry, written by the
+    #: heartbeat's own update (None: none minted)
+    channel_ticket_sha256: str | None = field(default=None, repr=False)
+    channel_ticket_expires_at: float | None = None
+
+
+@dataclass(frozen=True)
+class Parked:
+    """A node parked for the capabilities it served when it parked (the wake reads these)."""
+
+    node_id: str
+    capabilities: frozenset[str]
+    parked_at: float
 
 
 @dataclass(frozen=True)

@@ -117,6 +117,17 @@ def enroll(body: dict[str, Any]) -> Enroll:
 
 
 @dataclass(frozen=True)
+class PushChannelReport:
+    """The agent's push channel as its heartbeat reports it (schemas.PUSH_CHANNEL_REPORT)."""
+
+    #: connected | connecting | fallback | off
+    state: str
+    #: the agent has no unexpired ticket with a minute left and wants one in this answer
+    need_ticket: bool
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
 class Heartbeat:
     protocol_version: int
     agent_version: str
@@ -124,16 +135,22 @@ class Heartbeat:
     health: dict[str, Any]
     #: ``{"gpus": [...]}``, each GPU as the protocol's GPU_TELEMETRY
     telemetry: dict[str, Any]
+    #: None: the agent did not report a channel (an agent older than the channel, or none advertised)
+    push_channel: PushChannelReport | None = None
 
 
 def heartbeat(body: dict[str, Any]) -> Heartbeat:
     protocol_version = require_compatible(Component.AGENT, body)
     validate(body, "HEARTBEAT")
+    report = body.get("push_channel")
     return Heartbeat(
         protocol_version=protocol_version,
         agent_version=body["agent_version"],
         health=body["health"],
         telemetry=body["telemetry"],
+        push_channel=None
+        if report is None
+        else PushChannelReport(state=report["state"], need_ticket=report["need_ticket"], reason=report.get("reason")),
     )
 
 

@@ -20,7 +20,7 @@ from chalicelib.domain.errors import (
     not_found,
 )
 from chalicelib.domain.records import Enrollment, Event, Inventory, Node
-from chalicelib.services import duplicate_identity
+from chalicelib.services import channel, duplicate_identity
 from chalicelib.stores.contract import Stores
 
 PENDING, CONSUMED, REVOKED, EXPIRED = "pending", "consumed", "revoked", "expired"
@@ -99,6 +99,8 @@ def _refusal(enrollment: Enrollment, now: float) -> DomainError:
 class Enrolled:
     node: Node
     replayed: bool
+    #: a channel ticket minted in the node's write (a channel is configured; not on a replay)
+    ticket: channel.Ticket | None = None
 
 
 def _replay(stores: Stores, enrollment: Enrollment, idempotency_sha256: str, credential_sha256: str) -> Enrolled | None:
@@ -143,6 +145,8 @@ def enroll(stores: Stores, settings: Settings, request: requests.Enroll, now: fl
         raise _refusal(enrollment, now)
 
     node_id = f"node_{uuid.uuid4().hex}"
+    # the channel's first ticket rides in the node's own write (no extra write; never logged)
+    ticket = channel.mint(now) if settings.channel_url else None
     node = Node(
         node_id=node_id,
         enrollment_id=enrollment_id,
@@ -159,6 +163,8 @@ def enroll(stores: Stores, settings: Settings, request: requests.Enroll, now: fl
         liveness="pending",
         liveness_changed_at=round(now, 3),
         capabilities=set(request.inventory["capabilities"]) or None,
+        channel_ticket_sha256=ticket.sha256 if ticket else None,
+        channel_ticket_expires_at=ticket.expires_at if ticket else None,
     )
     uuids = duplicate_identity.gpu_uuids(request.inventory)
     inventory = Inventory(
@@ -180,4 +186,4 @@ def enroll(stores: Stores, settings: Settings, request: requests.Enroll, now: fl
             return replayed
         raise _refusal(current, now) from None
     duplicate_identity.detect_and_flag(stores, settings, node_id, uuids, set(), now)
-    return Enrolled(node=node, replayed=False)
+    return Enrolled(node=node, replayed=False, ticket=ticket)

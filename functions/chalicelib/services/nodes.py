@@ -14,7 +14,7 @@ from chalicelib.domain import liveness, requests
 from chalicelib.domain.errors import Conflict, GuardFailed, RateLimited, conflict, not_found
 from chalicelib.domain.records import TELEMETRY_COLUMNS, Event, Heartbeat, Inventory, Node
 from chalicelib.domain.validation import require_unique
-from chalicelib.services import duplicate_identity
+from chalicelib.services import channel, dispatch, duplicate_identity
 from chalicelib.services.auth import NodeCaller, require_holder
 from chalicelib.services.known_callers import KnownCallers
 from chalicelib.stores.contract import Holder, Stores
@@ -41,6 +41,26 @@ def _telemetry_rows(request: requests.Heartbeat) -> list[list[float]]:
 class HeartbeatResult:
     node: Node
     transitioned_from: str | None
+    #: a channel ticket minted for this answer (written by the heartbeat's own update), or None
+    ticket: channel.Ticket | None = None
+
+
+def _channel_fields(settings: Settings, request: requests.Heartbeat, now: float) -> tuple[dict[str, Any], Any]:
+    """The heartbeat record's channel fields (the agent's report, a ticket it asked for) and the ticket.
+
+    A ticket is minted only with a channel configured and when the agent asks; its hash and expiry
+    go into the heartbeat's own update, whose guard checks the credential is active: a revoked
+    credential gets no ticket, and minting adds no write.
+    """
+    report = request.push_channel
+    if report is None:
+        return {}, None
+    fields: dict[str, Any] = {"channel_state": report.state, "channel_reason": report.reason or None}
+    if not (settings.channel_url and report.need_ticket and report.state not in ("connected", "off")):
+        return fields, None
+    ticket = channel.mint(now)
+    fields.update(channel_ticket_sha256=ticket.sha256, channel_ticket_expires_at=ticket.expires_at)
+    return fields, ticket
 
 
 def heartbeat(
@@ -56,25 +76,28 @@ def heartbeat(
     A caller not yet known is read first (one GetItem) and refused before anything is written:
     an unauthenticated heartbeat costs a read, never a write.
     """
+    channel_fields, ticket = _channel_fields(settings, request, now)
     beat = Heartbeat(
         health=request.health,
         telemetry=_telemetry_rows(request),
         agent_version=request.agent_version,
         protocol_version=request.protocol_version,
+        **channel_fields,
     )
     holder = Holder(caller.node_id, caller.credential_sha256)
     known = known if known is not None else KnownCallers(capacity=1)
     key = (caller.node_id, caller.credential_sha256)
     if key in known:
         try:
-            return HeartbeatResult(stores.nodes.record_heartbeat(holder, beat, now), None)
+            return HeartbeatResult(stores.nodes.record_heartbeat(holder, beat, now), None, ticket)
         except GuardFailed:
             known.forget(key)  # revoked, or no longer online: read to answer precisely
     node = require_holder(stores.nodes.get(caller.node_id), caller)
     known.remember(key)
     for _ in range(_TRANSITION_ATTEMPTS):
         try:
-            return _record(stores, holder, node, beat, now)
+            recorded = _record(stores, holder, node, beat, now)
+            return HeartbeatResult(recorded.node, recorded.transitioned_from, ticket)
         except GuardFailed:
             node = require_holder(stores.nodes.get(caller.node_id), caller)  # moved meanwhile: judge again
     raise Conflict("heartbeat_conflict", "the node changed concurrently; retry the heartbeat")
@@ -152,9 +175,14 @@ def _rate_window(settings: Settings, previous: Inventory | None, now: float) -> 
 
 
 def revoke_credential(stores: Stores, node_id: str, now: float) -> Node:
+    """Revoke the node's credential, then close its channel connection (a revoked node's ticket
+    opens nothing: the connect checks the credential, and no heartbeat of it mints another)."""
     get(stores, node_id)
     try:
         stores.nodes.revoke_credential(node_id, now, Event("credential.revoked", {"node_id": node_id}, now))
     except GuardFailed:
         raise conflict("credential_already_revoked", "the node's credential is already revoked") from None
-    return get(stores, node_id)
+    node = get(stores, node_id)
+    dispatch.close(stores, node)
+    node.channel_connection_id = node.channel_connected_at = None
+    return node

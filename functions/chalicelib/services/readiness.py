@@ -13,6 +13,7 @@ from modelforge_protocol.versions import Component, Verdict, next_step, verdict
 
 from chalicelib.config.settings import Settings
 from chalicelib.domain import liveness
+from chalicelib.domain.channel_state import CONNECTED, channel_of
 from chalicelib.domain.errors import not_found
 from chalicelib.domain.records import Inventory, Node
 from chalicelib.domain.timestamps import iso
@@ -64,6 +65,12 @@ def _connection(node: Node, settings: Settings, now: float) -> Check:
         f"last heartbeat {age:.0f}s ago (stale after {settings.stale_after_seconds}s)",
         f"the agent stopped reaching the control plane: is it running? {HEARTBEAT_HINT}",
     )  # fmt: skip
+
+
+def _push_channel(node: Node, settings: Settings) -> Check:
+    """Never fails: a node in fallback claims on the heartbeat's hint (it only waits longer)."""
+    state, reason = channel_of(node, bool(settings.channel_url))
+    return _check("push_channel", True, CONNECTED if state == CONNECTED else f"fallback: {reason}", "")
 
 
 def _inventory_age(node: Node, inventory: Inventory | None, settings: Settings, now: float) -> Check:
@@ -190,6 +197,7 @@ def check(stores: Stores, settings: Settings, target_id: str, now: float) -> Rea
         _telemetry_age(node, inventory, settings, now),
         _identity_unique(stores, node, inventory, settings, now),
         _worker(node),
+        _push_channel(node, settings),
     ]
     status = liveness.derive(node.last_heartbeat_at, now, settings.stale_after_seconds, settings.offline_after_seconds)
     return Readiness(node_id=node.node_id, enrollment_id=node.enrollment_id, checks=checks, status=status)

@@ -30,6 +30,7 @@ from chalicelib.domain import requests
 from chalicelib.domain.errors import Conflict, GuardFailed, Invalid, TooLarge, not_found
 from chalicelib.domain.records import Event, Node, WorkItem
 from chalicelib.domain.validation import validate_with
+from chalicelib.services import dispatch
 from chalicelib.services.auth import NodeCaller, require_holder
 from chalicelib.services.known_callers import KnownCallers
 from chalicelib.stores.contract import Holder, LeaseCheck, Stores
@@ -128,6 +129,7 @@ def submit(stores: Stores, request: requests.SubmitWork, now: float) -> Submitte
         if existing is None:
             raise
         return _same_submission(existing, item)
+    dispatch.wake(stores, capability, now)  # after the item's write: see dispatch.py (no lost wake-up)
     return Submitted(item, created=True)
 
 
@@ -147,9 +149,12 @@ def cancel(stores: Stores, work_id: str, now: float) -> WorkItem:
             )
         event = Event("work.cancelled", {"work_id": work_id, "from": item.status}, now)
         try:
-            return stores.work.cancel(item, now, event)
+            cancelled = stores.work.cancel(item, now, event)
         except GuardFailed:
             continue  # claimed, failed or finished meanwhile: judge again
+        if item.status == LEASED:  # the holder renews at once: its renewal's 409 stops the job
+            dispatch.notify_cancel(stores, item.node_id, work_id)
+        return cancelled
     raise Conflict("work_conflict", "the work changed concurrently; retry")
 
 
@@ -193,6 +198,8 @@ def claim(stores: Stores, settings: Settings, caller: NodeCaller, now: float) ->
     lost = 0
     for _ in range(CLAIM_ROUNDS):
         candidates = _candidates(stores, capabilities)
+        if not candidates and dispatch.park(stores, node, holder, capabilities, now):
+            candidates = _candidates(stores, capabilities)  # parked: look once more (no lost wake-up)
         if not candidates:
             return None
         for candidate in candidates:
@@ -211,6 +218,7 @@ def claim(stores: Stores, settings: Settings, caller: NodeCaller, now: float) ->
                 if lost % NODE_CHECK_EVERY_LOSSES == 0:
                     _require_online(require_holder(stores.nodes.get(caller.node_id), caller), heartbeat_after)
                 continue
+            dispatch.claimed(stores, node)
             return _claim_answer(stores, leased)
     if lost % NODE_CHECK_EVERY_LOSSES:
         _require_online(require_holder(stores.nodes.get(caller.node_id), caller), heartbeat_after)

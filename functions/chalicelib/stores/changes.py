@@ -66,7 +66,7 @@ def cancelled(now: float) -> Changes:
 
 
 def heartbeat(heartbeat: Heartbeat, now: float) -> Changes:
-    return {
+    values: Changes = {
         "last_heartbeat_at": _ms(now),
         "liveness": liveness.ONLINE,
         "health": heartbeat.health,
@@ -74,6 +74,40 @@ def heartbeat(heartbeat: Heartbeat, now: float) -> Changes:
         "agent_version": heartbeat.agent_version,
         "protocol_version": heartbeat.protocol_version,
     }
+    if heartbeat.channel_state is not None:  # the agent reported its channel (same update, no extra write)
+        values.update(channel_state=heartbeat.channel_state, channel_reason=heartbeat.channel_reason)
+    if heartbeat.channel_ticket_sha256 is not None:  # a ticket minted for this answer replaces the last one
+        values.update(ticket(heartbeat.channel_ticket_sha256, heartbeat.channel_ticket_expires_at or now))
+    return values
+
+
+# --- the push channel (ephemeral: these fields are never logged) ---------------------------
+
+
+def ticket(ticket_sha256: str, expires_at: float) -> Changes:
+    return {"channel_ticket_sha256": ticket_sha256, "channel_ticket_expires_at": _ms(expires_at)}
+
+
+def channel_connected(connection_id: str, now: float) -> Changes:
+    """The ticket is used up by the connection it opened."""
+    return {
+        "channel_connection_id": connection_id,
+        "channel_connected_at": _ms(now),
+        "channel_ticket_sha256": None,
+        "channel_ticket_expires_at": None,
+    }
+
+
+def channel_disconnected() -> Changes:
+    return {"channel_connection_id": None, "channel_connected_at": None}
+
+
+def parked(now: float) -> Changes:
+    return {"parked_at": _ms(now)}
+
+
+def unparked() -> Changes:
+    return {"parked_at": None}
 
 
 def liveness_changed(target: str, now: float) -> Changes:

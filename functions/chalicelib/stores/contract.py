@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from chalicelib.domain.records import ControlItem, Enrollment, Event, Heartbeat, Inventory, Node, WorkItem
+from chalicelib.domain.records import ControlItem, Enrollment, Event, Heartbeat, Inventory, Node, Parked, WorkItem
 
 #: An opaque position in a paged listing (None: the first page, or no more pages).
 PageKey = dict[str, Any] | None
@@ -121,6 +121,47 @@ class NodeStore(Protocol):
 
     def count_in_state(self, liveness: str) -> int:
         """How many nodes are persisted in ``liveness`` (online or stale)."""
+
+    # --- the push channel (ephemeral state: not logged) ---
+
+    def connect_channel(self, node_id: str, ticket_sha256: str, connection_id: str, now: float) -> None:
+        """Record ``connection_id`` as the node's channel connection at ``now`` and use up its ticket,
+        if the node's unused ticket is ``ticket_sha256``, unexpired at ``now``, and its credential
+        is active. GuardFailed otherwise."""
+
+    def disconnect_channel(self, node_id: str, connection_id: str) -> None:
+        """Forget the node's channel connection if it is still ``connection_id`` (GuardFailed
+        otherwise: a newer connection is kept)."""
+
+    def node_of_connection(self, connection_id: str) -> str | None:
+        """The node whose channel connection is ``connection_id`` (None: none; may lag a fresh
+        connection by a moment)."""
+
+
+class ParkStore(Protocol):
+    """Idle nodes waiting on their channel, by capability (ephemeral: not logged)."""
+
+    def park(self, holder: Holder, connection_id: str, capabilities: set[str], now: float) -> None:
+        """Park the node for ``capabilities`` (one write) if it holds this active credential, its
+        channel connection is still ``connection_id`` and it is not parked. GuardFailed otherwise."""
+
+    def parked(self, capability: str, limit: int) -> list[Parked]:
+        """Up to ``limit`` nodes parked for ``capability``, longest parked first (reads only the
+        parked nodes of that capability)."""
+
+    def unpark(self, parked: Parked) -> None:
+        """Un-park the node if it is still parked as ``parked`` says (GuardFailed otherwise: one
+        waker wins each node)."""
+
+
+class ChannelStore(Protocol):
+    """Sending on the nodes' channel connections (API Gateway's management API)."""
+
+    def send(self, connection_id: str, message: dict[str, Any]) -> bool:
+        """Send ``message`` as one JSON text frame; False when the connection is gone."""
+
+    def close(self, connection_id: str) -> None:
+        """Close the connection (nothing when it is gone already)."""
 
 
 class ControlStore(Protocol):
@@ -231,3 +272,5 @@ class Stores:
     control: ControlStore
     work: WorkStore
     objects: ObjectStore
+    parking: ParkStore
+    channel: ChannelStore

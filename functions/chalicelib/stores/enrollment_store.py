@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from pynamodb.exceptions import DoesNotExist
 from pynamodb.transactions import TransactWrite
 
 from chalicelib.domain.records import Enrollment, Event, Inventory, Node
-from chalicelib.stores import changes
+from chalicelib.stores import changes, node_store
 from chalicelib.stores.contract import PageKey
 from chalicelib.stores.item_records import item_of, record_of
 from chalicelib.stores.models import EnrollmentModel, GpuClaimModel, InventoryModel, NodeModel, OutboxModel
@@ -71,11 +73,13 @@ class DynamoEnrollmentStore:
         subject = {"enrollment_id": enrollment_id, "node_id": node.node_id}
         claim_uuids = sorted(inventory.claimed_uuids or ())
         node_item = item_of(node, NodeModel)
+        # the channel ticket is ephemeral: written with the node, never logged
+        logged_node = item_of(dataclasses.replace(node, **dict.fromkeys(node_store.EPHEMERAL_ATTRIBUTES)), NodeModel)
         inventory_item = item_of(inventory, InventoryModel)
         claims = [GpuClaimModel(uuid, node.node_id, claimed_at=round(now, 3)) for uuid in claim_uuids]
         logged = {
             "enrollment.consumed": [update_change(EnrollmentModel, enrollment_id, enrollment_values)],
-            "node.registered": [put_change(node_item)],
+            "node.registered": [put_change(logged_node)],
             "credential.issued": [],  # the credential is part of the node item put above
             "inventory.replaced": [put_change(inventory_item), *(put_change(claim) for claim in claims)],
         }

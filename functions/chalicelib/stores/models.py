@@ -60,6 +60,18 @@ class LivenessIndex(GlobalSecondaryIndex):
     heartbeat_bucket = NumberAttribute(range_key=True)
 
 
+class ConnectionIndex(GlobalSecondaryIndex):
+    """Nodes by their channel connection id: what the disconnect handler reads (API Gateway's
+    ``$disconnect`` event carries the connection id only). Sparse: connected nodes only; keys only,
+    written when a node connects or disconnects, never by a heartbeat."""
+
+    class Meta:
+        index_name = "by_channel"
+        projection = KeysOnlyProjection()
+
+    channel_connection_id = UnicodeAttribute(hash_key=True)
+
+
 class NodeModel(Model):
     """Identity, the one credential, liveness and the latest telemetry of a node.
 
@@ -102,7 +114,20 @@ class NodeModel(Model):
     #: what the node serves (its inventory's capabilities), set with each inventory: claims and
     #: the heartbeat's work hint read it from here, in the item they already read or write
     capabilities = UnicodeSetAttribute(null=True)
+    # --- the push channel: ephemeral (never in the state log; replay leaves them out) ---
+    #: SHA-256 of the node's one unused channel ticket and its expiry (set by the heartbeat that mints it)
+    channel_ticket_sha256 = UnicodeAttribute(null=True)
+    channel_ticket_expires_at = NumberAttribute(null=True)
+    #: the live channel connection (API Gateway's connection id) and since when
+    channel_connection_id = UnicodeAttribute(null=True)
+    channel_connected_at = NumberAttribute(null=True)
+    #: the agent's last report of its channel (connected | connecting | fallback | off) and why
+    channel_state = UnicodeAttribute(null=True)
+    channel_reason = UnicodeAttribute(null=True)
+    #: since when the node is parked (its park items are in the control table's by_park index)
+    parked_at = NumberAttribute(null=True)
     by_liveness = LivenessIndex()
+    by_channel = ConnectionIndex()
 
 
 class InventoryModel(Model):
@@ -133,8 +158,21 @@ class GpuClaimModel(Model):
     claimed_at = NumberAttribute()
 
 
+class ParkIndex(GlobalSecondaryIndex):
+    """Parked nodes by capability, longest parked first: what a submit's wake reads. Sparse: only
+    park items (``park#<capability>#<node_id>``) carry ``park_capability``."""
+
+    class Meta:
+        index_name = "by_park"
+        projection = AllProjection()
+
+    park_capability = UnicodeAttribute(hash_key=True)
+    parked_at = NumberAttribute(range_key=True)
+
+
 class ControlModel(Model):
-    """The control table, one item per name: the sweep's mass-outage hold, the online-node counter."""
+    """The control table, one item per name: the sweep's mass-outage hold, the online-node counter,
+    and one park item per (capability, parked node) (ephemeral: never in the state log)."""
 
     class Meta:
         table_name = UNBOUND
@@ -151,6 +189,12 @@ class ControlModel(Model):
     #: cannot overwrite each other (and a counter that went up and back down meanwhile still counts
     #: as moved)
     revision = NumberAttribute(null=True)
+    #: park items: the capability (index key), when, which node, and every capability it parked for
+    park_capability = UnicodeAttribute(null=True)
+    parked_at = NumberAttribute(null=True)
+    node_id = UnicodeAttribute(null=True)
+    capabilities = UnicodeSetAttribute(null=True)
+    by_park = ParkIndex()
 
 
 class QueueIndex(GlobalSecondaryIndex):

@@ -35,6 +35,17 @@ HEARTBEAT_ATTRIBUTES = (
     "agent_version",
     "protocol_version",
 )
+#: Node attributes of the push channel and of parking: ephemeral state, never in the state log (not
+#: even in a logged write's changes) and left out of replay equality, like the heartbeat's.
+EPHEMERAL_ATTRIBUTES = (
+    "channel_ticket_sha256",
+    "channel_ticket_expires_at",
+    "channel_connection_id",
+    "channel_connected_at",
+    "channel_state",
+    "channel_reason",
+    "parked_at",
+)
 #: Partitions of the sweep's index per liveness state, so heartbeats of a large fleet do not all
 #: write to one index partition.
 SHARDS = 4
@@ -344,3 +355,40 @@ class DynamoNodeStore:
             NodeModel.credential_state == "active",
             self._event(event, [update_change(NodeModel, node_id, values)]),
         )
+
+    # --- the push channel (ephemeral: not logged) ----------------------------------------
+
+    def connect_channel(self, node_id: str, ticket_sha256: str, connection_id: str, now: float) -> None:
+        """One conditional UpdateItem: the connection recorded, the ticket used up."""
+        self._update_or_guard(
+            node_id,
+            changes.channel_connected(connection_id, now),
+            (
+                # the ticket presented is the node's unused ticket
+                (NodeModel.channel_ticket_sha256 == ticket_sha256)
+                # and it has not expired
+                & (NodeModel.channel_ticket_expires_at > round(now, 3))
+                # and the node's credential is still active
+                & (NodeModel.credential_state == "active")
+            ),
+        )
+
+    def disconnect_channel(self, node_id: str, connection_id: str) -> None:
+        # only the connection that closed is forgotten: a newer one is kept
+        self._update_or_guard(
+            node_id, changes.channel_disconnected(), NodeModel.channel_connection_id == connection_id
+        )
+
+    def node_of_connection(self, connection_id: str) -> str | None:
+        for item in NodeModel.by_channel.query(connection_id, limit=1):
+            return str(item.node_id)
+        return None
+
+    def _update_or_guard(self, node_id: str, values: dict[str, Any], condition: Any) -> None:
+        """One conditional UpdateItem that is not logged; GuardFailed when the condition fails."""
+        try:
+            NodeModel(node_id).update(actions=update_actions(NodeModel, values), condition=condition)
+        except UpdateError as error:
+            if error.cause_response_code == "ConditionalCheckFailedException":
+                raise GuardFailed("channel guard") from None
+            raise
