@@ -25,10 +25,19 @@ from pynamodb.attributes import Attribute
 from pynamodb.indexes import Index
 
 FUNCTIONS = Path(__file__).resolve().parents[2] / "functions"
-#: Each deployed function's entry points in app.py (the API handler: every route and middleware).
-ENTRY_POINTS = {"LivenessSweep": ("liveness_sweep",), "StateLog": ("state_log",)}
-_NOT_API = {"liveness_sweep", "state_log", "_instance_or_refuse"}
+#: Each deployed function's entry points in app.py (the API handler: every route and middleware;
+#: Chalice deploys each WebSocket handler as a function of its own, named as below).
+ENTRY_POINTS = {
+    "LivenessSweep": ("liveness_sweep",),
+    "StateLog": ("state_log",),
+    "WebsocketConnect": ("channel_connect",),
+    "WebsocketMessage": ("channel_message",),
+    "WebsocketDisconnect": ("channel_disconnect",),
+}
+_NOT_API = {"liveness_sweep", "state_log", "_instance_or_refuse", "channel_connect", "channel_message", "channel_disconnect"}
 _S3_RECEIVERS = {"s3", "_s3"}
+#: The API Gateway management API client of the channel store.
+_CHANNEL_RECEIVERS = {"management"}
 
 Key = tuple[str, str]  # (module, "function" or "Class.method")
 
@@ -191,6 +200,8 @@ def _call_table(receiver: list[str], method: str, instances: set[str]) -> dict[s
         return aws_permissions.TRANSACTION_CALLS
     if receiver and receiver[-1] in _S3_RECEIVERS:
         return aws_permissions.S3_CALLS
+    if len(receiver) == 1 and receiver[0] in _CHANNEL_RECEIVERS:
+        return aws_permissions.CHANNEL_CALLS
     if len(receiver) == 1 and (_model(receiver[0]) is not None or receiver[0] in instances):
         model = _model(receiver[0])
         if model is not None and isinstance(getattr(model, method, None), Attribute):

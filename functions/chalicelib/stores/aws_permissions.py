@@ -38,10 +38,20 @@ S3_CALLS = {
     "head_object": "s3:GetObject",
 }
 S3_PRESIGNED = {"get_object": "s3:GetObject", "put_object": "s3:PutObject"}
+#: API Gateway management API calls on the push channel's connections (stores/channel_store.py,
+#: its client named ``management``): both need ManageConnections on the WebSocket API's
+#: ``@connections`` resources.
+CHANNEL_CALLS = {
+    "post_to_connection": "execute-api:ManageConnections",
+    "delete_connection": "execute-api:ManageConnections",
+}
 #: What Lambda does with a function's role, not the function's code: write its logs to its log
 #: group, and, for the state-log function, read the outbox stream it is triggered by.
 PLATFORM = {
     "APIHandler": ("logs:CreateLogStream", "logs:PutLogEvents"),
+    "WebsocketConnect": ("logs:CreateLogStream", "logs:PutLogEvents"),
+    "WebsocketMessage": ("logs:CreateLogStream", "logs:PutLogEvents"),
+    "WebsocketDisconnect": ("logs:CreateLogStream", "logs:PutLogEvents"),
     "LivenessSweep": ("logs:CreateLogStream", "logs:PutLogEvents"),
     "StateLog": (
         "logs:CreateLogStream",

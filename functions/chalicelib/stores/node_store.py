@@ -46,6 +46,8 @@ EPHEMERAL_ATTRIBUTES = (
     "channel_reason",
     "parked_at",
 )
+#: The same attributes as a scan of the nodes table names them (short names: see models.NodeModel).
+EPHEMERAL_ITEM_NAMES = tuple(NodeModel.get_attributes()[name].attr_name for name in EPHEMERAL_ATTRIBUTES)
 #: Partitions of the sweep's index per liveness state, so heartbeats of a large fleet do not all
 #: write to one index partition.
 SHARDS = 4
@@ -375,9 +377,7 @@ class DynamoNodeStore:
 
     def disconnect_channel(self, node_id: str, connection_id: str) -> None:
         # only the connection that closed is forgotten: a newer one is kept
-        self._update_or_guard(
-            node_id, changes.channel_disconnected(), NodeModel.channel_connection_id == connection_id
-        )
+        self._update_or_guard(node_id, changes.channel_disconnected(), NodeModel.channel_connection_id == connection_id)
 
     def node_of_connection(self, connection_id: str) -> str | None:
         for item in NodeModel.by_channel.query(connection_id, limit=1):
@@ -386,8 +386,9 @@ class DynamoNodeStore:
 
     def _update_or_guard(self, node_id: str, values: dict[str, Any], condition: Any) -> None:
         """One conditional UpdateItem that is not logged; GuardFailed when the condition fails."""
+        node = NodeModel(node_id)
         try:
-            NodeModel(node_id).update(actions=update_actions(NodeModel, values), condition=condition)
+            node.update(actions=update_actions(NodeModel, values), condition=condition)
         except UpdateError as error:
             if error.cause_response_code == "ConditionalCheckFailedException":
                 raise GuardFailed("channel guard") from None
