@@ -182,6 +182,21 @@ NODE_AGENT_SETTINGS = _obj(
     ["control_plane_url", "hostname", "accelerator_mode", "state_volume", "image_source"],
 )
 
+#: The push channel's states as the agent reports them (issue 19): ``off`` by its setting,
+#: ``fallback`` when the channel could not be opened (the reason says why).
+PUSH_CHANNEL_STATES = ("connected", "connecting", "fallback", "off")
+MAX_PUSH_CHANNEL_REASON_CHARS = 200
+#: The heartbeat's optional report of the agent's push channel: sent only when the control plane
+#: advertises the ``push_channel`` feature (older control planes refuse unknown fields).
+PUSH_CHANNEL_REPORT = _obj(
+    {
+        "state": {"enum": list(PUSH_CHANNEL_STATES)},
+        "reason": {"type": "string", "maxLength": MAX_PUSH_CHANNEL_REASON_CHARS, "pattern": r"^[^\x00-\x1f\x7f]*\Z"},
+        "need_ticket": {"type": "boolean"},
+    },
+    ["state", "need_ticket"],
+)
+
 HEARTBEAT = _obj(
     {
         "protocol_version": _PROTOCOL_VERSION,
@@ -191,6 +206,7 @@ HEARTBEAT = _obj(
             {"gpus": {"type": "array", "items": GPU_TELEMETRY, "maxItems": MAX_GPUS}},
             ["gpus"],
         ),
+        "push_channel": PUSH_CHANNEL_REPORT,
     },
     ["protocol_version", "agent_version", "health", "telemetry"],
 )
@@ -234,8 +250,36 @@ def _answer(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
     return {"type": "object", "properties": properties, "required": required}
 
 
+#: What the control plane can do beyond protocol 1's base: the answers' ``features``. An agent sends
+#: a request field a feature introduces only when the control plane lists that feature.
+FEATURE_PUSH_CHANNEL = "push_channel"
+#: Channel tickets live this long (never more than 600 s: the issue's bound).
+CHANNEL_TICKET_SECONDS = 300
+CHANNEL_TICKET_PREFIX = "mfct_"
+CHANNEL_TICKET_PATTERN = r"^mfct_[A-Za-z0-9_-]{43}\Z"
+_FEATURES = {
+    "type": "array",
+    "maxItems": 64,
+    "items": {"type": "string", "pattern": r"^[a-z][a-z0-9_]{0,63}\Z"},
+}
+#: The push channel's address and a single-use ticket for it (enroll answer; heartbeat answer when asked).
+CHANNEL = _answer(
+    {
+        "url": {"type": "string", "minLength": 1, "maxLength": 2048, "pattern": r"^wss?://[^\x00-\x20\x7f]+\Z"},
+        "ticket": {"type": "string", "pattern": CHANNEL_TICKET_PATTERN},
+        "expires_at": {"type": "string", "maxLength": 64, "pattern": r"^[0-9T:.+Z-]+\Z"},
+    },
+    ["url", "ticket", "expires_at"],
+)
+
 ENROLL_ANSWER = _answer(
-    {"node_id": _NODE_ID, "heartbeat_interval_seconds": _SECONDS, "replayed": {"type": "boolean"}},
+    {
+        "node_id": _NODE_ID,
+        "heartbeat_interval_seconds": _SECONDS,
+        "replayed": {"type": "boolean"},
+        "features": _FEATURES,
+        "channel": CHANNEL,
+    },
     ["node_id"],
 )
 
@@ -245,6 +289,8 @@ HEARTBEAT_ANSWER = _answer(
         "status": {"type": "string", "pattern": r"^[a-z][a-z0-9_]{0,31}\Z"},
         "heartbeat_interval_seconds": _SECONDS,
         "work_waiting": {"type": "boolean"},
+        "features": _FEATURES,
+        "channel": CHANNEL,
     },
     ["status"],
 )
@@ -266,3 +312,17 @@ ERROR_ANSWER = _answer(
     },
     ["error"],
 )
+
+
+# --- the push channel's messages (JSON text frames, both ways) ------------------------------------
+
+#: The one message version; a receiver ignores any other (one debug log line).
+CHANNEL_MESSAGE_VERSION = 1
+#: Largest channel message either side sends or reads (API Gateway allows 32 KB frames).
+MAX_CHANNEL_MESSAGE_BYTES = 1024
+#: server -> agent: claim now (a hint) / renew this work now (a hint: only the renewal's 409 stops it)
+CHANNEL_WAKE = "wake"
+CHANNEL_CANCEL = "cancel"
+#: agent -> server, every CHANNEL_PING_SECONDS (API Gateway closes a connection idle for 10 minutes)
+CHANNEL_PING = "ping"
+CHANNEL_PING_SECONDS = 300
