@@ -65,6 +65,9 @@ TICKET_USE_MARGIN_SECONDS = 2.0
 MAX_TICKET_SECONDS = 600.0
 #: The longest the connection's thread waits for a message before looking at its stop signal.
 POLL_SECONDS = 1.0
+#: The longest the connection's thread waits for a ticket before looking again (a ticket's
+#: arrival and ``close`` wake it at once).
+TICKET_WAIT_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -106,6 +109,7 @@ class Channel:
         random: Callable[[], float] = random_module.random,
         max_connection_seconds: float = MAX_CONNECTION_SECONDS,
         ping_seconds: float = CHANNEL_PING_SECONDS,
+        spawn: Callable[[Callable[[], None]], None] | None = None,
     ) -> None:
         self._opener = opener
         self._enabled = enabled
@@ -121,7 +125,9 @@ class Channel:
         self._stop = threading.Event()
         #: set when a ticket arrives (and on ``close``): the thread waiting for one looks again
         self._wakeup = threading.Event()
+        self._spawn = spawn or self._on_thread
         self._thread: threading.Thread | None = None
+        self._started = False
         self._node_id: str | None = None
         self._on_wake: Callable[[], None] = _nothing
         self._on_cancel: Callable[[str], None] = _ignore_work_id
@@ -178,10 +184,15 @@ class Channel:
             self._thread.join(grace_seconds)
 
     def _start_thread(self) -> None:
+        """Start the connection's loop once, when the channel has both a node id and a ticket."""
         with self._lock:
-            if self._thread is not None or not self._enabled or self._node_id is None or self._ticket is None:
+            if self._started or not self._enabled or self._node_id is None or self._ticket is None:
                 return
-            self._thread = threading.Thread(target=self._run, name="modelforge-channel", daemon=True)
+            self._started = True
+        self._spawn(self._run)
+
+    def _on_thread(self, target: Callable[[], None]) -> None:
+        self._thread = threading.Thread(target=target, name="modelforge-channel", daemon=True)
         self._thread.start()
 
     # --- the connection's thread ---------------------------------------------------------------
@@ -229,7 +240,7 @@ class Channel:
                 ticket = self._ticket
             if ticket is not None and ticket.left(self._timing.clock()) > TICKET_USE_MARGIN_SECONDS:
                 return ticket
-            self._wakeup.wait()
+            self._timing.wait(self._wakeup, TICKET_WAIT_SECONDS)
 
     def _connect(self, ticket: Ticket, opened_at: list[float]) -> bool:
         """One connection, until it is to be renewed (True), stopped (False) or lost (``LinkFailed``)."""
