@@ -160,6 +160,11 @@ class ChannelHarness:
     def start(self) -> None:
         self.channel.start(NODE_ID, on_wake=self._wake, on_cancel=self.cancels.append)
 
+    @property
+    def started(self) -> bool:
+        """Whether the channel started its connection loop."""
+        return bool(self._spawned)
+
     def run(self) -> None:
         """Run the channel's loop here until it stops (the opener ran out of outcomes)."""
         assert len(self._spawned) == 1, "the channel starts its loop once, when it has a node id and a ticket"

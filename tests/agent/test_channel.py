@@ -4,6 +4,7 @@ never logged) and the heartbeat's report."""
 
 from __future__ import annotations
 
+import json
 import logging
 
 import pytest
@@ -18,7 +19,7 @@ from modelforge_node_agent.channel_messages import PING
 from tests.agent.channel_support import CLOSED, NODE_ID, WORK_ID, ChannelHarness, channel_block
 
 WAKE = '{"v": 1, "type": "wake"}'
-CANCEL = '{"v": 1, "type": "cancel", "work_id": "%s"}' % WORK_ID
+CANCEL = json.dumps({"v": 1, "type": "cancel", "work_id": WORK_ID})
 
 
 def _events(caplog: pytest.LogCaptureFixture, event: str) -> list[logging.LogRecord]:

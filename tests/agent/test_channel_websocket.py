@@ -7,6 +7,7 @@ state it needs with a deadline, never sleeps for it."""
 
 from __future__ import annotations
 
+import json
 import logging
 import socket
 import ssl
@@ -27,7 +28,7 @@ from tests.agent.channel_server import ChannelServer, poll
 from tests.agent.channel_support import NODE_ID, WALL_AT_ZERO, WORK_ID, channel_block, ticket_secret
 
 WAKE = '{"v": 1, "type": "wake"}'
-CANCEL = '{"v": 1, "type": "cancel", "work_id": "%s"}' % WORK_ID
+CANCEL = json.dumps({"v": 1, "type": "cancel", "work_id": WORK_ID})
 
 
 def _quick_wait(event: threading.Event, seconds: float) -> bool:
