@@ -40,7 +40,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from modelforge_protocol.backoff import Backoff
-from modelforge_protocol.schemas import CHANNEL_PING_SECONDS, MAX_PUSH_CHANNEL_REASON_CHARS
+from modelforge_protocol.schemas import CHANNEL_PING_SECONDS
 
 from . import channel_messages
 from .channel_link import Link, LinkFailed, Opener, WebSocketOpener, tls_context
@@ -63,6 +63,8 @@ TICKET_MARGIN_SECONDS = 60.0
 TICKET_USE_MARGIN_SECONDS = 2.0
 #: Tickets live at most this long (the issue's bound); a longer expiry is read as this.
 MAX_TICKET_SECONDS = 600.0
+#: The longest ``reason`` the heartbeat's report carries (the heartbeat schema's bound).
+MAX_REASON_CHARS = 200
 #: The longest the connection's thread waits for a message before looking at its stop signal.
 POLL_SECONDS = 1.0
 #: The longest the connection's thread waits for a ticket before looking again (a ticket's
@@ -155,7 +157,7 @@ class Channel:
         )
         report: dict[str, Any] = {"state": state, "need_ticket": need}
         if reason:
-            report["reason"] = reason[:MAX_PUSH_CHANNEL_REASON_CHARS]
+            report["reason"] = reason[:MAX_REASON_CHARS]
         return report
 
     def offer(self, block: Mapping[str, Any]) -> None:

@@ -182,21 +182,6 @@ NODE_AGENT_SETTINGS = _obj(
     ["control_plane_url", "hostname", "accelerator_mode", "state_volume", "image_source"],
 )
 
-#: The push channel's states as the agent reports them (issue 19): ``off`` by its setting,
-#: ``fallback`` when the channel could not be opened (the reason says why).
-PUSH_CHANNEL_STATES = ("connected", "connecting", "fallback", "off")
-MAX_PUSH_CHANNEL_REASON_CHARS = 200
-#: The heartbeat's optional report of the agent's push channel: sent only when the control plane
-#: advertises the ``push_channel`` feature (older control planes refuse unknown fields).
-PUSH_CHANNEL_REPORT = _obj(
-    {
-        "state": {"enum": list(PUSH_CHANNEL_STATES)},
-        "reason": {"type": "string", "maxLength": MAX_PUSH_CHANNEL_REASON_CHARS, "pattern": r"^[^\x00-\x1f\x7f]*\Z"},
-        "need_ticket": {"type": "boolean"},
-    },
-    ["state", "need_ticket"],
-)
-
 HEARTBEAT = _obj(
     {
         "protocol_version": _PROTOCOL_VERSION,
@@ -206,7 +191,6 @@ HEARTBEAT = _obj(
             {"gpus": {"type": "array", "items": GPU_TELEMETRY, "maxItems": MAX_GPUS}},
             ["gpus"],
         ),
-        "push_channel": PUSH_CHANNEL_REPORT,
     },
     ["protocol_version", "agent_version", "health", "telemetry"],
 )

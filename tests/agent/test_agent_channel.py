@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from jsonschema import Draft202012Validator
 from modelforge_node_agent.agent import Agent
 from modelforge_node_agent.channel import Channel
-from modelforge_node_agent.channel_link import WebSocketOpener, tls_context
+from modelforge_node_agent.channel_link import LinkFailed, WebSocketOpener, tls_context
 from modelforge_node_agent.config import load_config
 from modelforge_node_agent.control_plane import ENROLL, HEARTBEAT, ControlPlaneClient
 from modelforge_node_agent.exit_codes import CONFIGURATION_INVALID
@@ -21,9 +22,10 @@ from modelforge_node_agent.gpu_source import NoGpus
 from modelforge_node_agent.identity import StateVolume
 from modelforge_node_agent.main import start
 from modelforge_node_agent.transport import base_url, build_session
+from modelforge_protocol import schemas
 
 from tests.agent.channel_server import ChannelServer, poll
-from tests.agent.channel_support import WALL_AT_ZERO, WORK_ID, ChannelHarness, channel_block, ticket_secret
+from tests.agent.channel_support import CLOSED, WALL_AT_ZERO, WORK_ID, ChannelHarness, channel_block, ticket_secret
 from tests.agent.fake_control_plane import (
     ENROLLED,
     ONLINE,
@@ -219,3 +221,23 @@ def test_config_push_channel_is_on_unless_set_off(tmp_path: Path, value: str | N
     if value is not None:
         env["MODELFORGE_AGENT_PUSH_CHANNEL"] = value
     assert load_config(env).push_channel == expected
+
+
+def test_agent_push_channel_reports_match_the_heartbeat_schema(tmp_path: Path) -> None:
+    """Every report the agent sends (each state, with and without a reason) is a valid heartbeat
+    field, as the control plane's request schema (closed: unknown fields refused) defines it."""
+    if "push_channel" not in schemas.HEARTBEAT["properties"]:
+        pytest.skip("the control plane's heartbeat schema does not define push_channel on this branch yet")
+    validator = Draft202012Validator(schemas.HEARTBEAT)
+    reports = [ChannelHarness(enabled=False).channel.report()]
+    h = ChannelHarness()
+    reports.append(h.channel.report())
+    h.opener.outcomes = [LinkFailed("x" * 500), h.link(CLOSED)]
+    h.start()
+    h.offer()
+    h.run()
+    reports += h.reports
+    assert {report["state"] for report in reports} >= {"off", "connecting", "fallback"}
+    base = {"protocol_version": 1, "agent_version": "1.0.0", "health": {"status": "ok"}, "telemetry": {"gpus": []}}
+    for report in reports:
+        validator.validate({**base, "push_channel": report})
