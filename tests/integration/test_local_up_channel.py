@@ -3,6 +3,7 @@ stacks side by side, a port in use, and a channel that comes back after a restar
 
 from __future__ import annotations
 
+import json
 import re
 import socket
 from pathlib import Path
@@ -12,6 +13,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
 from tests.conftest import ADMIN_TOKEN
+from tests.support.agent_process import agent_env, start_agent
 from tests.support.api import AgentIdentity, ControlPlane
 from tests.support.polling import wait_until
 from tests.support.processes import RunningProcess, free_port, local_up_command, run_to_exit, start_local_up
@@ -93,3 +95,35 @@ def test_local_up_channel_comes_back_after_a_restart_and_the_node_connects_again
         headers["Authorization"] = f"Bearer {renewed['ticket']}"
         with connect(renewed["url"], additional_headers=headers, proxy=None, open_timeout=10):
             wait_until(lambda: cp.node(str(identity.node_id))["channel"] == "connected", 10, "connected again")
+
+
+def test_a_running_agent_reconnects_its_channel_after_local_up_restarts(tmp_path: Path) -> None:
+    """The agent keeps running while the stack stops and starts again on the same ports and data:
+    its channel closes (1001), it asks for a new ticket in a heartbeat and connects again."""
+    port, channel_port = free_port(), free_port()
+    args = ("--data-dir", str(tmp_path / "data"), "--channel-port", str(channel_port))
+    before = start_local_up(tmp_path / "before.log", *args, port=port, env=ENV)
+    agent = None
+    try:
+        cp = ControlPlane(before.api_url, ADMIN_TOKEN)
+        agent = start_agent(tmp_path / "agent.log", agent_env(before.api_url, cp.mint()["token"], tmp_path / "agent"))
+        node_id = wait_until(lambda: enrolled_node(tmp_path / "agent"), 30, "the agent enrolled", detail=agent.output)
+        wait_until(lambda: cp.node(node_id)["channel"] == "connected", 30, "connected", detail=agent.output)
+        before.stop()
+        with start_local_up(tmp_path / "after.log", *args, port=port, env=ENV) as after:
+            cp = ControlPlane(after.api_url, ADMIN_TOKEN)
+            wait_until(lambda: cp.node(node_id)["channel"] == "connected", 60, "connected again", detail=agent.output)
+            assert agent.returncode is None
+    finally:
+        if agent is not None:
+            agent.stop()
+        before.stop()
+
+
+def enrolled_node(state: Path) -> str | None:
+    """The node id the agent keeps in its state volume once it has enrolled."""
+    identity = state / "identity.json"
+    if not identity.is_file():
+        return None
+    node_id = json.loads(identity.read_text()).get("node_id")
+    return str(node_id) if node_id else None
