@@ -43,6 +43,9 @@ from .channel_management import ManagementHandler
 
 CHANNEL_PATH = "/api/v1/agent/channel"
 log = logging.getLogger("modelforge.local.channel")
+#: websockets' own logger: its warnings and errors only (not "server closing" and the like)
+_ws_log = logging.getLogger("modelforge.local.channel.websockets")
+_ws_log.setLevel(logging.WARNING)
 
 _BUSY_BODY = json.dumps({"message": "too many connections; retry later"}).encode()
 _BUSY_RESPONSE = (
@@ -129,7 +132,7 @@ class ChannelServer(HardenedServer, HTTPServer):
             ping_interval=None,
             close_timeout=CLOSE_TIMEOUT_SECONDS,
             max_size=(self.limits.message_bytes, self.limits.frame_bytes),
-            logger=logging.getLogger("modelforge.local.channel.websockets"),
+            logger=_ws_log,
         )
 
     # --- where it serves -----------------------------------------------------------------------
