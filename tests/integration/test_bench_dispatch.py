@@ -8,7 +8,7 @@ import pytest
 from tests.support import bench_scripts
 
 
-@pytest.mark.parametrize("args", [("--submits", "0"), ("--gap", "0"), ("--modes", "carrier-pigeon")])
+@pytest.mark.parametrize("args", [("--submits", "0"), ("--gap", "0"), ("--phase", "-1"), ("--modes", "carrier-pigeon")])
 def test_dispatch_bench_refuses_options_out_of_bounds(args: tuple[str, ...]) -> None:
     done = bench_scripts.run("dispatch", *args, timeout=60)
     assert done.returncode == 2 and args[0] in done.stderr
@@ -16,7 +16,9 @@ def test_dispatch_bench_refuses_options_out_of_bounds(args: tuple[str, ...]) -> 
 
 @pytest.mark.slow
 def test_dispatch_bench_runs_a_few_items_over_the_channel_and_prints_its_figures() -> None:
-    done = bench_scripts.run("dispatch", "--submits", "2", "--gap", "0.5", "--modes", "channel", timeout=300)
+    done = bench_scripts.run(
+        "dispatch", "--submits", "2", "--gap", "0.5", "--phase", "0", "--modes", "channel", timeout=300
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "channel: 2 diagnostic.echo items, node channel connected" in done.stdout
     assert "submit -> claimed" in done.stdout and "submit -> succeeded" in done.stdout
