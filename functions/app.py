@@ -39,7 +39,6 @@ from chalicelib.domain.errors import (
 )
 from chalicelib.domain.validation import ascii_int, parse_json_object, validate, validate_query
 from chalicelib.services.auth import require_admin, require_node
-from modelforge_logging import jsonlog
 from modelforge_protocol import work as work_protocol
 from modelforge_protocol.versions import (
     AGENT_PROTOCOL_VERSION,
@@ -538,7 +537,7 @@ def channel_message(event: Any) -> dict[str, Any]:
     from chalicelib.api import channel_edge
     from chalicelib.services import channel
 
-    return channel_edge.run("channel_message", lambda: channel.read_message(event.body) and None, http_status)
+    return channel_edge.run("channel_message", lambda: channel.read_message(event.body), http_status)
 
 
 @app.on_ws_disconnect()

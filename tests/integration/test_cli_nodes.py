@@ -32,9 +32,10 @@ def test_list_prints_status_heartbeat_age_gpus_and_versions(remote: ControlPlane
     done = modelforge(remote, "nodes", "list")
     assert done.returncode == 0, done.stderr
     assert re.split(r"\s{2,}", done.stdout.splitlines()[0].strip()) == [
-        "NAME", "NODE ID", "STATUS", "LAST HEARTBEAT", "GPUS", "AGENT", "PROTOCOL"
+        "NAME", "NODE ID", "STATUS", "LAST HEARTBEAT", "GPUS", "AGENT", "PROTOCOL", "CHANNEL"
     ]  # fmt: skip
-    name, node_id, status, age, gpus, agent, protocol = _row(done.stdout, str(online.node_id))
+    name, node_id, status, age, gpus, agent, protocol, channel = _row(done.stdout, str(online.node_id))
+    assert channel == "fallback"  # the test's node holds no channel connection
     assert (name, node_id, status, gpus, agent, protocol) == (
         "list gpu box",
         online.node_id,

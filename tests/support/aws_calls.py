@@ -34,7 +34,14 @@ ENTRY_POINTS = {
     "WebsocketMessage": ("channel_message",),
     "WebsocketDisconnect": ("channel_disconnect",),
 }
-_NOT_API = {"liveness_sweep", "state_log", "_instance_or_refuse", "channel_connect", "channel_message", "channel_disconnect"}
+_NOT_API = {
+    "liveness_sweep",
+    "state_log",
+    "_instance_or_refuse",
+    "channel_connect",
+    "channel_message",
+    "channel_disconnect",
+}
 _S3_RECEIVERS = {"s3", "_s3"}
 #: The API Gateway management API client of the channel store.
 _CHANNEL_RECEIVERS = {"management"}

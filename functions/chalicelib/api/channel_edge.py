@@ -47,12 +47,12 @@ def ws_answer(status: int, body: dict[str, Any] | None = None) -> dict[str, Any]
     return shaped
 
 
-def run(event_name: str, handle: Callable[[], str | None], status_of: Callable[[DomainError], int]) -> dict[str, Any]:
-    """Run a handler's service call: 200 with one ``event_name`` log line (and the node id) when it
-    succeeds; its failure as the answer and one log line otherwise (a domain error's code and
-    status, never a secret)."""
+def run(event_name: str, handle: Callable[[], object], status_of: Callable[[DomainError], int]) -> dict[str, Any]:
+    """Run a handler's service call: 200 with one ``event_name`` log line (with the node id when the
+    call returns one) when it succeeds; its failure as the answer and one log line otherwise (a
+    domain error's code and status, never a secret)."""
     try:
-        node_id = handle()
+        result = handle()
     except DomainError as error:
         status = status_of(error)
         log.info("channel refused", extra={"event": f"{event_name}_refused", "code": error.code, "status": status})
@@ -62,6 +62,9 @@ def run(event_name: str, handle: Callable[[], str | None], status_of: Callable[[
         return ws_answer(500, {"error": {"code": "configuration_invalid", "message": str(error)}})
     except Exception:
         log.exception("unhandled error", extra={"event": "internal_error"})
-        return ws_answer(500, {"error": {"code": "internal_error", "message": "internal error; see the control-plane log"}})
-    log.info(event_name, extra={"event": event_name, "node_id": node_id})
+        return ws_answer(
+            500, {"error": {"code": "internal_error", "message": "internal error; see the control-plane log"}}
+        )
+    if event_name != "channel_message":  # a ping every 5 minutes per node: not worth a line each
+        log.info(event_name, extra={"event": event_name, "node_id": result if isinstance(result, str) else None})
     return ws_answer(200)

@@ -147,7 +147,8 @@ class Heartbeat:
     telemetry: list[list[float]]
     agent_version: str
     protocol_version: int
-    #: the agent's report of its push channel (None: not reported); its reason (None: none)
+    #: whether the agent reported its push channel; what of the report the node keeps (None: removed)
+    channel_reported: bool = False
     channel_state: str | None = None
     channel_reason: str | None = None
     #: a channel ticket minted for this heartbeat's answer: its SHA-256 and expiry, written by the

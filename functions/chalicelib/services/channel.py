@@ -134,7 +134,9 @@ def read_message(body: str | bytes | None) -> dict[str, Any]:
     if not isinstance(message, dict):
         raise Invalid("message_invalid", "a channel message is one JSON object")
     if message.get("v") != schemas.CHANNEL_MESSAGE_VERSION or isinstance(message.get("v"), bool):
-        raise Invalid("message_version_unsupported", f"this control plane reads message version {schemas.CHANNEL_MESSAGE_VERSION}")
+        raise Invalid(
+            "message_version_unsupported", f"this control plane reads message version {schemas.CHANNEL_MESSAGE_VERSION}"
+        )
     if message.get("type") != schemas.CHANNEL_PING:
         raise Invalid("message_type_unsupported", "an agent sends only 'ping' on the channel")
     return message

@@ -22,6 +22,12 @@ from chalicelib.stores.contract import Holder, Stores
 #: A transition heartbeat can lose a race with the sweep, an inventory replacement with another
 #: replacement; each then retries from a fresh read.
 _TRANSITION_ATTEMPTS = 3
+#: The agent's fallback reason is kept to this many characters on the node: every heartbeat
+#: rewrites the node item, and an 8-GPU node's item must stay within 1 KB (docs/DISPATCH.md).
+STORED_REASON_CHARS = 32
+#: The reported states worth a byte on the node: "connected" shows in the connection itself, and
+#: "fallback" in its reason; the others are stored (and a state not stored is removed).
+_STORED_STATES = ("connecting", "off")
 
 
 def get(stores: Stores, node_id: str) -> Node:
@@ -55,7 +61,9 @@ def _channel_fields(settings: Settings, request: requests.Heartbeat, now: float)
     report = request.push_channel
     if report is None:
         return {}, None
-    fields: dict[str, Any] = {"channel_state": report.state, "channel_reason": report.reason or None}
+    reason = (report.reason or "")[:STORED_REASON_CHARS] or None
+    state = report.state if report.state in _STORED_STATES else None
+    fields: dict[str, Any] = {"channel_reported": True, "channel_state": state, "channel_reason": reason}
     if not (settings.channel_url and report.need_ticket and report.state not in ("connected", "off")):
         return fields, None
     ticket = channel.mint(now)

@@ -327,7 +327,7 @@ def fail(
     authenticate(stores, caller, known)
     epoch = request.epoch
     item = _held(stores, caller, work_id, epoch)
-    return _write_held(
+    ended = _write_held(
         stores,
         caller,
         item,
@@ -336,6 +336,9 @@ def fail(
             stores, item, LeaseCheck.of(holder), request.reason, request.retryable, now, cause="agent"
         ),
     )
+    if ended.status == QUEUED:  # back in the queue: as claimable as a new submit
+        dispatch.wake(stores, ended.capability, now)
+    return ended
 
 
 def _end_attempt(

@@ -74,7 +74,7 @@ def heartbeat(heartbeat: Heartbeat, now: float) -> Changes:
         "agent_version": heartbeat.agent_version,
         "protocol_version": heartbeat.protocol_version,
     }
-    if heartbeat.channel_state is not None:  # the agent reported its channel (same update, no extra write)
+    if heartbeat.channel_reported:  # the agent reported its channel (same update, no extra write)
         values.update(channel_state=heartbeat.channel_state, channel_reason=heartbeat.channel_reason)
     if heartbeat.channel_ticket_sha256 is not None:  # a ticket minted for this answer replaces the last one
         values.update(ticket(heartbeat.channel_ticket_sha256, heartbeat.channel_ticket_expires_at or now))

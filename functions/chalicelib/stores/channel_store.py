@@ -8,14 +8,16 @@ local stack's management port locally). A connection that is gone answers 410 (G
 from __future__ import annotations
 
 import json
+import os
 import threading
 from typing import Any
 
 from modelforge_protocol import schemas
 
-#: Seconds a post or delete may take: a send is a hint, never worth holding a request for long.
-CONNECT_TIMEOUT_SECONDS = 2
-READ_TIMEOUT_SECONDS = 3
+#: Seconds a post or delete may take, tried once: a send is a hint (the heartbeat's hint is the
+#: backstop), never worth holding the submit or cancel that makes it for long.
+CONNECT_TIMEOUT_SECONDS = 1
+READ_TIMEOUT_SECONDS = 2
 
 
 class ApiGatewayChannelStore:
@@ -35,9 +37,12 @@ class ApiGatewayChannelStore:
                 config = Config(
                     connect_timeout=CONNECT_TIMEOUT_SECONDS,
                     read_timeout=READ_TIMEOUT_SECONDS,
-                    retries={"max_attempts": 2, "mode": "standard"},
+                    retries={"total_max_attempts": 1},
                 )
-                self._client = boto3.client("apigatewaymanagementapi", endpoint_url=self._endpoint_url, config=config)
+                region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+                self._client = boto3.client(
+                    "apigatewaymanagementapi", endpoint_url=self._endpoint_url, region_name=region, config=config
+                )
             return self._client
 
     def send(self, connection_id: str, message: dict[str, Any]) -> bool:

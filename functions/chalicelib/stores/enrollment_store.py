@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from pynamodb.exceptions import DoesNotExist
 from pynamodb.transactions import TransactWrite
@@ -74,7 +75,8 @@ class DynamoEnrollmentStore:
         claim_uuids = sorted(inventory.claimed_uuids or ())
         node_item = item_of(node, NodeModel)
         # the channel ticket is ephemeral: written with the node, never logged
-        logged_node = item_of(dataclasses.replace(node, **dict.fromkeys(node_store.EPHEMERAL_ATTRIBUTES)), NodeModel)
+        unlogged: dict[str, Any] = dict.fromkeys(node_store.EPHEMERAL_ATTRIBUTES)
+        logged_node = item_of(dataclasses.replace(node, **unlogged), NodeModel)
         inventory_item = item_of(inventory, InventoryModel)
         claims = [GpuClaimModel(uuid, node.node_id, claimed_at=round(now, 3)) for uuid in claim_uuids]
         logged = {

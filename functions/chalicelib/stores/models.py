@@ -69,7 +69,7 @@ class ConnectionIndex(GlobalSecondaryIndex):
         index_name = "by_channel"
         projection = KeysOnlyProjection()
 
-    channel_connection_id = UnicodeAttribute(hash_key=True)
+    channel_connection_id = UnicodeAttribute(hash_key=True, attr_name="cn")
 
 
 class NodeModel(Model):
@@ -114,18 +114,20 @@ class NodeModel(Model):
     #: what the node serves (its inventory's capabilities), set with each inventory: claims and
     #: the heartbeat's work hint read it from here, in the item they already read or write
     capabilities = UnicodeSetAttribute(null=True)
-    # --- the push channel: ephemeral (never in the state log; replay leaves them out) ---
+    # --- the push channel: ephemeral (never in the state log; replay leaves them out). Stored under
+    # two-letter names: every byte counts in the 1 KB that a heartbeat of an 8-GPU node rewrites for
+    # one write unit (docs/DISPATCH.md, "Item size").
     #: SHA-256 of the node's one unused channel ticket and its expiry (set by the heartbeat that mints it)
-    channel_ticket_sha256 = UnicodeAttribute(null=True)
-    channel_ticket_expires_at = NumberAttribute(null=True)
+    channel_ticket_sha256 = UnicodeAttribute(null=True, attr_name="tk")
+    channel_ticket_expires_at = NumberAttribute(null=True, attr_name="tx")
     #: the live channel connection (API Gateway's connection id) and since when
-    channel_connection_id = UnicodeAttribute(null=True)
-    channel_connected_at = NumberAttribute(null=True)
+    channel_connection_id = UnicodeAttribute(null=True, attr_name="cn")
+    channel_connected_at = NumberAttribute(null=True, attr_name="ca")
     #: the agent's last report of its channel (connected | connecting | fallback | off) and why
-    channel_state = UnicodeAttribute(null=True)
-    channel_reason = UnicodeAttribute(null=True)
+    channel_state = UnicodeAttribute(null=True, attr_name="cs")
+    channel_reason = UnicodeAttribute(null=True, attr_name="cr")
     #: since when the node is parked (its park items are in the control table's by_park index)
-    parked_at = NumberAttribute(null=True)
+    parked_at = NumberAttribute(null=True, attr_name="pk")
     by_liveness = LivenessIndex()
     by_channel = ConnectionIndex()
 

@@ -12,7 +12,7 @@ from .admin_api import EXIT_NO, EXIT_OK, AdminApi, CommandFailed, add_command, a
 PATH = "/api/v1/admin/nodes"
 #: A node's liveness as the API computes it (docs/API.md, "Admin: nodes").
 NODE_STATES = ("pending", "online", "stale", "offline")
-HEADERS = ["NAME", "NODE ID", "STATUS", "LAST HEARTBEAT", "GPUS", "AGENT", "PROTOCOL"]
+HEADERS = ["NAME", "NODE ID", "STATUS", "LAST HEARTBEAT", "GPUS", "AGENT", "PROTOCOL", "CHANNEL"]
 
 
 def register(commands: Any) -> None:
@@ -29,7 +29,8 @@ def register(commands: Any) -> None:
         "list",
         help="every node: status, last heartbeat, GPUs, versions",
         description="List every node (all pages). STATUS carries ',revoked' when its credential is revoked and "
-        "',duplicate' when another node reports one of its GPUs.",
+        "',duplicate' when another node reports one of its GPUs. CHANNEL is 'connected' while the node holds "
+        "a push-channel connection, else 'fallback' (it claims on the heartbeat's hint; `nodes show` says why).",
     )
     listing.add_argument("--status", choices=NODE_STATES, help="only nodes with this liveness status")
     add_connection_options(listing, "print the API's JSON answer (every page in one list) instead of a table")
@@ -98,6 +99,7 @@ def row(node: dict[str, Any], at: Any = None) -> list[Any]:
         _gpus(node),
         node.get("agent_version"),
         _protocol(node),
+        node.get("channel") or "-",  # a control plane older than the channel does not say
     ]
 
 
@@ -126,6 +128,7 @@ def describe(node: dict[str, Any]) -> str:
         ("production eligible", node.get("production_eligible")),
         ("duplicate of", ", ".join(node.get("duplicate_suspected") or []) or None),
         ("liveness hold", hold.get("reason") if isinstance(hold, dict) else None),
+        ("channel", " ".join(str(part) for part in (node.get("channel"), node.get("channel_reason")) if part) or None),
         ("created", tables.when(node.get("created_at"))),
         ("capabilities", ", ".join(inventory.get("capabilities") or []) or None),
         ("cpu", _cpu(inventory.get("cpu"))),

@@ -42,3 +42,9 @@ export function clockTime(ms) {
 export function yesNo(value) {
   return value ? "yes" : "no";
 }
+
+/** A node's push channel: "connected", or "fallback" and why (the heartbeat's hint delivers its work). */
+export function channelText(node) {
+  if (!node.channel) return "–";
+  return node.channel === "connected" ? "connected" : `fallback: ${node.channel_reason || "no channel connection"}`;
+}

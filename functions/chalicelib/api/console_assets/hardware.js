@@ -4,13 +4,13 @@
 import * as api from "./api.js";
 import { fill, h } from "./dom.js";
 import { openEnrollWizard } from "./enroll.js";
-import { age, bytes, clockTime, secondsSince, yesNo } from "./format.js";
+import { age, bytes, channelText, clockTime, secondsSince, yesNo } from "./format.js";
 import { openNodeDetail } from "./node_detail.js";
 
 export const REFRESH_SECONDS = 5;
 const COLUMNS = [
   "Name", "Node ID", "Status", "Last heartbeat", "GPUs", "GPU telemetry", "Production eligible",
-  "Agent", "Protocol", "Duplicate identity", "Capabilities", "Current job",
+  "Agent", "Protocol", "Duplicate identity", "Capabilities", "Current job", "Channel",
 ];
 
 function gpuNames(node) {
@@ -64,6 +64,7 @@ function row(node, jobs, serverTime, open) {
     h("td", { class: node.duplicate_suspected.length ? "warn" : "" }, duplicates),
     h("td", {}, ((node.inventory && node.inventory.capabilities) || []).join(", ") || "none"),
     h("td", {}, currentJob(jobs)),
+    h("td", {}, channelText(node)),
   );
   tr.addEventListener("click", (event) => {
     if (!event.target.closest("button")) open(node);
