@@ -12,6 +12,12 @@ the worker's status once: the capabilities it reports available join the invento
 that set changes), the heartbeat's health carries ``worker`` (and is ``degraded`` when the worker
 is not ok), and an answer saying ``work_waiting`` hints the work loop (``work``), which runs
 on its own thread so heartbeats go on while a job runs.
+
+With a push channel (``channel``), every answer's ``features`` is remembered and its ``channel``
+block (a ticket) handed to the channel; a heartbeat carries the channel's ``push_channel`` report
+only while the last answer advertised ``push_channel`` (an older control plane refuses unknown
+fields, so it gets exactly the heartbeat it always got). The channel's ``wake`` hints the work
+loop as ``work_waiting`` does, its ``cancel`` makes the work loop renew that work at once.
 """
 
 from __future__ import annotations
@@ -22,11 +28,12 @@ from collections.abc import Callable
 from typing import Any
 
 from modelforge_protocol.backoff import CAP, Backoff
-from modelforge_protocol.schemas import MAX_ANSWER_INTERVAL_SECONDS, MIN_ANSWER_INTERVAL_SECONDS
+from modelforge_protocol.schemas import FEATURE_PUSH_CHANNEL, MAX_ANSWER_INTERVAL_SECONDS, MIN_ANSWER_INTERVAL_SECONDS
 from modelforge_protocol.versions import AGENT_PROTOCOL_VERSION
 
 from . import AGENT_VERSION
 from .answers import clamp
+from .channel import Channel
 from .config import NO_IDENTITY_NO_TOKEN, AgentConfig
 from .control_plane import ENROLL, HEARTBEAT, INVENTORY, ControlPlaneClient, TransientFailure
 from .failures import ConfigurationInvalid, IdentityRefused
@@ -70,6 +77,7 @@ class Agent:
         clock: Callable[[], float],
         jitter: Callable[[], float],
         work: WorkRunner | None = None,
+        channel: Channel | None = None,
     ) -> None:
         self._config = config
         self._client = client
@@ -80,6 +88,9 @@ class Agent:
         self._backoff = Backoff(jitter)
         self._inventory_not_before = float("-inf")
         self._work = work
+        self._channel = channel
+        #: the ``features`` of the last answer (an older control plane lists none)
+        self._features: frozenset[str] = frozenset()
         #: the worker was polled just before enrolling: the first heartbeat uses that status
         self._worker_observed = False
         #: the interval the last ``heartbeating`` line named (said again only when it changes)
@@ -96,6 +107,8 @@ class Agent:
         except Stopped:
             return
         finally:
+            if self._channel is not None:
+                self._channel.close()
             if self._work is not None:
                 self._work.close()
 
@@ -134,6 +147,7 @@ class Agent:
             "inventory": self._inventory(),
         }
         answer = self._with_retries(lambda: self._client.post(ENROLL, body))  # a refusal is fatal
+        self._read_channel(answer)
         enrolled = self._state.enrolled_as(identity, answer["node_id"])  # the answer schema checked its format
         log.info(
             f"enrolled as {enrolled.node_id}",
@@ -148,6 +162,9 @@ class Agent:
             sent_inventory, inventory_sent_at = self._inventory(), self._clock()
         if self._work is not None:
             self._work.start(identity, wake=getattr(self._stop, "set", None))
+        if self._channel is not None:
+            assert identity.node_id is not None
+            self._channel.start(identity.node_id, on_wake=self._hint, on_cancel=self._renew_now)
         while True:
             if not self._worker_observed:
                 self._observe_worker()  # once per heartbeat
@@ -157,11 +174,13 @@ class Agent:
             allowed = self._clock() >= self._inventory_not_before
             if (inventory != sent_inventory or refresh_due) and allowed and self._send_inventory(inventory, identity):
                 sent_inventory, inventory_sent_at = inventory, self._clock()
-            answer = self._call(HEARTBEAT, self._heartbeat_body(), identity)
+            body = self._heartbeat_body()
+            answer = self._call(HEARTBEAT, body, identity)
             self.heartbeats_sent += 1
             interval = _interval(answer)
-            if answer.get("work_waiting") is True and self._work is not None:
-                self._work.hint()
+            self._read_channel(answer)
+            if answer.get("work_waiting") is True:
+                self._hint()
             log.debug(
                 "heartbeat",
                 extra={"event": "heartbeat_sent", "node_id": identity.node_id, "status": answer.get("status")},
@@ -173,7 +192,7 @@ class Agent:
                     f"heartbeating every {every:g} s as {identity.node_id} (status {answer.get('status', '?')})",
                     extra={"event": "heartbeating", "node_id": identity.node_id, "interval_seconds": every},
                 )
-            self._wait(every)
+            self._wait(0.0 if self._ticket_wanted_now(reported="push_channel" in body) else every)
 
     def _send_inventory(self, inventory: dict[str, Any], identity: Identity) -> bool:
         """Publish the inventory; False when it was rate-limited (heartbeats go on meanwhile)."""
@@ -217,12 +236,42 @@ class Agent:
         return {"status": "degraded", "detail": detail, "worker": worker}
 
     def _heartbeat_body(self) -> dict[str, Any]:
-        return {
+        body: dict[str, Any] = {
             "protocol_version": AGENT_PROTOCOL_VERSION,
             "agent_version": AGENT_VERSION,
             "health": self._health(),
             "telemetry": {"gpus": [reading.to_wire() for reading in self._gpus.telemetry()]},
         }
+        if self._channel is not None and FEATURE_PUSH_CHANNEL in self._features:
+            body["push_channel"] = self._channel.report()
+        return body
+
+    # --- the push channel ----------------------------------------------------------------------
+
+    def _read_channel(self, answer: dict[str, Any]) -> None:
+        """Remember the answer's ``features``; hand its ``channel`` block (a ticket) to the channel."""
+        self._features = frozenset(answer.get("features") or ())
+        if self._channel is not None and FEATURE_PUSH_CHANNEL in self._features and "channel" in answer:
+            self._channel.offer(answer["channel"])
+
+    def _ticket_wanted_now(self, *, reported: bool) -> bool:
+        """The heartbeat just sent could not ask for a ticket (the control plane was not yet known
+        to serve the channel: the first one after a restart), its answer says it does, and the
+        channel needs one: the next heartbeat, which asks, need not wait an interval."""
+        if self._channel is None or reported or FEATURE_PUSH_CHANNEL not in self._features:
+            return False
+        return bool(self._channel.report()["need_ticket"])
+
+    def _hint(self) -> None:
+        """Work may be waiting (a heartbeat's ``work_waiting``, the channel's ``wake``): claim."""
+        if self._work is not None:
+            self._work.hint()
+
+    def _renew_now(self, work_id: str) -> None:
+        """The channel's ``cancel``: renew that work now; only the renewal's 409 stops the job."""
+        renew_now = getattr(self._work, "renew_now", None)  # the work loop's (issue 19)
+        if renew_now is not None:
+            renew_now(work_id)
 
     # --- calls and retries (a refusal propagates) -----------------------------------------
 

@@ -30,6 +30,10 @@ _LOG_LEVELS = ("DEBUG", "ERROR", "INFO", "WARNING")
 LOG_FORMAT = "MODELFORGE_AGENT_LOG_FORMAT"
 #: ``json`` (the default: one object per line, for log collectors) or ``text`` (for a person).
 LOG_FORMATS = ("json", "text")
+PUSH_CHANNEL = "MODELFORGE_AGENT_PUSH_CHANNEL"
+#: ``on`` (the default: keep the push channel when the control plane offers one) or ``off`` (the
+#: heartbeat's hint only: for proxies that block WebSockets, and for tests).
+PUSH_CHANNEL_SETTINGS = ("on", "off")
 NO_IDENTITY_NO_TOKEN = (
     "MODELFORGE_AGENT_ENROLLMENT_TOKEN is required: this node has no identity yet (ask an admin for a token)"
 )
@@ -55,10 +59,24 @@ class AgentConfig:
     worker_url: str | None = None
     #: ``json`` or ``text`` (``MODELFORGE_AGENT_LOG_FORMAT``)
     log_format: str = "json"
+    #: ``on`` or ``off`` (``MODELFORGE_AGENT_PUSH_CHANNEL``)
+    push_channel: str = "on"
 
     @property
     def url_host(self) -> str:
         return urlsplit(self.control_plane_url).hostname or ""
+
+
+def scheme_problem(url: str, secure: str, plain: str) -> str | None:
+    """The agent's one rule for a URL it dials: ``secure`` (https, wss), or ``plain`` (http, ws)
+    only to a loopback address; None when the URL keeps it. Used for the control plane's URL and
+    for the push channel's (which the control plane names in its answers)."""
+    parts = urlsplit(url)
+    if parts.scheme not in (secure, plain) or not parts.hostname:
+        return f"must be a {secure}:// URL"
+    if parts.scheme == plain and not is_loopback_host(parts.hostname):
+        return f"must use {secure}:// (plain {plain}:// is allowed only for loopback addresses)"
+    return None
 
 
 def _url(reader: Reader, problems: list[str]) -> str:
@@ -68,17 +86,16 @@ def _url(reader: Reader, problems: list[str]) -> str:
         problems.append(f"{name} is required")
         return raw
     parts = urlsplit(raw)
-    host = parts.hostname or ""
-    if parts.scheme not in ("https", "http") or not host:
-        problems.append(f"{name} must be an https:// URL")
-    elif host == PLACEHOLDER_HOST:
-        problems.append(
-            f"{name} is the example placeholder ({PLACEHOLDER_HOST}); set the real address of your control plane"
+    if parts.hostname == PLACEHOLDER_HOST:
+        problem: str | None = (
+            f"is the example placeholder ({PLACEHOLDER_HOST}); set the real address of your control plane"
         )
-    elif parts.scheme == "http" and not is_loopback_host(host):
-        problems.append(f"{name} must use https:// (plain http:// is allowed only for loopback addresses)")
-    elif parts.path not in ("", "/") or parts.query or parts.fragment or parts.username:
-        problems.append(f"{name} must be scheme://host[:port] only")
+    else:
+        problem = scheme_problem(raw, "https", "http")
+    if problem is None and (parts.path not in ("", "/") or parts.query or parts.fragment or parts.username):
+        problem = "must be scheme://host[:port] only"
+    if problem is not None:
+        problems.append(f"{name} {problem}")
     return raw
 
 
@@ -174,6 +191,7 @@ def load_config(env: Mapping[str, str]) -> AgentConfig:
     if log_format is None:
         problems.append(f"{LOG_FORMAT} must be {' or '.join(LOG_FORMATS)}")
     worker_url = _worker_url(reader, problems)
+    push_channel = reader.choice(PUSH_CHANNEL, "on", PUSH_CHANNEL_SETTINGS)
     if problems:
         raise ConfigurationInvalid(problems)
     return AgentConfig(
@@ -193,6 +211,7 @@ def load_config(env: Mapping[str, str]) -> AgentConfig:
         log_level=level,
         worker_url=worker_url,
         log_format=log_format or "json",
+        push_channel=push_channel,
     )
 
 

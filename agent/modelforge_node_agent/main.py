@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from modelforge_logging import jsonlog
 from modelforge_protocol import environment
 
-from . import AGENT_VERSION, exit_codes
+from . import AGENT_VERSION, channel, exit_codes
 from .agent import Agent
 from .config import INSECURE_SWITCH, AgentConfig, load_config, load_preflight_config, log_format_of
 from .control_plane import ControlPlaneClient
@@ -68,7 +68,10 @@ def run_agent(
         gpus = open_gpus(config.accelerator_mode, probe_factory, config.preflight_timeout_seconds)
         client = ControlPlaneClient(build_session(config), base_url(config), config.request_timeout_seconds)
         work = for_config(config) if config.worker_url is not None else None
-        agent = Agent(config, client, state, gpus, stop=stop, clock=time.monotonic, jitter=random.random, work=work)
+        push = channel.for_config(config)
+        agent = Agent(
+            config, client, state, gpus, stop=stop, clock=time.monotonic, jitter=random.random, work=work, channel=push
+        )
     except Exception as fatal:
         return exit_codes.report(fatal)
     outcome: list[int] = []

@@ -257,7 +257,16 @@ def test_agent_constraints_pin_exactly_the_agents_installed_dependency_closure()
     dropped from) the agent or the protocol, or a version moved in the suite's environment, must
     change the file too."""
     closure = _agent_dependency_closure()
-    assert {"requests", "urllib3", "certifi", "jsonschema", "referencing", "rpds-py", "nvidia-ml-py"} <= set(closure)
+    assert {
+        "requests",
+        "urllib3",
+        "certifi",
+        "jsonschema",
+        "referencing",
+        "rpds-py",
+        "nvidia-ml-py",
+        "websockets",
+    } <= set(closure)
     assert _constraints() == closure
 
 
@@ -323,7 +332,8 @@ def test_agent_image_layout_imports_and_runs_the_seeds_preflight(tmp_path: Path)
             sys.executable,
             "-S",
             "-c",
-            "import sys, modelforge_node_agent.main, modelforge_node_agent.agent, requests, jsonschema, pynvml; "
+            "import sys, modelforge_node_agent.main, modelforge_node_agent.agent, requests, jsonschema, pynvml, "
+            "websockets; "
             "print('\\n'.join(m.__file__ for m in sys.modules.values()"
             " if getattr(m, '__file__', None) and 'site-packages' in m.__file__))",
         ],

@@ -23,7 +23,15 @@ from tests.support import aws_calls, packaging
 from tests.support.cfn import resolve
 
 CONDITION = "AdminRoutesUseIam"
-FUNCTION_ROLES = {"APIHandler": "ApiHandlerRole", "LivenessSweep": "LivenessSweepRole", "StateLog": "StateLogRole"}
+FUNCTION_ROLES = {
+    "APIHandler": "ApiHandlerRole",
+    "LivenessSweep": "LivenessSweepRole",
+    "StateLog": "StateLogRole",
+    "WebsocketConnect": "WebsocketConnectRole",
+    "WebsocketMessage": "WebsocketMessageRole",
+    "WebsocketDisconnect": "WebsocketDisconnectRole",
+}
+NODE_API = {"Ref": "NodeHttpApi"}
 
 
 @pytest.fixture(scope="module")
@@ -33,6 +41,11 @@ def template() -> dict[str, Any]:
 
 def _of_type(template: dict[str, Any], kind: str) -> dict[str, Any]:
     return {name: item for name, item in template["Resources"].items() if item["Type"] == kind}
+
+
+def _of_node_api(template: dict[str, Any], kind: str) -> dict[str, Any]:
+    """The nodes' HTTP API's resources of ``kind`` (the push channel's WebSocket API has its own)."""
+    return {name: item for name, item in _of_type(template, kind).items() if item["Properties"]["ApiId"] == NODE_API}
 
 
 def _app_routes(prefix: str) -> set[str]:
@@ -47,9 +60,9 @@ def _app_routes(prefix: str) -> set[str]:
 def test_the_http_api_carries_exactly_the_app_s_agent_routes_on_one_payload_1_0_integration(
     template: dict[str, Any],
 ) -> None:
-    routes = _of_type(template, "AWS::ApiGatewayV2::Route")
+    routes = _of_node_api(template, "AWS::ApiGatewayV2::Route")
     assert {route["Properties"]["RouteKey"] for route in routes.values()} == _app_routes("/api/v1/agent/")
-    ((integration_id, integration),) = _of_type(template, "AWS::ApiGatewayV2::Integration").items()
+    ((integration_id, integration),) = _of_node_api(template, "AWS::ApiGatewayV2::Integration").items()
     assert integration["Properties"]["PayloadFormatVersion"] == "1.0"
     assert integration["Properties"]["IntegrationType"] == "AWS_PROXY"
     assert integration["Properties"]["IntegrationUri"] == {"Fn::GetAtt": ["APIHandler", "Arn"]}
@@ -61,7 +74,7 @@ def test_the_http_api_carries_exactly_the_app_s_agent_routes_on_one_payload_1_0_
 def test_every_path_the_agent_calls_is_a_route_of_the_http_api(template: dict[str, Any]) -> None:
     from modelforge_node_agent import control_plane as agent
 
-    keys = {route["Properties"]["RouteKey"] for route in _of_type(template, "AWS::ApiGatewayV2::Route").values()}
+    keys = {route["Properties"]["RouteKey"] for route in _of_node_api(template, "AWS::ApiGatewayV2::Route").values()}
     patterns = [re.compile("^" + re.sub(r"\\\{[^/]+\\\}", "[^/]+", re.escape(key)) + "$") for key in keys]
     work_id = "work_" + "0" * 32
     called = [agent.ENROLL, agent.HEARTBEAT, agent.INVENTORY, agent.WORK_CLAIM]
@@ -71,7 +84,7 @@ def test_every_path_the_agent_calls_is_a_route_of_the_http_api(template: dict[st
 
 
 def test_the_http_api_stage_serves_the_root_and_is_throttled_like_the_rest_stage(template: dict[str, Any]) -> None:
-    (stage,) = _of_type(template, "AWS::ApiGatewayV2::Stage").values()
+    (stage,) = _of_node_api(template, "AWS::ApiGatewayV2::Stage").values()
     properties = stage["Properties"]
     assert properties["StageName"] == "$default" and properties["AutoDeploy"] is True
     assert properties["DefaultRouteSettings"]["ThrottlingRateLimit"] == {"Ref": "ApiThrottleRateLimit"}
@@ -81,7 +94,7 @@ def test_the_http_api_stage_serves_the_root_and_is_throttled_like_the_rest_stage
     assert properties["RouteSettings"]["POST /api/v1/agent/inventory"]["ThrottlingRateLimit"] == {
         "Ref": "InventoryThrottleRateLimit"
     }
-    assert set(stage["DependsOn"]) == set(_of_type(template, "AWS::ApiGatewayV2::Route"))
+    assert set(stage["DependsOn"]) == set(_of_node_api(template, "AWS::ApiGatewayV2::Route"))
 
 
 def test_only_the_node_routes_of_this_http_api_may_invoke_the_function(template: dict[str, Any]) -> None:

@@ -35,7 +35,15 @@ NOT_ON_A_NODE = (
     "modelforge_local_stack",
 )
 #: What the agent needs, by import name.
-ON_A_NODE = ("modelforge_node_agent", "modelforge_protocol", "modelforge_logging", "requests", "pynvml", "jsonschema")
+ON_A_NODE = (
+    "modelforge_node_agent",
+    "modelforge_protocol",
+    "modelforge_logging",
+    "requests",
+    "pynvml",
+    "jsonschema",
+    "websockets",
+)
 
 _PROBE = """
 import importlib, importlib.util, json, sys
@@ -109,7 +117,7 @@ def test_the_agent_wheel_declares_exactly_what_the_agent_runs(wheels: dict[str, 
     requires = {
         Requirement(line.split(":", 1)[1]).name for line in metadata.splitlines() if line.startswith("Requires-Dist:")
     }
-    assert requires == {"modelforge-protocol", "requests", "nvidia-ml-py", "jsonschema"}
+    assert requires == {"modelforge-protocol", "requests", "nvidia-ml-py", "jsonschema", "websockets"}
     entry_points = wheel.read(f"modelforge_node_agent-{RELEASE}.dist-info/entry_points.txt").decode()
     assert "modelforge-node-agent = modelforge_node_agent.main:main" in entry_points
 
@@ -121,7 +129,14 @@ def test_a_node_gets_the_agent_and_none_of_the_control_plane_or_tooling(node_env
     assert [name for name in ON_A_NODE if not seen["found"][name]] == []
     assert [name for name in NOT_ON_A_NODE if seen["found"][name]] == []
     dists = set(seen["dists"])
-    assert {"modelforge-protocol", "modelforge-node-agent", "requests", "nvidia-ml-py", "jsonschema"} <= dists
+    assert {
+        "modelforge-protocol",
+        "modelforge-node-agent",
+        "requests",
+        "nvidia-ml-py",
+        "jsonschema",
+        "websockets",
+    } <= dists
     assert not dists & {"chalice", "moto", "boto3", "botocore", "pynamodb", "modelforge-compute", "werkzeug", "flask"}
 
 

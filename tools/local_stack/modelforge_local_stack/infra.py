@@ -21,7 +21,7 @@ from typing import Any
 from chalicelib.api import console  # importable once .catalogue put functions/ on the path
 from chalicelib.stores import aws_permissions
 
-from . import bundle_bytecode, infra_admin_iam, infra_node_api
+from . import bundle_bytecode, infra_admin_iam, infra_channel, infra_node_api
 from .catalogue import FUNCTIONS_DIR, REPO_ROOT, resources
 from .provision import RESOURCE_ENV, load_resources
 
@@ -29,6 +29,8 @@ from .provision import RESOURCE_ENV, load_resources
 SHARED_PACKAGES = (REPO_ROOT / "protocol" / "modelforge_protocol", REPO_ROOT / "protocol" / "modelforge_logging")
 #: Chalice resource names of the three functions and their roles.
 FUNCTIONS = {"APIHandler": "ApiHandlerRole", "LivenessSweep": "LivenessSweepRole", "StateLog": "StateLogRole"}
+#: With the push channel: Chalice's WebSocket handler functions too (``infra_channel``).
+FUNCTIONS_WITH_CHANNEL = {**FUNCTIONS, **infra_channel.FUNCTIONS}
 
 PARAMETERS: dict[str, dict[str, Any]] = {
     "AdminTokenSha256": {
@@ -227,12 +229,18 @@ TABLE_ACTIONS = {
         "dynamodb:UpdateItem",
         "dynamodb:ConditionCheckItem",
     ],
+    # the push channel's handlers: $connect reads the node and records the connection (one
+    # conditional update), $disconnect finds the node by its connection and clears it, a message
+    # (a ping) touches no table
+    "WebsocketConnect": ["dynamodb:GetItem", "dynamodb:UpdateItem"],
+    "WebsocketDisconnect": ["dynamodb:Query", "dynamodb:UpdateItem"],
+    "WebsocketMessage": [],
 }
 #: What Lambda reads from the outbox stream with the state-log function's role (its event source),
 #: and does with each function's role to write its logs to its own log group.
 STREAM_ACTIONS = [action for action in aws_permissions.PLATFORM["StateLog"] if action.startswith("dynamodb:")]
 LOG_ACTIONS = [action for action in aws_permissions.PLATFORM["APIHandler"] if action.startswith("logs:")]
-LOG_GROUPS = {function: f"{function}LogGroup" for function in FUNCTIONS}
+LOG_GROUPS = {function: f"{function}LogGroup" for function in FUNCTIONS_WITH_CHANNEL}
 
 
 def _table_arns() -> list[dict[str, Any]]:
@@ -252,9 +260,13 @@ def _policy(name: str, function: str, statements: list[dict[str, Any]]) -> list[
     return [{"PolicyName": name, "PolicyDocument": {"Version": "2012-10-17", "Statement": [logs, *statements]}}]
 
 
-def _roles() -> dict[str, Any]:
-    def tables(function: str) -> dict[str, Any]:
-        return {"Effect": "Allow", "Action": TABLE_ACTIONS[function], "Resource": _table_arns()}
+def _roles(functions: dict[str, str], channel_stage: str | None) -> dict[str, Any]:
+    """Each function's role: its log group, the tables its code calls, and what else it needs
+    (``channel_stage``: the push channel's stage, whose connections the API function manages)."""
+
+    def tables(function: str) -> list[dict[str, Any]]:
+        actions = TABLE_ACTIONS[function]
+        return [{"Effect": "Allow", "Action": actions, "Resource": _table_arns()}] if actions else []
 
     work_objects = {
         # inputs are written at submission; presigned GETs of inputs and results and PUTs of
@@ -265,20 +277,31 @@ def _roles() -> dict[str, Any]:
     }
     stream = {"Effect": "Allow", "Action": STREAM_ACTIONS, "Resource": {"Fn::GetAtt": ["OutboxTable", "StreamArn"]}}
     put_events = {"Effect": "Allow", "Action": ["s3:PutObject"], "Resource": {"Fn::Sub": _STATE_LOG_OBJECTS}}
-    policies = {
-        "APIHandler": _policy("modelforge-api", "APIHandler", [tables("APIHandler"), work_objects]),
-        "LivenessSweep": _policy("modelforge-sweep", "LivenessSweep", [tables("LivenessSweep")]),
-        "StateLog": _policy("modelforge-state-log", "StateLog", [stream, put_events]),
+    # wake and cancel are posted to (and a revoked node's connection deleted from) the channel
+    channel = [infra_channel.manage_connections(channel_stage)] if channel_stage is not None else []
+    statements = {
+        "APIHandler": [*tables("APIHandler"), work_objects, *channel],
+        "LivenessSweep": tables("LivenessSweep"),
+        "StateLog": [stream, put_events],
     }
-    return {role: {"Properties": {"Policies": policies[function]}} for function, role in FUNCTIONS.items()}
+    names = {"APIHandler": "modelforge-api", "LivenessSweep": "modelforge-sweep", "StateLog": "modelforge-state-log"}
+    roles: dict[str, Any] = {}
+    for function, role in functions.items():
+        granted = statements[function] if function in statements else tables(function)
+        policy = _policy(names.get(function, f"modelforge-{function}"), function, granted)
+        roles[role] = {"Properties": {"Policies": policy}}
+    return roles
 
 
-def _log_groups() -> dict[str, Any]:
+def _log_groups(functions: dict[str, str]) -> dict[str, Any]:
     """One log group per function, made by the stack (so no role may create log groups) and
     kept ``LogRetentionDays``."""
     return {
-        group: {"Type": "AWS::Logs::LogGroup", "Properties": {"RetentionInDays": {"Ref": "LogRetentionDays"}}}
-        for group in LOG_GROUPS.values()
+        LOG_GROUPS[function]: {
+            "Type": "AWS::Logs::LogGroup",
+            "Properties": {"RetentionInDays": {"Ref": "LogRetentionDays"}},
+        }
+        for function in functions
     }
 
 
@@ -298,8 +321,9 @@ def _rest_api() -> dict[str, Any]:
     }
 
 
-def _outputs(stage: str) -> dict[str, Any]:
+def _outputs(stage: str, channel: bool) -> dict[str, Any]:
     return {
+        **(infra_channel.outputs(stage) if channel else {}),
         "AdminApiUrl": {
             "Description": "MODELFORGE_API_URL for the modelforge admin commands (the REST API's stage)",
             "Value": {"Fn::Sub": f"https://${{RestAPI}}.execute-api.${{AWS::Region}}.${{AWS::URLSuffix}}/{stage}"},
@@ -323,15 +347,21 @@ def merge_template(stage: str = "dev") -> dict[str, Any]:
         resources[state] = {**resources[state], "DeletionPolicy": "Retain", "UpdateReplacePolicy": "Retain"}
     environment = {env: {"Ref": logical_id} for logical_id, env in RESOURCE_ENV.items()}
     environment.update({env: {"Ref": parameter} for parameter, env in PARAMETER_ENV.items()})
-    for function in FUNCTIONS:
+    # the push channel, when the app has WebSocket handlers (Chalice's stage is named as the REST API's)
+    channel = has_channel()
+    functions = FUNCTIONS_WITH_CHANNEL if channel else FUNCTIONS
+    if channel:
+        environment.update(infra_channel.environment(rest_stage(stage)))
+        resources[infra_channel.STAGE] = infra_channel.stage_properties("ApiThrottleRateLimit", "ApiThrottleBurstLimit")
+    for function in functions:
         resources[function] = {
             "Properties": {
                 "Environment": {"Variables": environment},
                 "LoggingConfig": {"LogGroup": {"Ref": LOG_GROUPS[function]}},
             }
         }
-    resources.update(_roles())
-    resources.update(_log_groups())
+    resources.update(_roles(functions, rest_stage(stage) if channel else None))
+    resources.update(_log_groups(functions))
     resources["RestAPI"] = _rest_api()
     resources["StateLog"]["Properties"]["Events"] = {
         "StateLogDynamodbEventSource": {"Properties": {"Stream": {"Fn::GetAtt": ["OutboxTable", "StreamArn"]}}}
@@ -342,8 +372,15 @@ def merge_template(stage: str = "dev") -> dict[str, Any]:
         "Parameters": PARAMETERS,
         "Conditions": infra_admin_iam.CONDITIONS,
         "Resources": resources,
-        "Outputs": _outputs(rest_stage(stage)),
+        "Outputs": _outputs(rest_stage(stage), channel),
     }
+
+
+def has_channel() -> bool:
+    """Whether the app has WebSocket handlers (then Chalice's package step emits the WebSocket API)."""
+    from .http_server import load_app
+
+    return bool(load_app().app.websocket_handlers)
 
 
 def vendor_shared_packages() -> list[Path]:

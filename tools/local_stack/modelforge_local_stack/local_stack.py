@@ -17,6 +17,8 @@ from types import ModuleType
 from typing import Any, Self
 
 from . import provision
+from .channel_events import NoChannelHandlers, handlers_of
+from .channel_server import ChannelLimits, ChannelServer
 from .emulator import Emulator, listen_error
 from .http_server import (
     DEFAULT_CONNECTION_TIMEOUT_SECONDS,
@@ -57,6 +59,24 @@ class LocalOptions:
     #: keep the admin token here across restarts (read it, or write a generated one, mode 0600);
     #: MODELFORGE_ADMIN_TOKEN (or its SHA-256) wins over it
     admin_token_file: Path | None = None
+    #: the push channel's port (127.0.0.1): None: the API port + 1000 (0 when that is 0); 0: any free one
+    channel_port: int | None = None
+    #: the channel's limits (API Gateway's by default; tests shorten them)
+    channel_limits: ChannelLimits = field(default_factory=ChannelLimits)
+
+
+#: How far above the API port the channel listens by default (8000 -> 9000).
+CHANNEL_PORT_OFFSET = 1000
+#: The variables local up sets for its control plane (the channel's URLs).
+CHANNEL_URL_VAR, CHANNEL_MANAGEMENT_URL_VAR = "MODELFORGE_CHANNEL_URL", "MODELFORGE_CHANNEL_MANAGEMENT_URL"
+
+
+def channel_port(options: LocalOptions) -> int:
+    """The channel's port: ``--channel-port``, else the API port + 1000 (a free one when the API's
+    port is chosen freely too)."""
+    if options.channel_port is not None:
+        return options.channel_port
+    return options.port + CHANNEL_PORT_OFFSET if options.port else 0
 
 
 class AdminTokenFileError(Exception):
@@ -121,6 +141,7 @@ class LocalStack:
         self._server: ServerThread | None = None
         self._poller: StreamPoller | None = None
         self._scheduler: Scheduler | None = None
+        self._channel: ChannelServer | None = None
 
     @property
     def api_url(self) -> str:
@@ -129,6 +150,11 @@ class LocalStack:
         address: Any = self._api_server.server_address
         host, port = address[:2]
         return f"{scheme}://{host}:{port}"
+
+    @property
+    def channel(self) -> ChannelServer | None:
+        """The push channel's server (None: the app has no WebSocket handlers)."""
+        return self._channel
 
     @property
     def aws_endpoint_url(self) -> str:
@@ -177,6 +203,10 @@ class LocalStack:
         instance.reset()
         instance.get()  # validates settings before serving: exits non-zero on a bad configuration
         self._claim(tls)
+        if self._channel is not None:
+            for name, value in ((CHANNEL_URL_VAR, self._channel.channel_url),
+                                (CHANNEL_MANAGEMENT_URL_VAR, self._channel.management_url)):  # fmt: skip
+                os.environ[name] = self.options.extra_env.get(name, value)
         if self.generated_admin_token and self.options.admin_token_file is not None:
             write_admin_token_file(self.options.admin_token_file, self.generated_admin_token)
         if self.emulator is not None:
@@ -201,6 +231,8 @@ class LocalStack:
         assert self._api_server is not None
         self._server = ServerThread(self._api_server)
         self._server.start()
+        if self._channel is not None:
+            self._channel.start()
         if self.persistence is not None:
             self.persistence.start_periodic(self.options.snapshot_interval_seconds)
         if self._lock is not None:
@@ -225,6 +257,7 @@ class LocalStack:
                 )
             except OSError as error:
                 raise listen_error(error, self.options.host, self.options.port, "--port") from None
+            self._channel = self._channel_server()
             if self.emulator is not None:
                 self.emulator.bind()
             if self._lock is not None:
@@ -232,6 +265,18 @@ class LocalStack:
         except BaseException:
             self.stop()
             raise
+
+    def _channel_server(self) -> ChannelServer | None:
+        assert self.app_module is not None
+        try:
+            handlers = handlers_of(self.app_module)
+        except NoChannelHandlers:
+            return None
+        port = channel_port(self.options)
+        try:
+            return ChannelServer("127.0.0.1", port, handlers, self.options.channel_limits)
+        except OSError as error:
+            raise listen_error(error, "127.0.0.1", port, "--channel-port") from None
 
     def _outbox(self) -> Outbox:
         """The state log as the data dir's restore must know it (``persistence.Outbox``)."""
@@ -262,6 +307,8 @@ class LocalStack:
     def stop(self) -> None:
         """Stop serving, write the data dir's last snapshot, stop the emulator, release the lock
         (safe on a stack that started only in part)."""
+        if self._channel is not None:  # first: each connection's $disconnect still reaches the tables
+            self._channel.stop()
         for part in (self._server, self._scheduler, self._poller):
             if part is not None:
                 part.stop()

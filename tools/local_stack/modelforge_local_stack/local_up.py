@@ -10,7 +10,7 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from modelforge_protocol import environment
 
@@ -88,6 +88,7 @@ def add_arguments(up: argparse.ArgumentParser) -> None:
         default=256,
         help="API connections served at once; more are answered 503 server_busy (default 256)",
     )
+    _add_channel_arguments(up)
     up.add_argument(
         "--with-worker",
         type=Path,
@@ -109,6 +110,59 @@ def add_arguments(up: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_channel_arguments(up: argparse.ArgumentParser) -> None:
+    up.add_argument(
+        "--channel-port",
+        type=int,
+        metavar="PORT",
+        help="the push channel's port on 127.0.0.1: WebSockets at /api/v1/agent/channel and the management "
+        "API (/@connections) (default: the API port + 1000; 0 picks a free one)",
+    )
+    up.add_argument(
+        "--channel-max-seconds",
+        type=positive_float,
+        default=7200.0,
+        metavar="SECONDS",
+        help="close a channel connection after this long, code 1001 (default 7200: API Gateway's 2 h)",
+    )
+    up.add_argument(
+        "--channel-idle-seconds",
+        type=positive_float,
+        default=600.0,
+        metavar="SECONDS",
+        help="close a channel connection after this long without a message from the agent, code 1001 "
+        "(default 600: API Gateway's 10 min)",
+    )
+    up.add_argument(
+        "--channel-max-connections",
+        type=positive_int,
+        default=1000,
+        help="channel connections held at once; more are answered 503 (default 1000)",
+    )
+
+
+def _channel_options(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The channel's options, or None after saying why they cannot be used."""
+    from .channel_server import ChannelLimits
+    from .local_stack import CHANNEL_PORT_OFFSET
+
+    port = args.channel_port
+    if port is None and args.port and args.port + CHANNEL_PORT_OFFSET > 65535:
+        _say(
+            f"--port {args.port}: the channel's default port (+{CHANNEL_PORT_OFFSET}) is too high; give --channel-port"
+        )
+        return None
+    if port is not None and not 0 <= port <= 65535:
+        _say("--channel-port must be 0..65535")
+        return None
+    limits = ChannelLimits(
+        max_seconds=args.channel_max_seconds,
+        idle_seconds=args.channel_idle_seconds,
+        max_connections=args.channel_max_connections,
+    )
+    return {"channel_port": port, "channel_limits": limits}
+
+
 def run(args: argparse.Namespace) -> int:
     from .local_stack import LocalOptions
 
@@ -127,6 +181,9 @@ def run(args: argparse.Namespace) -> int:
         if path is not None and not path.is_file():
             print(f"modelforge: no such file: {path}", file=sys.stderr)
             return EXIT_CONFIG
+    channel = _channel_options(args)
+    if channel is None:
+        return EXIT_CONFIG
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"modelforge: warning: listening on {args.host}, not loopback", file=sys.stderr)
     options = LocalOptions(
@@ -142,6 +199,7 @@ def run(args: argparse.Namespace) -> int:
         connection_timeout_seconds=args.connection_timeout,
         max_connections=args.max_connections,
         admin_token_file=args.admin_token_file,
+        **channel,
     )
     if args.with_worker is not None and len(str(args.with_worker.resolve() / "worker.sock")) > 100:
         print(
@@ -201,6 +259,19 @@ def _start(stack: LocalStack, options: LocalOptions) -> int | None:
     return None
 
 
+def _print_ready(stack: LocalStack, options: LocalOptions) -> None:
+    """The admin token (when generated), what the data dir held, the channel, and the ready line last."""
+    token_line = _admin_token_line(stack, options.admin_token_file)
+    if token_line:
+        print(token_line, flush=True)
+    if stack.restored is not None and options.data_dir is not None:
+        print(stack.restored.describe(options.data_dir), flush=True)
+    if stack.channel is not None:
+        channel = stack.channel
+        print(f"push channel at {channel.channel_url} (management API {channel.management_url})", flush=True)
+    print(f"modelforge control plane ready at {stack.api_url} (AWS emulator {stack.aws_endpoint_url})", flush=True)
+
+
 def serve(options: LocalOptions, cpu_agent_state: Path | None = None, worker_dir: Path | None = None) -> int:
     """Start the local stack, print the ready line, and serve until SIGINT or SIGTERM."""
     from . import dev_agent
@@ -215,12 +286,7 @@ def serve(options: LocalOptions, cpu_agent_state: Path | None = None, worker_dir
     failed = _start(stack, options)
     if failed is not None:
         return failed
-    token_line = _admin_token_line(stack, options.admin_token_file)
-    if token_line:
-        print(token_line, flush=True)
-    if stack.restored is not None and options.data_dir is not None:
-        print(stack.restored.describe(options.data_dir), flush=True)
-    print(f"modelforge control plane ready at {stack.api_url} (AWS emulator {stack.aws_endpoint_url})", flush=True)
+    _print_ready(stack, options)
     agent = worker = None
     worker_url = None
     if worker_dir is not None:
