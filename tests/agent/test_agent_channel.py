@@ -188,7 +188,7 @@ def test_agent_channel_wake_hints_a_claim_and_cancel_renews_that_work(tmp_path: 
             assert plane.handshakes[0]["Authorization"] == f"Bearer {ticket_secret(1)}"
             plane.send('{"v": 1, "type": "wake"}')
             plane.send(json.dumps({"v": 1, "type": "cancel", "work_id": WORK_ID}))
-            poll(lambda: work.hints == 1 and work.renewed == [WORK_ID])
+            poll(lambda: work.hints == 2 and work.renewed == [WORK_ID])  # the connection hinted once too
             stop.set()
             publisher.join(5)
             assert not publisher.is_alive()

@@ -41,7 +41,7 @@ class Live:
 
     def __init__(self, url: str, ca: Path | None = None, **options: Any) -> None:
         self.url = url
-        self.wakes = 0
+        self.hints = 0
         self.cancels: list[str] = []
         self.offered: list[str] = []
         self.channel = Channel(
@@ -72,7 +72,12 @@ class Live:
             self._heartbeats.start()
 
     def _wake(self) -> None:
-        self.wakes += 1
+        self.hints += 1
+
+    @property
+    def wakes(self) -> int:
+        """The hints that came from ``wake`` messages (each connection hints once too)."""
+        return self.hints - self.channel.connections
 
     def close(self) -> None:
         self._stop.set()
