@@ -19,6 +19,9 @@ thread, whose messages are hints for the work loop.
   ``MAX_CONNECTION_SECONDS`` (API Gateway's 2 h), so a fleet does not reconnect in step; after the
   server closes it, a reconnect with backoff (reset once a connection lasted
   ``STABLE_SECONDS``).
+- **On every connection** the channel calls ``on_wake`` once: the work loop claims, and a claim
+  that finds nothing parks the node, so the control plane knows to wake it (a wake sent while it
+  was not connected was lost, and its item is claimed now).
 - **Messages** (``channel_messages``): ``wake`` -> ``on_wake`` (the work loop's ``hint``),
   ``cancel`` -> ``on_cancel(work_id)`` (renew that work now); anything else is ignored, a
   malformed one counted, none is fatal.
@@ -252,6 +255,10 @@ class Channel:
             self._drop(ticket)  # single use: the control plane consumed it
             self.connections += 1
             self._connected()
+            # A claim that finds nothing parks the node for wakes; while it was not connected a
+            # wake could not reach it (and the control plane unparks a node it failed to wake):
+            # claim once now, as a heartbeat's work_waiting would make it.
+            self._on_wake()
             forced = self._session(link, opened_at[0])
         if forced:
             self._set(CONNECTING, "reconnecting before the connection's maximum age")

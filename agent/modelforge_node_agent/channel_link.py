@@ -110,12 +110,16 @@ class _WebSocketLink:
             return None
         except ConnectionClosed as closed:
             raise LinkFailed(_closed_reason(closed)) from None
+        except OSError as error:
+            raise LinkFailed(f"connection lost ({type(error).__name__})") from None
 
     def send(self, text: str) -> None:
         try:
             self._connection.send(text)
         except ConnectionClosed as closed:
             raise LinkFailed(_closed_reason(closed)) from None
+        except OSError as error:
+            raise LinkFailed(f"connection lost ({type(error).__name__})") from None
 
 
 def _closed_reason(closed: ConnectionClosed) -> str:
@@ -158,7 +162,7 @@ class WebSocketOpener:
             raise LinkFailed(failure_reason(error)) from None
         _keep_alive(sock)
         try:
-            return connect(
+            connection = connect(
                 url,
                 sock=sock,
                 ssl=self._tls if secure else None,
@@ -177,6 +181,9 @@ class WebSocketOpener:
             sock.close()
             status = _status(error)
             raise LinkFailed(failure_reason(error), ticket_refused=status in (401, 403)) from None
+        with contextlib.suppress(OSError):  # a socket already closed: the first recv says so
+            connection.socket.settimeout(None)  # the dial's timeout was for opening (TLS clears it itself)
+        return connection
 
 
 def _keep_alive(sock: socket.socket) -> None:

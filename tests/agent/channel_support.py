@@ -124,7 +124,8 @@ class ChannelHarness:
     ):
         self.time = ChannelTime()
         self.opener = FakeOpener(self.time, outcomes or [])
-        self.wakes = 0
+        #: every on_wake: one per connection (the claim that parks the node), then one per wake
+        self.hints = 0
         self.cancels: list[str] = []
         self._spawned: list[Callable[[], None]] = []
         self.channel = Channel(
@@ -171,4 +172,9 @@ class ChannelHarness:
         self._spawned[0]()
 
     def _wake(self) -> None:
-        self.wakes += 1
+        self.hints += 1
+
+    @property
+    def wakes(self) -> int:
+        """The hints that came from ``wake`` messages."""
+        return self.hints - self.channel.connections

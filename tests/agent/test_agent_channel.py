@@ -122,6 +122,22 @@ def test_agent_with_push_channel_off_reports_off_and_never_connects(tmp_path: Pa
         h.run()
 
 
+def test_agent_with_push_channel_off_never_dials_a_real_channel_it_is_offered(tmp_path: Path) -> None:
+    plane = ChannelServer()
+    channel = Channel(WebSocketOpener(tls_context(None), open_seconds=5.0), enabled=False, wall=lambda: WALL_AT_ZERO)
+    replies = {ENROLL: _ticketed(ENROLLED, 1, url=plane.url), HEARTBEAT: _ticketed(ONLINE, 2, url=plane.url)}
+    try:
+        with fake_server(replies) as server:
+            agent, _ = _agent(
+                tmp_path, server.url, RecordingStop(limit=3), channel, MODELFORGE_AGENT_PUSH_CHANNEL="off"
+            )
+            agent.run()
+        assert channel._thread is None  # no connection loop was ever started
+        assert plane.handshakes == [] and plane.connections == []
+    finally:
+        plane.close()
+
+
 def test_agent_heartbeat_without_features_stops_reporting_the_channel(tmp_path: Path) -> None:
     """A control plane rolled back to one without the channel refuses the unknown field: once an
     answer lists no ``features``, the heartbeat is today's again."""
@@ -188,7 +204,7 @@ def test_agent_channel_wake_hints_a_claim_and_cancel_renews_that_work(tmp_path: 
             assert plane.handshakes[0]["Authorization"] == f"Bearer {ticket_secret(1)}"
             plane.send('{"v": 1, "type": "wake"}')
             plane.send(json.dumps({"v": 1, "type": "cancel", "work_id": WORK_ID}))
-            poll(lambda: work.hints == 1 and work.renewed == [WORK_ID])
+            poll(lambda: work.hints == 2 and work.renewed == [WORK_ID])  # the connection hinted once too
             stop.set()
             publisher.join(5)
             assert not publisher.is_alive()

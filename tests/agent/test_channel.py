@@ -41,6 +41,15 @@ def test_channel_wake_and_cancel_messages_hint_the_work_loop() -> None:
     )
 
 
+def test_channel_each_connection_hints_one_claim_so_the_node_parks() -> None:
+    h = ChannelHarness()
+    h.opener.outcomes = [h.link(CLOSED), h.link(CLOSED), LinkFailed("connection refused")]
+    h.start()
+    h.offer()
+    h.run()
+    assert h.channel.connections == 2 and h.hints == 2 and h.wakes == 0
+
+
 @pytest.mark.parametrize(
     "frame",
     [
