@@ -269,9 +269,8 @@ class Agent:
 
     def _renew_now(self, work_id: str) -> None:
         """The channel's ``cancel``: renew that work now; only the renewal's 409 stops the job."""
-        renew_now = getattr(self._work, "renew_now", None)  # the work loop's (issue 19)
-        if renew_now is not None:
-            renew_now(work_id)
+        if self._work is not None:
+            self._work.renew_now(work_id)
 
     # --- calls and retries (a refusal propagates) -----------------------------------------
 
