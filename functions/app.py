@@ -345,7 +345,7 @@ def enroll() -> Response:
         "enrollment_id": enrolled.node.enrollment_id,
         "display_name": enrolled.node.display_name,
         "production_eligible": enrolled.node.production_eligible,
-        "heartbeat_interval_seconds": inst.settings.heartbeat_interval_seconds,
+        "heartbeat_interval_seconds": inst.settings.answer_interval(channel_connected=False),
         "replayed": enrolled.replayed,
         "auth": views.node_auth_hint(),
         **channel_edge.channel_answer(inst.settings, enrolled.ticket),
@@ -367,7 +367,7 @@ def heartbeat() -> dict[str, Any]:
     return {
         "node_id": caller.node_id,
         "status": result.node.liveness,
-        "heartbeat_interval_seconds": inst.settings.heartbeat_interval_seconds,
+        "heartbeat_interval_seconds": inst.settings.answer_interval(result.node.channel_connection_id is not None),
         "work_waiting": waiting,
         **channel_edge.channel_answer(inst.settings, result.ticket),
     }

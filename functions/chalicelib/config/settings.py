@@ -50,11 +50,23 @@ class Settings:
     #: the API Gateway management API that sends on the channel's connections (https://, http:// to
     #: loopback only); set exactly when channel_url is
     channel_management_url: str | None = None
+    #: the interval answered to a node without a live channel connection: its work hint is its only
+    #: dispatch, so it keeps the shorter interval agents had before the channel (never above
+    #: heartbeat_interval_seconds)
+    fallback_heartbeat_interval_seconds: int = 15
 
     @property
     def features(self) -> list[str]:
         """What the answers advertise beyond protocol 1's base (``push_channel`` with a channel)."""
         return ["push_channel"] if self.channel_url else []
+
+    def answer_interval(self, channel_connected: bool) -> int:
+        """The heartbeat interval to answer a node: the channel's wake makes a connected node's
+        dispatch independent of its heartbeats, so it gets the cheaper interval; any other node
+        (no channel configured, connecting, fallback, off, an older agent) keeps the shorter one."""
+        if channel_connected and self.channel_url:
+            return self.heartbeat_interval_seconds
+        return min(self.fallback_heartbeat_interval_seconds, self.heartbeat_interval_seconds)
 
     @property
     def state_log_bucket(self) -> str:
@@ -77,6 +89,8 @@ _INTEGERS = {
     # a heartbeat every 45 s: under $0.20 a node-month with the push channel, and a silent node
     # stale within 90 s (bench/README.md, "cost.py"); dispatch does not wait for heartbeats
     "MODELFORGE_HEARTBEAT_INTERVAL_SECONDS": (45, 1, 3600),
+    # nodes without a live channel connection: the work hint every 15 s, as before the channel
+    "MODELFORGE_FALLBACK_HEARTBEAT_INTERVAL_SECONDS": (15, 1, 3600),
     "MODELFORGE_READINESS_INVENTORY_MAX_AGE_SECONDS": (7200, 10, 7 * 86400),
     "MODELFORGE_OUTBOX_RETENTION_SECONDS": (7 * 86400, 3600, 365 * 86400),
     "MODELFORGE_INVENTORY_RATE_LIMIT": (10, 1, 1000),
@@ -260,6 +274,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     inventory_age = _read_int(reader, "MODELFORGE_READINESS_INVENTORY_MAX_AGE_SECONDS")
     fraction = _read_fraction(reader, "MODELFORGE_SWEEP_MASS_STALE_FRACTION", 0.5)
     inventory_rate = _read_int(reader, "MODELFORGE_INVENTORY_RATE_LIMIT")
+    fallback_interval = _read_int(reader, "MODELFORGE_FALLBACK_HEARTBEAT_INTERVAL_SECONDS")
     channel_url, channel_management_url = _channel(reader, problems)
     if stale and stale <= interval:
         problems.append(
@@ -280,4 +295,5 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         inventory_rate_limit=inventory_rate,
         channel_url=channel_url,
         channel_management_url=channel_management_url,
+        fallback_heartbeat_interval_seconds=fallback_interval,
     )

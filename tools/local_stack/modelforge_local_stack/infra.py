@@ -40,6 +40,13 @@ PARAMETERS: dict[str, dict[str, Any]] = {
         "Description": "SHA-256 (hex) of the admin token; the token itself is never deployed",
     },
     "HeartbeatIntervalSeconds": {"Type": "Number", "Default": 45, "MinValue": 1, "MaxValue": 3600},
+    "FallbackHeartbeatIntervalSeconds": {
+        "Type": "Number",
+        "Default": 15,
+        "MinValue": 1,
+        "MaxValue": 3600,
+        "Description": "the interval answered to nodes without a live push-channel connection (their work hint)",
+    },
     # Offline must exceed stale. CloudFormation cannot compare two parameters, so each takes its
     # values from a list, and every allowed offline value exceeds every allowed stale value: no
     # deployable combination violates the rule (a test checks the lists).
@@ -155,6 +162,7 @@ def _gateway_responses() -> dict[str, Any]:
 PARAMETER_ENV = {
     "AdminTokenSha256": "MODELFORGE_ADMIN_TOKEN_SHA256",
     "HeartbeatIntervalSeconds": "MODELFORGE_HEARTBEAT_INTERVAL_SECONDS",
+    "FallbackHeartbeatIntervalSeconds": "MODELFORGE_FALLBACK_HEARTBEAT_INTERVAL_SECONDS",
     "StaleAfterSeconds": "MODELFORGE_NODE_STALE_AFTER_SECONDS",
     "OfflineAfterSeconds": "MODELFORGE_NODE_OFFLINE_AFTER_SECONDS",
     "MassStaleFraction": "MODELFORGE_SWEEP_MASS_STALE_FRACTION",
