@@ -50,8 +50,10 @@ from modelforge_bench.support import LOOPBACK, BenchFailure
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CHALICE_CONFIG = REPO_ROOT / "functions" / ".chalice" / "config.json"
 REGION = "us-east-1"
-#: The intervals priced besides the control plane's default.
-OTHER_INTERVALS = (30, 60)
+#: The intervals priced besides the control plane's default (15 s: what a node without a live channel
+#: connection is answered, MODELFORGE_FALLBACK_HEARTBEAT_INTERVAL_SECONDS's default).
+OTHER_INTERVALS = (15, 30, 60)
+FALLBACK_INTERVAL = 15
 #: The goal, per node-month at the default interval, the push channel included (issue 19).
 GOAL_USD = 0.20
 #: One write unit: the largest node item a steady heartbeat may write.
@@ -1069,6 +1071,12 @@ def _print_node_month(report: dict[str, Any]) -> None:
         f"    (Lambda on arm64 instead: HTTP API ${default['arm64_http_total']:.4f} at the default interval;"
         f" without the push channel: HTTP API ${default['http_total_without_channel']:.4f})"
     )
+    fallback = report["node_month"].get(str(FALLBACK_INTERVAL))
+    if fallback is not None:
+        print(
+            f"    a node in fallback (no live channel connection, answered {FALLBACK_INTERVAL} s, no channel lines):"
+            f" HTTP API ${fallback['http_total_without_channel']:.4f}"
+        )
 
 
 def _print_channel(report: dict[str, Any]) -> None:

@@ -43,14 +43,16 @@ INDEX_ENTRY_WRITE = 1
 PARK_ITEM_WRITE = 1
 
 _AT = {"N": "1764650000.123"}
-#: The node item's attributes while connected (and parked), and while a minted ticket is unused.
+#: The node item's attributes while connected (and parked), and while a minted ticket is unused, by
+#: the short names the nodes table stores them under (tests/unit/test_cost_model.py keeps them equal
+#: to the model's).
 CONNECTED_ATTRIBUTES: dict[str, Any] = {
-    "channel_connection_id": {"S": "L0SM9cOFvHcCIhw="},  # API Gateway's connection ids: 16 characters
-    "channel_connected_at": _AT,
-    "channel_state": {"S": "connected"},
+    "cn": {"S": "L0SM9cOFvHcCIhw="},  # channel_connection_id: API Gateway's connection ids are 16 characters
+    "ca": _AT,  # channel_connected_at
+    "cs": {"S": "connected"},  # channel_state
 }
-PARKED_ATTRIBUTES: dict[str, Any] = {"parked_at": _AT}
-TICKET_ATTRIBUTES: dict[str, Any] = {"channel_ticket_sha256": {"S": "0" * 64}, "channel_ticket_expires_at": _AT}
+PARKED_ATTRIBUTES: dict[str, Any] = {"pk": _AT}  # parked_at
+TICKET_ATTRIBUTES: dict[str, Any] = {"tk": {"S": "0" * 64}, "tx": _AT}  # channel_ticket_sha256, _expires_at
 #: The answer block of a mint, as a heartbeat answer carries it.
 CHANNEL_BLOCK = {
     "channel": {
@@ -94,7 +96,7 @@ def node_item_sizes(measured_item: dict[str, Any]) -> NodeItemSizes:
     connected = {**base, **CONNECTED_ATTRIBUTES}
     parked = {**connected, **PARKED_ATTRIBUTES}
     # a ticket is minted while the node is not connected: its connection attributes are gone
-    ticket = {**base, **PARKED_ATTRIBUTES, "channel_state": {"S": "connecting"}, **TICKET_ATTRIBUTES}
+    ticket = {**base, **PARKED_ATTRIBUTES, "cs": {"S": "connecting"}, **TICKET_ATTRIBUTES}
     return NodeItemSizes(item_size(measured_item), item_size(connected), item_size(parked), item_size(ticket))
 
 

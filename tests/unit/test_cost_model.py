@@ -254,3 +254,22 @@ def test_cost_prices_websocket_messages_and_connection_minutes(tmp_path: Path) -
     )
     assert lines["WebSocket messages"] == pytest.approx(3 * prices["api_gateway_websocket_messages"].usd)
     assert lines["WebSocket minutes"] == pytest.approx(4 * prices["api_gateway_websocket_connection_minutes"].usd)
+
+
+def test_channel_cost_attributes_are_the_names_the_nodes_table_stores() -> None:
+    from chalicelib.stores.models import NodeModel
+    from modelforge_bench import channel_cost
+
+    stored = {name: attribute.attr_name for name, attribute in NodeModel.get_attributes().items()}
+    names = {**channel_cost.CONNECTED_ATTRIBUTES, **channel_cost.PARKED_ATTRIBUTES, **channel_cost.TICKET_ATTRIBUTES}
+    assert set(names) == {
+        stored[field]
+        for field in (
+            "channel_connection_id",
+            "channel_connected_at",
+            "channel_state",
+            "parked_at",
+            "channel_ticket_sha256",
+            "channel_ticket_expires_at",
+        )
+    }
