@@ -21,7 +21,7 @@ def test_work_create_new_id_is_stored_with_its_event(backend: Backend) -> None:
     item = work()
     backend.stores.work.create(item, event("work.submitted"))
     assert backend.stores.work.get(item.work_id) == item
-    assert backend.stores.work.oldest_queued("echo", 5) == [item]
+    assert backend.stores.work.queue_front("echo", 5) == [item]
     assert backend.event_types() == ["work.submitted"]
 
 
@@ -51,7 +51,7 @@ def test_work_lease_queued_item_online_holder_is_leased(backend: Backend) -> Non
     assert backend.stores.work.get(item.work_id) == written
     assert (written.status, written.epoch, written.attempts, written.node_id) == ("leased", 1, 1, claimant.node_id)
     assert backend.stores.work.leases_held_by(claimant.node_id) == [written]
-    assert backend.stores.work.oldest_queued("echo", 5) == []
+    assert backend.stores.work.queue_front("echo", 5) == []
     assert backend.event_types() == ["work.leased"]
 
 
@@ -116,7 +116,7 @@ def test_work_lease_write_by_holder_is_written(backend: Backend, method: str) ->
     assert {name: getattr(stored, name) for name in EXPECTED[method]} == EXPECTED[method]
     still_held = backend.stores.work.leases_held_by(owner.node_id)
     assert still_held == ([written] if method == "renew" else [])
-    assert backend.stores.work.oldest_queued("echo", 5) == ([written] if method == "requeue" else [])
+    assert backend.stores.work.queue_front("echo", 5) == ([written] if method == "requeue" else [])
     assert backend.event_types() == [EVENTS[method]]
 
 
@@ -182,7 +182,7 @@ def test_work_cancel_unchanged_item_is_cancelled(backend: Backend, status: str) 
     written = backend.stores.work.cancel(backend.stores.work.get(item.work_id), NOW, event("work.cancelled"))
     assert backend.stores.work.get(item.work_id) == written
     assert (written.status, written.queued_at, written.lease_expires_at) == ("cancelled", None, None)
-    assert backend.stores.work.oldest_queued("echo", 5) == []
+    assert backend.stores.work.queue_front("echo", 5) == []
     assert backend.stores.work.expired_leases(NOW + 1000, 5) == []
     assert backend.event_types() == ["work.cancelled"]
 

@@ -321,7 +321,7 @@ def body_of(document: dict[str, Any]) -> dict[str, Any]:
     return document
 
 
-def test_a_claim_takes_the_oldest_queued_item(stack, cp: ControlPlane) -> None:  # type: ignore[no-untyped-def]
+def test_a_claim_takes_the_queue_front_item(stack, cp: ControlPlane) -> None:  # type: ignore[no-untyped-def]
     node = _online(cp)
     while (response := cp.claim(node)).status_code == 200:  # what earlier tests left queued
         finish(cp, node, response.json())

@@ -536,7 +536,7 @@ def test_a_claim_leases_the_item_to_the_node_with_presigned_urls(stores: MemoryS
     assert stores.journal.writes == 1
 
 
-def test_a_claim_takes_the_oldest_queued_item_across_capabilities(stores: MemoryStores) -> None:
+def test_a_claim_takes_the_queue_front_item_across_capabilities(stores: MemoryStores) -> None:
     agent = _node(stores)
     newest = _submit(stores, ECHO, now=NOW - 10)
     oldest = _submit(stores, OCR, now=NOW - 30)
@@ -585,12 +585,12 @@ def test_a_claim_serves_only_the_work_capabilities_the_node_lists(stores: Memory
     echo = _submit(stores, ECHO)
     stores.journal.reset_counts()
     assert work.claim(stores, SETTINGS, ocr_only.caller, NOW) is None
-    assert stores.journal.calls == ["nodes.get", "work.oldest_queued"] and stores.journal.writes == 0
+    assert stores.journal.calls == ["nodes.get", "work.queue_front"] and stores.journal.writes == 0
     runtime = _node(stores, {"cpu", "cuda", ECHO})
     stores.journal.reset_counts()
     assert _claim(stores, runtime).item.work_id == echo.work_id
     # "cpu" and "cuda" are not work capabilities: never queried
-    assert stores.journal.calls.count("work.oldest_queued") == 1
+    assert stores.journal.calls.count("work.queue_front") == 1
 
 
 @pytest.mark.parametrize("capabilities", [None, {"cpu", "cuda"}], ids=["none", "no-work-capability"])
@@ -759,7 +759,7 @@ def test_each_claim_raises_the_epoch_and_counts_an_attempt(stores: MemoryStores)
 def test_a_claim_from_a_stale_read_fails_the_work_guard(stores: MemoryStores) -> None:
     agent, rival = _node(stores), _node(stores)
     item = _submit(stores)
-    read = stores.work.oldest_queued(ECHO, 1)[0]
+    read = stores.work.queue_front(ECHO, 1)[0]
     _claim(stores, rival)
     event = Event("work.leased", {"work_id": item.work_id}, NOW)
     with pytest.raises(GuardFailed) as raised:

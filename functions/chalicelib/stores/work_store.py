@@ -1,15 +1,31 @@
 """The DynamoDB work store: work items, their queue and their leases (stores.WorkStore).
 
-Three sparse indexes serve the three reads that must not scan: ``by_queue`` (capability, then
-queue time: the oldest claimable item), ``by_lease`` (every leased item by expiry: the sweep's
-expired leases) and ``by_holder`` (a node's leases: released at once when it goes offline). An
-item is in an index only while it is in the state the index serves: this store sets and removes
-the index keys (``queue_key``, ``lease_partition``, ``lease_holder``) with the state.
+Three sparse indexes serve the three reads that must not scan: ``by_queue`` (queue part, then
+queue time: claimable items, oldest first within a part), ``by_lease`` (every leased item by
+expiry: the sweep's expired leases) and ``by_holder`` (a node's leases: released at once when it
+goes offline). An item is in an index only while it is in the state the index serves: this store
+sets and removes the index keys (``queue_key``, ``lease_partition``, ``lease_holder``) with the state.
+
+**The queue is sharded.** Each capability's queue is ``QUEUE_SHARDS`` index partitions: an item
+that enters the queue (submitted, or re-queued) goes to one at random (``queue_key`` is the
+capability for shard 0, ``<capability>#<shard>`` for the others, so items queued before sharding
+sit in shard 0 and are still found). Two reasons, both measured (docs/SCALE.md): one index
+partition takes at most 1,000 writes/s, and every item costs the queue two (in and out), so one
+key per capability caps a capability at about 250 submits/s at half that limit; and concurrent
+claimers that all read one queue front all race for the same few items. Readers start at a
+random shard and go round the shards until one holds items: FIFO within a shard, the shards
+drained at random; an empty answer has read every shard. Each store (one per function instance)
+remembers for a few seconds which shards it found empty and reads them last, so a shallow queue
+spread thin over the shards is found in a read or two, not in half the shards; the memory only
+orders the reads. Shards never leave this module.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import random
+import threading
+import time
 from typing import Any
 
 from pynamodb.exceptions import DoesNotExist
@@ -28,6 +44,52 @@ from chalicelib.stores.update_actions import update_actions
 
 #: The one partition of the by_lease index (leases are few next to nodes: one per running job).
 LEASED = "leased"
+#: Index partitions per capability queue (see the module's docstring): 2,000 submits/s of one
+#: capability are 4,000 index writes/s, 250 a shard, a quarter of DynamoDB's partition limit.
+QUEUE_SHARDS = 16
+
+
+def queue_key(capability: str, shard: int) -> str:
+    """The by_queue partition key of one shard of a capability's queue."""
+    return capability if shard == 0 else f"{capability}#{shard}"
+
+
+def _random_queue_key(capability: str) -> str:
+    return queue_key(capability, random.randrange(QUEUE_SHARDS))
+
+
+#: How long a shard found empty is read after the others (an order only: see EmptyShards).
+EMPTY_SHARD_MEMORY_SECONDS = 5.0
+
+
+class EmptyShards:
+    """Which queue shards this instance found empty lately: ``order`` reads the others first, in
+    random order (so concurrent claimers still spread), then those, in random order. Never a
+    reason to skip a shard: an empty answer has read them all."""
+
+    def __init__(self, seconds: float = EMPTY_SHARD_MEMORY_SECONDS, clock: Any = time.monotonic) -> None:
+        self._seconds, self._clock = seconds, clock
+        self._seen: dict[tuple[str, int], float] = {}
+        self._lock = threading.Lock()
+
+    def order(self, capability: str) -> list[int]:
+        now = self._clock()
+        with self._lock:
+            empty = {
+                shard for (name, shard), at in self._seen.items() if name == capability and now - at < self._seconds
+            }
+        first = [shard for shard in range(QUEUE_SHARDS) if shard not in empty]
+        last = sorted(empty)
+        random.shuffle(first)
+        random.shuffle(last)
+        return first + last
+
+    def saw(self, capability: str, shard: int, empty: bool) -> None:
+        with self._lock:
+            if empty:
+                self._seen[(capability, shard)] = self._clock()
+            else:
+                self._seen.pop((capability, shard), None)
 
 
 def with_index_keys(item: WorkItem, values: dict[str, Any]) -> dict[str, Any]:
@@ -39,7 +101,7 @@ def with_index_keys(item: WorkItem, values: dict[str, Any]) -> dict[str, Any]:
         keyed["lease_partition"] = LEASED if leased else None
         keyed["lease_holder"] = values.get("node_id", item.node_id) if leased else None
     if "queued_at" in values:
-        keyed["queue_key"] = item.capability if values["queued_at"] is not None else None
+        keyed["queue_key"] = _random_queue_key(item.capability) if values["queued_at"] is not None else None
     return keyed
 
 
@@ -58,6 +120,7 @@ def _still_leased(item: WorkItem, check: LeaseCheck) -> Any:
 class DynamoWorkStore:
     def __init__(self, retention_seconds: int) -> None:
         self._retention = retention_seconds
+        self._empty_shards = EmptyShards()
 
     def _event(self, event: Event, changed: list[dict[str, Any]]) -> OutboxModel:
         return event_item(event, changed, self._retention)
@@ -85,7 +148,7 @@ class DynamoWorkStore:
     def create(self, item: WorkItem, event: Event) -> None:
         stored = item_of(item, WorkModel)
         if item.status == changes.QUEUED:
-            stored.queue_key = item.capability
+            stored.queue_key = _random_queue_key(item.capability)
         outbox = self._event(event, [put_change(stored)])
 
         def build(transaction: TransactWrite) -> None:
@@ -95,12 +158,21 @@ class DynamoWorkStore:
 
         run_transaction(build)
 
-    def oldest_queued(self, capability: str, limit: int) -> list[WorkItem]:
-        query = WorkModel.by_queue.query(capability, scan_index_forward=True, limit=limit)
-        return [record_of(item, WorkItem) for item in query]
+    def queue_front(self, capability: str, limit: int) -> list[WorkItem]:
+        """Up to ``limit`` oldest items of the first shard read that holds any: one Query while
+        the queue is busy, ``QUEUE_SHARDS`` to say it is empty."""
+        return [record_of(item, WorkItem) for item in self._first_shard_front(capability, limit)]
 
     def any_queued(self, capability: str) -> bool:
-        return any(True for _ in WorkModel.by_queue.query(capability, limit=1))
+        return bool(self._first_shard_front(capability, 1))
+
+    def _first_shard_front(self, capability: str, limit: int) -> list[WorkModel]:
+        for shard in self._empty_shards.order(capability):
+            found = list(WorkModel.by_queue.query(queue_key(capability, shard), scan_index_forward=True, limit=limit))
+            self._empty_shards.saw(capability, shard, empty=not found)
+            if found:
+                return found
+        return []
 
     def lease(
         self, item: WorkItem, holder: Holder, heartbeat_after: float, until: float, now: float, event: Event
