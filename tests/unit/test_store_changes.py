@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 from chalicelib.domain.records import Heartbeat, Inventory, WorkItem
 from chalicelib.stores import changes, node_store
+from chalicelib.stores import work_store
 from chalicelib.stores.work_store import with_index_keys
 
 NOW = 1_000_000.0
@@ -74,7 +75,10 @@ def test_work_completion_leaves_the_lease_indexes_only() -> None:
     }
 
 
-def test_work_requeue_moves_from_the_lease_indexes_to_the_queue_with_the_error_appended() -> None:
+def test_work_requeue_moves_from_the_lease_indexes_to_the_queue_with_the_error_appended(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(work_store.random, "randrange", lambda n: 0)  # shard 0: the bare capability
     item = _item(errors=[{"attempt": 0}])
     assert with_index_keys(item, changes.failed(item, {"attempt": 1}, True, NOW)) == {
         "errors": [{"attempt": 0}, {"attempt": 1}],
@@ -167,3 +171,30 @@ def test_a_seeded_online_node_item_carries_the_index_keys_a_heartbeat_writes() -
     assert item["liveness_shard"] == {"S": instance.sweep_index_partition("online", NODE)}
     assert item["heartbeat_bucket"] == {"N": "990"}
     assert instance.sweep_index_partition("offline", NODE) is None
+
+
+def test_work_queue_key_shard_zero_is_the_capability_and_the_others_are_numbered() -> None:
+    """Items queued before sharding (queue_key = the capability) sit in shard 0 and are still read."""
+    assert work_store.queue_key("echo", 0) == "echo"
+    assert work_store.queue_key("echo", 7) == "echo#7"
+    assert len({work_store.queue_key("echo", n) for n in range(work_store.QUEUE_SHARDS)}) == work_store.QUEUE_SHARDS
+
+
+def test_work_requeue_goes_to_a_random_queue_shard() -> None:
+    item = _item()
+    keys = {with_index_keys(item, changes.failed(item, {"attempt": 1}, True, NOW))["queue_key"] for _ in range(400)}
+    assert keys == {work_store.queue_key("echo", n) for n in range(work_store.QUEUE_SHARDS)}
+
+
+def test_empty_shards_are_read_last_but_always_read() -> None:
+    clock = [0.0]
+    memory = work_store.EmptyShards(seconds=5, clock=lambda: clock[0])
+    for shard in (3, 5):
+        memory.saw("echo", shard, empty=True)
+    order = memory.order("echo")
+    assert sorted(order) == list(range(work_store.QUEUE_SHARDS))
+    assert set(order[-2:]) == {3, 5}
+    memory.saw("echo", 3, empty=False)  # it held items again
+    assert memory.order("echo")[-1] == 5
+    clock[0] = 6.0  # forgotten after the memory's seconds
+    assert sorted(memory.order("echo")) == list(range(work_store.QUEUE_SHARDS))
