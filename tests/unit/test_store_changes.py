@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import pytest
 from chalicelib.domain.records import Heartbeat, Inventory, WorkItem
-from chalicelib.stores import changes, node_store
-from chalicelib.stores import work_store
+from chalicelib.stores import changes, node_store, work_store
 from chalicelib.stores.work_store import with_index_keys
 
 NOW = 1_000_000.0
@@ -39,7 +38,8 @@ def _item(status: str = "leased", **fields: object) -> WorkItem:
     return WorkItem(**values)  # type: ignore[arg-type]
 
 
-def test_work_lease_sets_the_lease_indexes_and_leaves_the_queue_index() -> None:
+def test_work_lease_sets_the_lease_indexes_and_leaves_the_queue_index(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(work_store.random, "randrange", lambda n: 0)  # lease shard 0: "leased"
     queued = _item("queued", epoch=0, attempts=0)
     assert with_index_keys(queued, changes.leased(queued, NODE, NOW + 300.00049, NOW)) == {
         "status": "leased",
@@ -198,3 +198,10 @@ def test_empty_shards_are_read_last_but_always_read() -> None:
     assert memory.order("echo")[-1] == 5
     clock[0] = 6.0  # forgotten after the memory's seconds
     assert sorted(memory.order("echo")) == list(range(work_store.QUEUE_SHARDS))
+
+
+def test_work_lease_goes_to_a_random_lease_shard() -> None:
+    queued = _item("queued", epoch=0, attempts=0)
+    keys = {with_index_keys(queued, changes.leased(queued, NODE, NOW, NOW))["lease_partition"] for _ in range(400)}
+    assert keys == {work_store.lease_partition(n) for n in range(work_store.LEASE_SHARDS)}
+    assert work_store.lease_partition(0) == "leased"  # leases written before sharding are still swept
