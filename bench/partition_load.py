@@ -45,7 +45,10 @@ SHARE = 0.5
 #: Limits that bind before DynamoDB's (stated in docs/SCALE.md and printed with the table).
 API_GATEWAY_NEW_CONNECTIONS_PER_SECOND = 500
 LAMBDA_DEFAULT_CONCURRENCY = 1000
-HEARTBEAT_INTERVAL_SECONDS = 60
+#: Today's defaults: a heartbeat every 15 s, stale after 60 s, so the sweep's buckets are 45 s wide.
+HEARTBEAT_INTERVAL_SECONDS = 15
+BUCKET_SECONDS = 45
+CLAIM_CANDIDATES = 10
 #: Stated inputs from SPEC19 (the channel, park and wake are other modules' writes).
 WAKE_PER_ITEM = 2
 CAPABILITY = "diagnostic.echo"
@@ -74,6 +77,12 @@ class Counts:
         return found
 
 
+def _index_entry(item: dict[str, Any] | None, hash_attr: str, range_attr: str) -> tuple[str, str] | None:
+    if not item or hash_attr not in item or (range_attr and range_attr not in item):
+        return None
+    return str(next(iter(item[hash_attr].values()))), json.dumps(item.get(range_attr))
+
+
 def _units(item: dict[str, Any], per: int) -> int:
     return max(1, math.ceil(len(json.dumps(item)) / per))
 
@@ -82,8 +91,8 @@ class Recorder:
     """DynamoDB as far as the work path needs it: items kept per table, GetItem and Query
     answered from them, every request's capacity counted per partition key and second."""
 
-    def __init__(self, schemas: dict[str, tuple[str, dict[str, tuple[str, str]]]]) -> None:
-        #: table name -> (hash key attribute, {index name: (hash attribute, range attribute)})
+    def __init__(self, schemas: dict[str, tuple[str, dict[str, tuple[str, str, str]]]]) -> None:
+        #: table name -> (hash key attribute, {index name: (hash attribute, range attribute, projection)})
         self.schemas = schemas
         self.items: dict[str, dict[str, dict[str, Any]]] = collections.defaultdict(dict)
         self.counts = Counts()
@@ -98,13 +107,20 @@ class Recorder:
         self.counts.reads[(where, key)][self.second] += units
 
     def _index_writes(self, table: str, before: dict[str, Any] | None, after: dict[str, Any] | None) -> None:
-        for index, (hash_attr, _) in self.schemas[table][1].items():
-            old = (before or {}).get(hash_attr)
-            new = (after or {}).get(hash_attr)
-            if old == new and old is not None and before == after:
+        """DynamoDB's index writes: an entry that appears or goes is one write in its partition; a
+        key that changes is two (out of the old place, into the new); an entry whose keys stay is
+        rewritten (one write) only when the index projects the attributes that changed (ALL)."""
+        for index, (hash_attr, range_attr, projection) in self.schemas[table][1].items():
+            old = _index_entry(before, hash_attr, range_attr)
+            new = _index_entry(after, hash_attr, range_attr)
+            where = f"{table}/{index}"
+            if old is not None and new is not None and old == new:
+                if projection == "ALL" and before != after:
+                    self._write(where, old[0], 1)
                 continue
-            for value in {json.dumps(old), json.dumps(new)} - {"null"}:
-                self._write(f"{table}/{index}", json.loads(value)["S"], 1)
+            for entry in (old, new):
+                if entry is not None:
+                    self._write(where, entry[0], 1)
 
     # --- the requests ------------------------------------------------------------------------
 
@@ -128,7 +144,7 @@ class Recorder:
 
     def _Query(self, kwargs: dict[str, Any]) -> dict[str, Any]:  # noqa: N802
         table, index = kwargs["TableName"], kwargs["IndexName"]
-        hash_attr, range_attr = self.schemas[table][1][index]
+        hash_attr, range_attr, _ = self.schemas[table][1][index]
         names = kwargs.get("ExpressionAttributeNames", {})
         values = kwargs["ExpressionAttributeValues"]
         wanted = next(
@@ -172,7 +188,9 @@ class Recorder:
 
     def _UpdateItem(self, kwargs: dict[str, Any]) -> dict[str, Any]:  # noqa: N802
         self._update(kwargs, transactional=False)
-        return {}
+        if kwargs.get("ReturnValues", "NONE") == "NONE":
+            return {}
+        return {"Attributes": self.items[kwargs["TableName"]][self._key(kwargs["TableName"], kwargs["Key"])]}
 
     def _PutItem(self, kwargs: dict[str, Any]) -> dict[str, Any]:  # noqa: N802
         self._put(kwargs["TableName"], kwargs["Item"], transactional=False)
@@ -212,10 +230,10 @@ def recording(recorder: Recorder) -> Iterator[None]:
         Connection._make_api_call = original  # type: ignore[method-assign]
 
 
-def _schemas(names: dict[str, str]) -> dict[str, tuple[str, dict[str, tuple[str, str]]]]:
+def _schemas(names: dict[str, str]) -> dict[str, tuple[str, dict[str, tuple[str, str, str]]]]:
     from chalicelib.stores import models
 
-    found: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {}
+    found: dict[str, tuple[str, dict[str, tuple[str, str, str]]]] = {}
     for model in models.MODELS_BY_LOGICAL_NAME.values():
         hash_attr = next(name for name, attr in model.get_attributes().items() if attr.is_hash_key)
         indexes = {}
@@ -223,21 +241,59 @@ def _schemas(names: dict[str, str]) -> dict[str, tuple[str, dict[str, tuple[str,
             attributes = index.Meta.attributes
             index_hash = next(name for name, attr in attributes.items() if attr.is_hash_key)
             index_range = next((name for name, attr in attributes.items() if attr.is_range_key), "")
-            indexes[index.Meta.index_name] = (index_hash, index_range)
+            projection = index.Meta.projection.projection_type
+            indexes[index.Meta.index_name] = (index_hash, index_range, projection)
         found[model.Meta.table_name] = (hash_attr, indexes)
     return found
 
 
-def simulate(seconds: int, submits_per_second: int, nodes: int) -> tuple[Recorder, float]:
+def _node_item(index: int, credential: str) -> dict[str, Any]:
+    from chalicelib.domain.records import Node
+    from chalicelib.stores.item_records import item_of
+    from chalicelib.stores.models import NodeModel
+
+    node = Node(
+        node_id=_node_id(index),
+        enrollment_id=f"enr_{index:032d}",
+        display_name="sim",
+        hostname="sim",
+        accelerator_mode="cpu",
+        production_eligible=True,
+        created_at=0.0,
+        agent_version="1.0.0",
+        protocol_version=1,
+        credential_sha256=credential,
+        credential_state="active",
+        credential_issued_at=0.0,
+        liveness="online",
+        liveness_changed_at=0.0,
+        last_heartbeat_at=0.0,
+        capabilities={CAPABILITY},
+    )
+    item: dict[str, Any] = item_of(node, NodeModel).serialize()
+    return item
+
+
+def _node_id(index: int) -> str:
+    return f"node_{(index * 2654435761) % 2**128:032x}"  # spread like random ids
+
+
+def simulate(
+    seconds: int,
+    submits_per_second: int,
+    nodes: int,
+    heartbeat_interval: int = HEARTBEAT_INTERVAL_SECONDS,
+    bucket_seconds: int = BUCKET_SECONDS,
+) -> tuple[Recorder, float]:
     """Drive the store code for ``seconds`` simulated seconds; the recorder and the wall time."""
     os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "recorder")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "recorder")
     from chalicelib.config import resources
-    from chalicelib.domain.records import Event, Node, WorkItem
+    from chalicelib.domain.records import Event, Heartbeat, WorkItem
     from chalicelib.stores import models
     from chalicelib.stores.contract import Holder
-    from chalicelib.stores.node_store import DynamoNodeStore  # noqa: F401 - the node reads' store
+    from chalicelib.stores.node_store import DynamoNodeStore
     from chalicelib.stores.work_store import DynamoWorkStore
 
     names = {table.name: f"sim-{table.name}" for table in resources.TABLES}
@@ -248,33 +304,34 @@ def simulate(seconds: int, submits_per_second: int, nodes: int) -> tuple[Recorde
         model._connection = None
     recorder = Recorder(_schemas(names))
     work = DynamoWorkStore(retention_seconds=86400)
-    from chalicelib.stores import node_store as node_store_module
-
+    fleet = DynamoNodeStore(retention_seconds=86400, bucket_seconds=bucket_seconds)
     credential = "0" * 64
+    beat = Heartbeat(health={"status": "ok"}, telemetry=[], agent_version="1.0.0", protocol_version=1)
     began = time.perf_counter()
     with recording(recorder):
-        # the fleet: one node item each (seeded, not counted)
-        for index in range(nodes):
-            node_id = f"node_{index:032d}"
-            recorder.items[names["nodes"]][node_id] = {
-                "node_id": {"S": node_id},
-                "credential_sha256": {"S": credential},
-                "credential_state": {"S": "active"},
-                "liveness": {"S": "online"},
-                "last_heartbeat_at": {"N": "0"},
-                "capabilities": {"SS": [CAPABILITY]},
-            }
-        store_nodes = node_store_module.DynamoNodeStore  # type: ignore[attr-defined]
-        del store_nodes
+        start = 1_000_000.0
+        for index in range(nodes):  # the fleet, online: one node item each (seeded, not counted)
+            item = _node_item(index, credential)
+            # as its last heartbeat, one interval before its first here, left it
+            last = fleet._heartbeat_values(
+                _node_id(index), beat, start - heartbeat_interval + index % heartbeat_interval
+            )
+            item["liveness_shard"] = {"S": last["liveness_shard"]}
+            item["heartbeat_bucket"] = {"N": str(last["heartbeat_bucket"])}
+            recorder.items[names["nodes"]][_node_id(index)] = item
         serial = 0
         for second in range(seconds):
             recorder.second = second
-            now = 1_000_000.0 + second
+            now = start + second
+            for index in range(nodes):  # each node heartbeats once per interval, spread over it
+                if (second - index) % heartbeat_interval == 0:
+                    fleet.record_heartbeat(Holder(_node_id(index), credential), beat, now)
             for step in range(submits_per_second):
                 serial += 1
                 at = now + step / submits_per_second
+                work_id = f"work_{serial:032x}"
                 item = WorkItem(
-                    work_id=f"work_{serial:032x}",
+                    work_id=work_id,
                     capability=CAPABILITY,
                     status="queued",
                     created_at=at,
@@ -283,17 +340,17 @@ def simulate(seconds: int, submits_per_second: int, nodes: int) -> tuple[Recorde
                     max_attempts=3,
                     lease_seconds=60,
                     epoch=0,
-                    input_key=f"work-inputs/work_{serial:032x}/{'0' * 64}.json",
+                    input_key=f"work-inputs/{work_id}/{'0' * 64}.json",
                     input_sha256="0" * 64,
                     input_size=64,
                     queued_at=at,
                 )
-                work.create(item, Event("work.submitted", {"work_id": item.work_id, "capability": CAPABILITY}, at))
+                work.create(item, Event("work.submitted", {"work_id": work_id, "capability": CAPABILITY}, at))
             for step in range(submits_per_second):
                 at = now + step / submits_per_second
-                node_id = f"node_{(serial + step) % nodes:032d}"
-                models.NodeModel.get(node_id, consistent_read=True)  # the claim's node read
-                front = work.queue_front(CAPABILITY, 10)
+                node_id = _node_id((serial + step) % nodes)
+                fleet.get(node_id)  # the claim's node read
+                front = work.queue_front(CAPABILITY, CLAIM_CANDIDATES)
                 if not front:
                     continue
                 candidate = front[step % len(front)]
@@ -302,19 +359,10 @@ def simulate(seconds: int, submits_per_second: int, nodes: int) -> tuple[Recorde
                 leased = work.lease(candidate, holder, at - 60, at + 60, at, event)
                 done = Event("work.succeeded", {"work_id": leased.work_id, "node_id": node_id, "epoch": "1"}, at)
                 work.complete(leased, holder, {"sha256": "0" * 64, "size": 1, "key": "k"}, at, done)
-        # stated inputs (SPEC19): per node, a heartbeat UpdateItem of its own item per interval
-        # (the ticket hash inside it), one park write per idle transition, and per item at most
-        # WAKE_PER_ITEM wake writes, each on one parked node's own item
-        nodes_table = names["nodes"]
-        for second in range(seconds):
-            for index in range(nodes):
-                if (index + second) % HEARTBEAT_INTERVAL_SECONDS == 0:
-                    recorder.counts.writes[(nodes_table, f"node_{index:032d}")][second] += 1
-            for step in range(submits_per_second):
-                for wake in range(WAKE_PER_ITEM):
-                    key = (nodes_table, f"node_{(step * WAKE_PER_ITEM + wake) % nodes:032d}")
-                    recorder.counts.writes[key][second] += 1 + 1  # the park, then the wake's un-park
-    del Node
+            # stated inputs (SPEC19), each on one node's own item: per item, WAKE_PER_ITEM parked
+            # nodes woken (an un-park write each) and as many parks when they go idle again
+            for step in range(submits_per_second * WAKE_PER_ITEM):
+                recorder.counts.writes[(names["nodes"], _node_id(step % nodes))][second] += 2
     return recorder, time.perf_counter() - began
 
 
