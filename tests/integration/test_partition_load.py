@@ -5,13 +5,8 @@ simulated second at 2,000 submits/s is 8,000 requests through PynamoDB (about 10
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-import partition_load  # noqa: E402
+from modelforge_bench import partition_sim as partition_load
 
 
 @pytest.fixture(scope="module")
