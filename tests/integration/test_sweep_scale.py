@@ -17,7 +17,7 @@ import time
 from chalicelib import instance
 from chalicelib.domain import liveness
 from chalicelib.services import sweep
-from chalicelib.stores import node_store
+from chalicelib.stores import node_store, work_store
 from modelforge_bench import node_items
 from modelforge_local_stack.emulator import operations_delta
 
@@ -60,13 +60,13 @@ def test_sweep_reads_late_nodes_only_at_scale(counted_stack) -> None:  # type: i
         delta = operations_delta(before, _app_operations(stack))
         shipped = delta.pop("S3:PUT", 0)
 
-        # one keys-only index query per state and shard, one query of expired work leases, the hold
+        # one keys-only index query per state and shard, one query of expired work leases per lease shard, the hold
         # item, one transaction per transition; no Scan, no count, no read of a node item: the
         # fresh nodes cost nothing
         # (work leases that other tests left to expire are taken back in the same sweep: one
         # transaction each)
         expected = {
-            "Query": 2 * node_store.SHARDS + 1,
+            "Query": 2 * node_store.SHARDS + work_store.LEASE_SHARDS,
             "GetItem": 1,
             "TransactWriteItems": STALE + report.leases_expired,
         }
