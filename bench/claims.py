@@ -44,7 +44,9 @@ import collections
 import math
 import os
 import secrets
+import shutil
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -180,6 +182,11 @@ def run_level(stack: Any, load: Generator, nodes: int, items: int) -> LevelResul
         double_claims=double,
         not_succeeded={work_id: status for work_id, status in final.items() if status != "succeeded"},
     )
+    print(
+        f"  {result.rate:.1f} claims/s; claim latency p50/p99/max {_latency(result.latencies_ms).split()} ms;"
+        f" TransactWriteItems per claim {result.per_claim('TransactWriteItems'):.2f}",
+        flush=True,
+    )
     if result.ok:
         fresh_queue(stack, submitted)
     return result
@@ -311,8 +318,23 @@ def targets(levels: list[LevelResult], raw: list[RawRun]) -> list[tuple[str, boo
     return found
 
 
+def _pool_for_claimers(claimers: int, folder: str) -> None:
+    """Let the in-process control plane hold a connection to the emulator per concurrent request.
+
+    On Lambda an instance serves one request at a time, so PynamoDB's default pool of 10
+    connections is never short; the local stack serves every node from one process, and with
+    more concurrent requests than pooled connections each extra request opens (and the emulator
+    serves on a new thread) a connection of its own. Read by PynamoDB at import (PYNAMODB_CONFIG)."""
+    path = os.path.join(folder, "pynamodb_settings.py")
+    with open(path, "w", encoding="utf-8") as file:
+        file.write(f"max_pool_connections = {max(10, 2 * claimers)}\n")
+    os.environ["PYNAMODB_CONFIG"] = path
+
+
 def run(args: argparse.Namespace) -> int:
     _support.prepare_stack_environment("WARNING", keep_thresholds=False)
+    settings_dir = tempfile.mkdtemp(prefix="bench-claims-")
+    _pool_for_claimers(max(args.nodes), settings_dir)
     os.environ["MODELFORGE_NODE_STALE_AFTER_SECONDS"] = str(STALE_AFTER_SECONDS)
     os.environ["MODELFORGE_NODE_OFFLINE_AFTER_SECONDS"] = str(OFFLINE_AFTER_SECONDS)
     from modelforge_local_stack.local_stack import LocalOptions, LocalStack
@@ -346,6 +368,7 @@ def run(args: argparse.Namespace) -> int:
         if load is not None:
             load.stop()
         stack.stop()
+        shutil.rmtree(settings_dir, ignore_errors=True)
     print_tables(levels, raw)
     found = targets(levels, raw)
     if found:

@@ -30,7 +30,7 @@ REGION = "us-east-1"
 ECHO = "diagnostic.echo"
 RAW_THREADS = (1, 10)
 #: A level's timed phase gives up after this long (a failure).
-MAX_PHASE_SECONDS = 300
+MAX_PHASE_SECONDS = 600
 #: Consecutive 204 answers after which a node stops although items are unclaimed (then a failure).
 MAX_EMPTY_IN_A_ROW = 200
 EMPTY_BACKOFF_SECONDS = 0.01
