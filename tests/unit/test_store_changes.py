@@ -186,6 +186,14 @@ def test_work_requeue_goes_to_a_random_queue_shard() -> None:
     assert keys == {work_store.queue_key("echo", n) for n in range(work_store.QUEUE_SHARDS)}
 
 
+def test_shards_seen_holding_items_are_read_first() -> None:
+    memory = work_store.EmptyShards(seconds=5, clock=lambda: 0.0)
+    memory.saw("echo", 9, empty=False)
+    memory.saw("echo", 2, empty=True)
+    order = memory.order("echo")
+    assert order[0] == 9 and order[-1] == 2 and sorted(order) == list(range(work_store.QUEUE_SHARDS))
+
+
 def test_empty_shards_are_read_last_but_always_read() -> None:
     clock = [0.0]
     memory = work_store.EmptyShards(seconds=5, clock=lambda: clock[0])
@@ -194,8 +202,8 @@ def test_empty_shards_are_read_last_but_always_read() -> None:
     order = memory.order("echo")
     assert sorted(order) == list(range(work_store.QUEUE_SHARDS))
     assert set(order[-2:]) == {3, 5}
-    memory.saw("echo", 3, empty=False)  # it held items again
-    assert memory.order("echo")[-1] == 5
+    memory.saw("echo", 3, empty=False)  # it held items again: read first now
+    assert memory.order("echo")[0] == 3 and memory.order("echo")[-1] == 5
     clock[0] = 6.0  # forgotten after the memory's seconds
     assert sorted(memory.order("echo")) == list(range(work_store.QUEUE_SHARDS))
 

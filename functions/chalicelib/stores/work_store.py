@@ -15,9 +15,9 @@ key per capability caps a capability at about 250 submits/s at half that limit; 
 claimers that all read one queue front all race for the same few items. Readers start at a
 random shard and go round the shards until one holds items: FIFO within a shard, the shards
 drained at random; an empty answer has read every shard. Each store (one per function instance)
-remembers for a few seconds which shards it found empty and reads them last, so a shallow queue
-spread thin over the shards is found in a read or two, not in half the shards; the memory only
-orders the reads. Shards never leave this module.
+remembers for a few seconds which shards it found holding items (read first) and which empty (read
+last), so a queue this instance read lately (a heartbeat's hint, an earlier claim) is found in a
+read or two, not in half the shards; the memory only orders the reads. Shards never leave this module.
 """
 
 from __future__ import annotations
@@ -72,33 +72,34 @@ EMPTY_SHARD_MEMORY_SECONDS = 5.0
 
 
 class EmptyShards:
-    """Which queue shards this instance found empty lately: ``order`` reads the others first, in
-    random order (so concurrent claimers still spread), then those, in random order. Never a
-    reason to skip a shard: an empty answer has read them all."""
+    """What this instance saw in the queue shards lately: ``order`` reads the shards it found
+    holding items first, then those it knows nothing of, then those it found empty, each group in
+    random order (so concurrent claimers still spread). Never a reason to skip a shard: an empty
+    answer has read them all."""
 
     def __init__(self, seconds: float = EMPTY_SHARD_MEMORY_SECONDS, clock: Any = time.monotonic) -> None:
         self._seconds, self._clock = seconds, clock
-        self._seen: dict[tuple[str, int], float] = {}
+        #: (capability, shard) -> (when, whether it was empty)
+        self._seen: dict[tuple[str, int], tuple[float, bool]] = {}
         self._lock = threading.Lock()
 
     def order(self, capability: str) -> list[int]:
         now = self._clock()
+        groups: tuple[list[int], list[int], list[int]] = ([], [], [])
         with self._lock:
-            empty = {
-                shard for (name, shard), at in self._seen.items() if name == capability and now - at < self._seconds
-            }
-        first = [shard for shard in range(QUEUE_SHARDS) if shard not in empty]
-        last = sorted(empty)
-        random.shuffle(first)
-        random.shuffle(last)
-        return first + last
+            for shard in range(QUEUE_SHARDS):
+                seen = self._seen.get((capability, shard))
+                if seen is None or now - seen[0] >= self._seconds:
+                    groups[1].append(shard)  # nothing known lately
+                else:
+                    groups[2 if seen[1] else 0].append(shard)
+        for group in groups:
+            random.shuffle(group)
+        return groups[0] + groups[1] + groups[2]
 
     def saw(self, capability: str, shard: int, empty: bool) -> None:
         with self._lock:
-            if empty:
-                self._seen[(capability, shard)] = self._clock()
-            else:
-                self._seen.pop((capability, shard), None)
+            self._seen[(capability, shard)] = (self._clock(), empty)
 
 
 def with_index_keys(item: WorkItem, values: dict[str, Any]) -> dict[str, Any]:
