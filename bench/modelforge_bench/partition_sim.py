@@ -268,18 +268,40 @@ def simulate(
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "recorder")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "recorder")
     from chalicelib.config import resources
-    from chalicelib.domain.records import Event, Heartbeat, WorkItem
     from chalicelib.stores import models
-    from chalicelib.stores.contract import Holder
-    from chalicelib.stores.node_store import DynamoNodeStore
-    from chalicelib.stores.work_store import DynamoWorkStore
 
     names = {table.name: f"sim-{table.name}" for table in resources.TABLES}
+    bound = {
+        name: (model.Meta.table_name, getattr(model.Meta, "region", None))
+        for name, model in models.MODELS_BY_LOGICAL_NAME.items()
+    }
     for table in resources.TABLES:
         model = models.MODELS_BY_LOGICAL_NAME[table.name]
         model.Meta.table_name = names[table.name]
         model.Meta.region = "us-east-1"
         model._connection = None
+    try:
+        return _drive(names, seconds, submits_per_second, nodes, heartbeat_interval, bucket_seconds)
+    finally:  # the models' tables as they were (a test process goes on with its own)
+        for name, (table_name, region) in bound.items():
+            model = models.MODELS_BY_LOGICAL_NAME[name]
+            model.Meta.table_name, model.Meta.region = table_name, region
+            model._connection = None
+
+
+def _drive(
+    names: dict[str, str],
+    seconds: int,
+    submits_per_second: int,
+    nodes: int,
+    heartbeat_interval: int,
+    bucket_seconds: int,
+) -> tuple[Recorder, float]:
+    from chalicelib.domain.records import Event, Heartbeat, WorkItem
+    from chalicelib.stores.contract import Holder
+    from chalicelib.stores.node_store import DynamoNodeStore
+    from chalicelib.stores.work_store import DynamoWorkStore
+
     recorder = Recorder(_schemas(names))
     work = DynamoWorkStore(retention_seconds=86400)
     fleet = DynamoNodeStore(retention_seconds=86400, bucket_seconds=bucket_seconds)
