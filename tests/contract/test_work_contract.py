@@ -21,7 +21,7 @@ def test_work_create_new_id_is_stored_with_its_event(backend: Backend) -> None:
     item = work()
     backend.stores.work.create(item, event("work.submitted"))
     assert backend.stores.work.get(item.work_id) == item
-    assert backend.stores.work.oldest_queued("echo", 5) == [item]
+    assert backend.stores.work.queue_front("echo", 5) == [item]
     assert backend.event_types() == ["work.submitted"]
 
 
@@ -51,7 +51,7 @@ def test_work_lease_queued_item_online_holder_is_leased(backend: Backend) -> Non
     assert backend.stores.work.get(item.work_id) == written
     assert (written.status, written.epoch, written.attempts, written.node_id) == ("leased", 1, 1, claimant.node_id)
     assert backend.stores.work.leases_held_by(claimant.node_id) == [written]
-    assert backend.stores.work.oldest_queued("echo", 5) == []
+    assert backend.stores.work.queue_front("echo", 5) == []
     assert backend.event_types() == ["work.leased"]
 
 
@@ -116,7 +116,7 @@ def test_work_lease_write_by_holder_is_written(backend: Backend, method: str) ->
     assert {name: getattr(stored, name) for name in EXPECTED[method]} == EXPECTED[method]
     still_held = backend.stores.work.leases_held_by(owner.node_id)
     assert still_held == ([written] if method == "renew" else [])
-    assert backend.stores.work.oldest_queued("echo", 5) == ([written] if method == "requeue" else [])
+    assert backend.stores.work.queue_front("echo", 5) == ([written] if method == "requeue" else [])
     assert backend.event_types() == [EVENTS[method]]
 
 
@@ -182,7 +182,7 @@ def test_work_cancel_unchanged_item_is_cancelled(backend: Backend, status: str) 
     written = backend.stores.work.cancel(backend.stores.work.get(item.work_id), NOW, event("work.cancelled"))
     assert backend.stores.work.get(item.work_id) == written
     assert (written.status, written.queued_at, written.lease_expires_at) == ("cancelled", None, None)
-    assert backend.stores.work.oldest_queued("echo", 5) == []
+    assert backend.stores.work.queue_front("echo", 5) == []
     assert backend.stores.work.expired_leases(NOW + 1000, 5) == []
     assert backend.event_types() == ["work.cancelled"]
 
@@ -197,3 +197,42 @@ def test_work_cancel_moved_meanwhile_is_refused(backend: Backend, change: dict[s
     backend.seed(item)
     backend.meanwhile("work.cancel", "work", item.work_id, **change)
     backend.refused(lambda: backend.stores.work.cancel(item, NOW, event()))
+
+
+# --- the queue and the lease index, however the store divides them ----------------------
+
+
+def test_work_queue_front_reaches_every_queued_item_then_says_none(backend: Backend) -> None:
+    """The store may keep a queue in parts (the DynamoDB store: 16 index shards, each item in a
+    random one): leasing what the front offers, one at a time, still takes every queued item, and
+    the front is empty only when none is left."""
+    claimant = node()
+    backend.seed(claimant)
+    items = [work(queued_at=NOW - 100 + n) for n in range(12)]
+    for item in items:
+        backend.stores.work.create(item, event("work.submitted"))
+    taken = set()
+    for _ in items:
+        front = backend.stores.work.queue_front("echo", 3)
+        assert front and len(front) <= 3
+        assert [item.queued_at for item in front] == sorted(item.queued_at for item in front)  # oldest first
+        assert backend.stores.work.any_queued("echo")
+        taken.add(_lease(backend, front[0], claimant).work_id)
+    assert taken == {item.work_id for item in items}
+    assert backend.stores.work.queue_front("echo", 3) == []
+    assert not backend.stores.work.any_queued("echo")
+
+
+def test_work_expired_leases_finds_every_expired_lease_earliest_first(backend: Backend) -> None:
+    """The DynamoDB store spreads leases over 16 index partitions: the sweep still gets the
+    earliest expired ones, at most ``limit``, and none that has not expired."""
+    claimant = node()
+    backend.seed(claimant)
+    expiries = [NOW - 50 + n for n in range(10)] + [NOW + 500]
+    for until in expiries:
+        item = work()
+        backend.stores.work.create(item, event("work.submitted"))
+        backend.stores.work.lease(item, holder(claimant), HEARTBEAT_CUTOFF, until, NOW - 60, event("work.leased"))
+    expired = backend.stores.work.expired_leases(NOW, 100)
+    assert [item.lease_expires_at for item in expired] == expiries[:10]
+    assert [item.lease_expires_at for item in backend.stores.work.expired_leases(NOW, 3)] == expiries[:3]

@@ -125,7 +125,7 @@ def _claimed(cp: ControlPlane, node: AgentIdentity) -> dict[str, Any]:
     assert submitted.status_code == 201, submitted.text
     claim = cp.claim(node)
     assert claim.status_code == 200, claim.text
-    return claim.json()  # the oldest queued echo work: this one, or one an earlier test left
+    return claim.json()  # a queued echo work item: this one, or one an earlier test left
 
 
 def _resources(cp: ControlPlane) -> dict[str, Any]:

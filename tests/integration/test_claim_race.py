@@ -92,24 +92,33 @@ def test_claim_race_test_catches_an_emulator_that_is_not_atomic(tmp_path: Path) 
 
 
 def test_the_claims_bench_prints_its_figures_and_finds_no_double_claim() -> None:
-    """bench/claims.py with tiny counts, in its own process (it starts its own stack and admin token)."""
+    """bench/claims.py with tiny counts, in its own process (it starts its own stack and admin token,
+    and its load generator in a process of its own)."""
     repo = Path(__file__).resolve().parents[2]
     ran = subprocess.run(
-        [sys.executable, str(repo / "bench" / "claims.py"), "--nodes", "1", "3", "--items", "6", "--raw-seconds", "1"],
+        [
+            sys.executable,
+            str(repo / "bench" / "claims.py"),
+            *("--nodes", "1", "3", "--items-per-claimer", "2", "--raw-seconds", "1"),
+        ],
         cwd=repo,
         capture_output=True,
         text=True,
         timeout=240,
     )
     assert ran.returncode == 0, ran.stdout + ran.stderr
-    assert "claims/s  p50 ms  p99 ms lost races | DynamoDB requests per claim" in ran.stdout
+    assert "load generator pid" in ran.stdout
+    assert "| mean ms  N/X ms | lost races | DynamoDB requests per claim" in ran.stdout
     rows = [line for line in ran.stdout.splitlines() if line.rstrip().endswith("| ok")]
-    assert [row.split()[:2] for row in rows] == [["1", "6"], ["3", "6"]], ran.stdout
-    # without competition each claim is one transaction (and one node read and one queue query,
-    # plus those of the node's last, empty claim: 7 of each for 6 items)
-    assert "GetItem=1.17, Query=1.17, TransactWriteItems=1 |" in rows[0], rows[0]
+    assert [row.split()[:2] for row in rows] == [["1", "2"], ["3", "6"]], ran.stdout
+    # without competition each claim is one node read and one transaction (the claimer stops
+    # when every item is claimed, so no last, empty claim); the queue reads depend on the shards
+    assert "GetItem=1, Query=" in rows[0] and "TransactWriteItems=1 |" in rows[0], rows[0]
+    assert rows[0].split("|")[1].split()[1] == "1.00"  # the 1-claimer rate is the ratio's base
     for write in ("conditional UpdateItem", "claim-shaped TransactWriteItems"):
         assert ran.stdout.count(write) >= 2
+    assert "1-claimer claims/s / the highest raw claim-shaped rate:" in ran.stdout
+    assert "Issue 19's targets" in ran.stdout
 
 
 @pytest.mark.parametrize(
@@ -118,7 +127,8 @@ def test_the_claims_bench_prints_its_figures_and_finds_no_double_claim() -> None
         ["--nodes", "0"],
         ["--nodes", "101"],
         ["--nodes", "1", "2", "3", "4", "5"],
-        ["--items", "0"],
+        ["--items-per-claimer", "0"],
+        ["--items-per-claimer", "101"],
         ["--raw-seconds", "nan"],
     ],
 )

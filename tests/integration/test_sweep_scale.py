@@ -21,7 +21,7 @@ import time
 from chalicelib import instance
 from chalicelib.domain import liveness
 from chalicelib.services import sweep
-from chalicelib.stores import node_store
+from chalicelib.stores import node_store, work_store
 from modelforge_bench import node_items
 from modelforge_local_stack.emulator import operations_delta
 
@@ -65,13 +65,14 @@ def test_sweep_reads_the_named_nodes_in_batches_and_moves_only_the_late_ones_at_
         delta = operations_delta(before, _app_operations(stack))
         shipped = delta.pop("S3:PUT", 0)
 
-        # one keys-only index query per state and shard, one query of expired work leases, the hold
-        # item, the last heartbeat of every node the index named (100 a call), one transaction per
-        # transition; no Scan, no count: the fresh nodes cost an eventually consistent read each
+        # one keys-only index query per state and shard, one query of expired work leases per lease
+        # shard, the hold item, the last heartbeat of every node the index named (100 a call), one
+        # transaction per transition; no Scan, no count: the fresh nodes cost an eventually
+        # consistent read each
         # (work leases that other tests left to expire are taken back in the same sweep: one
         # transaction each)
         expected = {
-            "Query": 2 * node_store.SHARDS + 1,
+            "Query": 2 * node_store.SHARDS + work_store.LEASE_SHARDS,
             "GetItem": 1,
             "BatchGetItem": math.ceil(FLEET / 100),
             "TransactWriteItems": STALE + report.leases_expired,

@@ -29,7 +29,7 @@ class Journal:
     events: list[Event] = field(default_factory=list)
     #: successful writes (one per store write call: one UpdateItem or one transaction)
     writes: int = 0
-    #: read calls (get, list_page, claimants, late_nodes, oldest_queued and the like)
+    #: read calls (get, list_page, claimants, late_nodes, queue_front and the like)
     reads: int = 0
     #: every store call by name ("nodes.record_heartbeat"), failed writes and the bucket's included
     calls: list[str] = field(default_factory=list)

@@ -309,8 +309,9 @@ class MemoryWorkStore(_Store[WorkItem]):
         queued = self._found(lambda item: item.status == changes.QUEUED, lambda item: (item.queued_at, item.work_id))
         return [item for item in queued if item.capability == capability]
 
-    def oldest_queued(self, capability: str, limit: int) -> list[WorkItem]:
-        with self._reading("oldest_queued"):
+    def queue_front(self, capability: str, limit: int) -> list[WorkItem]:
+        """The queue in one part: its oldest ``limit`` items."""
+        with self._reading("queue_front"):
             return self._queued(capability)[:limit]
 
     def any_queued(self, capability: str) -> bool:

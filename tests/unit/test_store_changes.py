@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 from chalicelib.domain.records import Heartbeat, Inventory, WorkItem
-from chalicelib.stores import changes, node_store
+from chalicelib.stores import changes, node_store, work_store
 from chalicelib.stores.work_store import with_index_keys
 
 NOW = 1_000_000.0
@@ -38,7 +38,8 @@ def _item(status: str = "leased", **fields: object) -> WorkItem:
     return WorkItem(**values)  # type: ignore[arg-type]
 
 
-def test_work_lease_sets_the_lease_indexes_and_leaves_the_queue_index() -> None:
+def test_work_lease_sets_the_lease_indexes_and_leaves_the_queue_index(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(work_store.random, "randrange", lambda n: 0)  # lease shard 0: "leased"
     queued = _item("queued", epoch=0, attempts=0)
     assert with_index_keys(queued, changes.leased(queued, NODE, NOW + 300.00049, NOW)) == {
         "status": "leased",
@@ -74,7 +75,10 @@ def test_work_completion_leaves_the_lease_indexes_only() -> None:
     }
 
 
-def test_work_requeue_moves_from_the_lease_indexes_to_the_queue_with_the_error_appended() -> None:
+def test_work_requeue_moves_from_the_lease_indexes_to_the_queue_with_the_error_appended(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(work_store.random, "randrange", lambda n: 0)  # shard 0: the bare capability
     item = _item(errors=[{"attempt": 0}])
     assert with_index_keys(item, changes.failed(item, {"attempt": 1}, True, NOW)) == {
         "errors": [{"attempt": 0}, {"attempt": 1}],
@@ -170,3 +174,45 @@ def test_a_seeded_online_node_item_carries_the_index_keys_of_its_transition_to_o
     # a heartbeat older than the creation time (a test's clock in the past) bounds it instead
     assert instance.online_node_item(NODE, 800.5, 900.0, bucket_seconds=45)["heartbeat_bucket"] == {"N": "765"}
     assert instance.sweep_index_partition("offline", NODE) is None
+
+
+def test_work_queue_key_shard_zero_is_the_capability_and_the_others_are_numbered() -> None:
+    """Items queued before sharding (queue_key = the capability) sit in shard 0 and are still read."""
+    assert work_store.queue_key("echo", 0) == "echo"
+    assert work_store.queue_key("echo", 7) == "echo#7"
+    assert len({work_store.queue_key("echo", n) for n in range(work_store.QUEUE_SHARDS)}) == work_store.QUEUE_SHARDS
+
+
+def test_work_requeue_goes_to_a_random_queue_shard() -> None:
+    item = _item()
+    keys = {with_index_keys(item, changes.failed(item, {"attempt": 1}, True, NOW))["queue_key"] for _ in range(400)}
+    assert keys == {work_store.queue_key("echo", n) for n in range(work_store.QUEUE_SHARDS)}
+
+
+def test_shards_seen_holding_items_are_read_first() -> None:
+    memory = work_store.EmptyShards(seconds=5, clock=lambda: 0.0)
+    memory.saw("echo", 9, empty=False)
+    memory.saw("echo", 2, empty=True)
+    order = memory.order("echo")
+    assert order[0] == 9 and order[-1] == 2 and sorted(order) == list(range(work_store.QUEUE_SHARDS))
+
+
+def test_empty_shards_are_read_last_but_always_read() -> None:
+    clock = [0.0]
+    memory = work_store.EmptyShards(seconds=5, clock=lambda: clock[0])
+    for shard in (3, 5):
+        memory.saw("echo", shard, empty=True)
+    order = memory.order("echo")
+    assert sorted(order) == list(range(work_store.QUEUE_SHARDS))
+    assert set(order[-2:]) == {3, 5}
+    memory.saw("echo", 3, empty=False)  # it held items again: read first now
+    assert memory.order("echo")[0] == 3 and memory.order("echo")[-1] == 5
+    clock[0] = 6.0  # forgotten after the memory's seconds
+    assert sorted(memory.order("echo")) == list(range(work_store.QUEUE_SHARDS))
+
+
+def test_work_lease_goes_to_a_random_lease_shard() -> None:
+    queued = _item("queued", epoch=0, attempts=0)
+    keys = {with_index_keys(queued, changes.leased(queued, NODE, NOW, NOW))["lease_partition"] for _ in range(400)}
+    assert keys == {work_store.lease_partition(n) for n in range(work_store.LEASE_SHARDS)}
+    assert work_store.lease_partition(0) == "leased"  # leases written before sharding are still swept

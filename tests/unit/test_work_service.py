@@ -536,14 +536,15 @@ def test_a_claim_leases_the_item_to_the_node_with_presigned_urls(stores: MemoryS
     assert stores.journal.writes == 1
 
 
-def test_a_claim_takes_the_oldest_queued_item_across_capabilities(stores: MemoryStores) -> None:
+def test_a_claim_takes_items_of_every_capability_the_node_serves(stores: MemoryStores) -> None:
     agent = _node(stores)
-    newest = _submit(stores, ECHO, now=NOW - 10)
-    oldest = _submit(stores, OCR, now=NOW - 30)
-    middle = _submit(stores, ECHO, now=NOW - 20)
-    order = [_claim(stores, agent).item.work_id for _ in range(3)]
-    assert order[0] == oldest.work_id
-    assert sorted(order) == sorted([newest.work_id, oldest.work_id, middle.work_id])
+    items = [
+        _submit(stores, ECHO, now=NOW - 10),
+        _submit(stores, OCR, now=NOW - 30),
+        _submit(stores, ECHO, now=NOW - 20),
+    ]
+    claimed = [_claim(stores, agent).item.work_id for _ in range(3)]
+    assert sorted(claimed) == sorted(item.work_id for item in items)
     assert work.claim(stores, SETTINGS, agent.caller, NOW) is None
 
 
@@ -555,29 +556,45 @@ def test_claims_go_oldest_first_within_the_window(stores: MemoryStores) -> None:
         assert _claim(stores, agent).item.work_id == expected.work_id
 
 
-def test_without_contention_the_oldest_is_taken_even_with_the_real_shuffle(
-    stores: MemoryStores, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.undo()  # the real shuffle
+def test_a_claim_reads_only_the_front_of_the_queue(stores: MemoryStores, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the real shuffle a claim takes any item of the queue's front, never one behind it."""
+    monkeypatch.undo()
     agent = _node(stores)
     items = [_submit(stores, now=NOW - 1000 + n) for n in range(work.CLAIM_CANDIDATES + 10)]
-    assert [_claim(stores, agent).item.work_id for _ in range(5)] == [item.work_id for item in items[:5]]
+    front = {item.work_id for item in items[: work.CLAIM_CANDIDATES]}
+    assert _claim(stores, agent).item.work_id in front
 
 
-def test_claimers_that_lost_the_oldest_spread_over_the_window(
-    stores: MemoryStores, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Every claimer reads the same window and tries the oldest first; after losing it, their next
-    tries are spread over the rest of the window instead of racing again for one item."""
+def test_concurrent_claimers_spread_over_the_queue_front(stores: MemoryStores, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Claimers that read the same front try its items in random order, not all the oldest first,
+    so that few of them race for one item."""
     monkeypatch.undo()
     import random as random_module
 
     random_module.seed(11)
     items = [_submit(stores, now=NOW - 100 + n) for n in range(work.CLAIM_CANDIDATES + 5)]
     windows = [work._candidates(stores, sorted(CAPABILITIES)) for _ in range(10)]
-    assert all(window[0].work_id == items[0].work_id for window in windows)
-    assert all({i.work_id for i in window} == {i.work_id for i in items[: work.CLAIM_CANDIDATES]} for window in windows)
-    assert len({window[1].work_id for window in windows}) >= 6
+    front = {i.work_id for i in items[: work.CLAIM_CANDIDATES]}
+    assert all({i.work_id for i in window} == front for window in windows)
+    assert len({window[0].work_id for window in windows}) >= 6
+
+
+def test_a_claim_reads_the_queue_again_after_two_lost_tries(stores: MemoryStores) -> None:
+    """A front that loses two tries is going stale: the claim reads the queue again rather than
+    spend more transactions on it."""
+    agent = _node(stores, {ECHO})
+    items = [_submit(stores, now=NOW - 100 + n) for n in range(5)]
+
+    def someone_takes_the_first_two() -> None:
+        for item in items[:2]:
+            stores.work.records[item.work_id].epoch += 1  # taken and put back: the read is stale
+
+    stores.journal.before_next("work.lease", someone_takes_the_first_two, times=work.TRIES_PER_READ)
+    stores.journal.reset_counts()
+    claimed = _claim(stores, agent)
+    assert claimed.item.work_id == items[0].work_id  # the second read saw its new epoch
+    assert stores.journal.calls.count("work.queue_front") == 2
+    assert stores.journal.calls.count("work.lease") == work.TRIES_PER_READ + 1
 
 
 def test_a_claim_serves_only_the_work_capabilities_the_node_lists(stores: MemoryStores) -> None:
@@ -585,12 +602,12 @@ def test_a_claim_serves_only_the_work_capabilities_the_node_lists(stores: Memory
     echo = _submit(stores, ECHO)
     stores.journal.reset_counts()
     assert work.claim(stores, SETTINGS, ocr_only.caller, NOW) is None
-    assert stores.journal.calls == ["nodes.get", "work.oldest_queued"] and stores.journal.writes == 0
+    assert stores.journal.calls == ["nodes.get", "work.queue_front"] and stores.journal.writes == 0
     runtime = _node(stores, {"cpu", "cuda", ECHO})
     stores.journal.reset_counts()
     assert _claim(stores, runtime).item.work_id == echo.work_id
     # "cpu" and "cuda" are not work capabilities: never queried
-    assert stores.journal.calls.count("work.oldest_queued") == 1
+    assert stores.journal.calls.count("work.queue_front") == 1
 
 
 @pytest.mark.parametrize("capabilities", [None, {"cpu", "cuda"}], ids=["none", "no-work-capability"])
@@ -759,7 +776,7 @@ def test_each_claim_raises_the_epoch_and_counts_an_attempt(stores: MemoryStores)
 def test_a_claim_from_a_stale_read_fails_the_work_guard(stores: MemoryStores) -> None:
     agent, rival = _node(stores), _node(stores)
     item = _submit(stores)
-    read = stores.work.oldest_queued(ECHO, 1)[0]
+    read = stores.work.queue_front(ECHO, 1)[0]
     _claim(stores, rival)
     event = Event("work.leased", {"work_id": item.work_id}, NOW)
     with pytest.raises(GuardFailed) as raised:

@@ -36,10 +36,15 @@ from chalicelib.services.known_callers import KnownCallers
 from chalicelib.stores.contract import Holder, LeaseCheck, Stores
 
 QUEUED, LEASED, SUCCEEDED, DEAD, CANCELLED = protocol.WORK_STATES
-#: Queued items a claim reads per round: it tries the oldest, then the others in random order, so
-#: that concurrent claimers that lost the oldest spread over them instead of racing again.
-CLAIM_CANDIDATES = 25
-CLAIM_ROUNDS = 3
+#: Queued items a claim reads per capability and read: the front of one part of the queue (the
+#: store spreads each queue over parts). The claim tries them in random order, so concurrent
+#: claimers that read the same front spread over it instead of all racing for its oldest item.
+CLAIM_CANDIDATES = 10
+#: Tries per read: a lost try means others are taking items from that front, so after this many
+#: losses the claim reads the queue again (another part, chosen at random) rather than spend more
+#: transactions on a front that is going stale. Reads are cheaper than transactions on DynamoDB.
+TRIES_PER_READ = 2
+CLAIM_ROUNDS = 4
 #: A lost claim transaction is nearly always another node taking the item; the node is read again
 #: (was it revoked, or is it no longer online?) after this many losses and before giving up.
 NODE_CHECK_EVERY_LOSSES = 3
@@ -182,18 +187,34 @@ class Claim:
 
 
 def claim(stores: Stores, settings: Settings, caller: NodeCaller, now: float) -> Claim | None:
-    """The oldest claimable item of a capability the node serves, leased to it in one transaction
-    that also checks, at the moment of the write, that the node is online by its heartbeat's age;
-    None when nothing is claimable.
+    """A claimable item of a capability the node serves, leased to it in one transaction that also
+    checks, at the moment of the write, that the node holds its active credential and is online by
+    its heartbeat's age; None when nothing is claimable.
 
-    The oldest item is tried first; a claim that loses it to another node tries the rest of the
-    ``CLAIM_CANDIDATES`` oldest in random order, so concurrent claimers that all lost the oldest
-    spread out instead of racing again for the next one.
+    The node is read once (credential, liveness, capabilities); then ``_lease_queued`` reads the
+    queue's front and tries its items in random order (``_candidates``).
     """
     node = require_holder(stores.nodes.get(caller.node_id), caller)
     heartbeat_after = now - settings.stale_after_seconds
     _require_online(node, heartbeat_after)
     capabilities = sorted(set(node.capabilities or ()) & set(protocol.CAPABILITIES))
+    if not capabilities:
+        return None
+    leased = _lease_queued(stores, caller, node, capabilities, heartbeat_after, now)
+    if leased is None:
+        return None
+    dispatch.claimed(stores, node)  # a parked node that took an item is idle no more
+    return _claim_answer(stores, leased)
+
+
+def _lease_queued(
+    stores: Stores, caller: NodeCaller, node: Node, capabilities: list[str], heartbeat_after: float, now: float
+) -> WorkItem | None:
+    """Up to ``CLAIM_ROUNDS`` reads of the queue, each followed by at most ``TRIES_PER_READ``
+    lease transactions; the item leased, or None when a read found nothing queued or every try
+    was lost. A read that finds nothing parks a connected node, then reads once more (check, park,
+    re-check: docs/DISPATCH.md). A revoked or no longer online node raises (401, 409) as the node
+    read decides."""
     holder = Holder(caller.node_id, caller.credential_sha256)
     lost = 0
     for _ in range(CLAIM_ROUNDS):
@@ -201,8 +222,8 @@ def claim(stores: Stores, settings: Settings, caller: NodeCaller, now: float) ->
         if not candidates and dispatch.park(stores, node, holder, capabilities, now):
             candidates = _candidates(stores, capabilities)  # parked: look once more (no lost wake-up)
         if not candidates:
-            return None
-        for candidate in candidates:
+            break
+        for candidate in candidates[:TRIES_PER_READ]:
             event = Event(
                 "work.leased",
                 {"work_id": candidate.work_id, "node_id": caller.node_id, "epoch": str(candidate.epoch + 1)},
@@ -210,16 +231,13 @@ def claim(stores: Stores, settings: Settings, caller: NodeCaller, now: float) ->
             )
             until = now + candidate.lease_seconds
             try:
-                leased = stores.work.lease(candidate, holder, heartbeat_after, until, now, event)
+                return stores.work.lease(candidate, holder, heartbeat_after, until, now, event)
             except GuardFailed:
                 # another node took the item, or the node's own check failed (revoked, or not
                 # online at ``now``): the node read decides, every few losses and before giving up
                 lost += 1
                 if lost % NODE_CHECK_EVERY_LOSSES == 0:
                     _require_online(require_holder(stores.nodes.get(caller.node_id), caller), heartbeat_after)
-                continue
-            dispatch.claimed(stores, node)
-            return _claim_answer(stores, leased)
     if lost % NODE_CHECK_EVERY_LOSSES:
         _require_online(require_holder(stores.nodes.get(caller.node_id), caller), heartbeat_after)
     return None
@@ -235,13 +253,12 @@ def _require_online(node: Node, heartbeat_after: float) -> None:
 
 
 def _candidates(stores: Stores, capabilities: list[str]) -> list[WorkItem]:
-    """The ``CLAIM_CANDIDATES`` oldest queued items of the node's capabilities: the oldest first,
-    the rest in random order."""
-    queued = [item for capability in capabilities for item in stores.work.oldest_queued(capability, CLAIM_CANDIDATES)]
-    queued.sort(key=lambda item: (item.queued_at or 0, item.work_id))
-    oldest, rest = queued[:1], queued[1:CLAIM_CANDIDATES]
-    random.shuffle(rest)
-    return oldest + rest
+    """The front of each capability's queue (``CLAIM_CANDIDATES`` items at most, one Query each
+    while work is queued), in random order: concurrent claimers that read one front spread over
+    it, and a node serving several capabilities takes from each alike."""
+    queued = [item for capability in capabilities for item in stores.work.queue_front(capability, CLAIM_CANDIDATES)]
+    random.shuffle(queued)
+    return queued
 
 
 def _claim_answer(stores: Stores, item: WorkItem) -> Claim:

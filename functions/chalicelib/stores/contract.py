@@ -207,11 +207,15 @@ class WorkStore(Protocol):
     def create(self, item: WorkItem, event: Event) -> None:
         """Write a new item (GuardFailed if its id exists: a retried submit)."""
 
-    def oldest_queued(self, capability: str, limit: int) -> list[WorkItem]:
-        """Up to ``limit`` queued items of ``capability``, oldest first."""
+    def queue_front(self, capability: str, limit: int) -> list[WorkItem]:
+        """Up to ``limit`` queued items of ``capability`` from the front of the queue, oldest first.
+        The store may keep a queue in parts and answer from one part that holds items, chosen at
+        random (so concurrent claimers spread out); empty only when no item of ``capability`` is
+        queued."""
 
     def any_queued(self, capability: str) -> bool:
-        """Whether any item of ``capability`` is queued (one key read at most)."""
+        """Whether any item of ``capability`` is queued (cheap while one is; the store's parts
+        are each read once to say none is)."""
 
     def lease(
         self, item: WorkItem, holder: Holder, heartbeat_after: float, until: float, now: float, event: Event

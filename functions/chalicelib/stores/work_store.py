@@ -1,15 +1,31 @@
 """The DynamoDB work store: work items, their queue and their leases (stores.WorkStore).
 
-Three sparse indexes serve the three reads that must not scan: ``by_queue`` (capability, then
-queue time: the oldest claimable item), ``by_lease`` (every leased item by expiry: the sweep's
-expired leases) and ``by_holder`` (a node's leases: released at once when it goes offline). An
-item is in an index only while it is in the state the index serves: this store sets and removes
-the index keys (``queue_key``, ``lease_partition``, ``lease_holder``) with the state.
+Three sparse indexes serve the three reads that must not scan: ``by_queue`` (queue part, then
+queue time: claimable items, oldest first within a part), ``by_lease`` (every leased item by
+expiry: the sweep's expired leases) and ``by_holder`` (a node's leases: released at once when it
+goes offline). An item is in an index only while it is in the state the index serves: this store
+sets and removes the index keys (``queue_key``, ``lease_partition``, ``lease_holder``) with the state.
+
+**The queue is sharded.** Each capability's queue is ``QUEUE_SHARDS`` index partitions: an item
+that enters the queue (submitted, or re-queued) goes to one at random (``queue_key`` is the
+capability for shard 0, ``<capability>#<shard>`` for the others, so items queued before sharding
+sit in shard 0 and are still found). Two reasons, both measured (docs/SCALE.md): one index
+partition takes at most 1,000 writes/s, and every item costs the queue two (in and out), so one
+key per capability caps a capability at about 250 submits/s at half that limit; and concurrent
+claimers that all read one queue front all race for the same few items. Readers start at a
+random shard and go round the shards until one holds items: FIFO within a shard, the shards
+drained at random; an empty answer has read every shard. Each store (one per function instance)
+remembers for a few seconds which shards it found holding items (read first) and which empty (read
+last), so a queue this instance read lately (a heartbeat's hint, an earlier claim) is found in a
+read or two, not in half the shards; the memory only orders the reads. Shards never leave this module.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import random
+import threading
+import time
 from typing import Any
 
 from pynamodb.exceptions import DoesNotExist
@@ -26,8 +42,64 @@ from chalicelib.stores.state_log import event_item, put_change, update_change
 from chalicelib.stores.transactions import run_transaction
 from chalicelib.stores.update_actions import update_actions
 
-#: The one partition of the by_lease index (leases are few next to nodes: one per running job).
+#: The by_lease index's partitions: ``leased`` (shard 0, the one partition before sharding) and
+#: ``leased#<n>``; a lease goes to one at random (every claim and every end of a lease writes the
+#: index: at 2,000 claims/s one partition would take 4,000 writes/s), the sweep reads them all.
 LEASED = "leased"
+LEASE_SHARDS = 16
+
+
+def lease_partition(shard: int) -> str:
+    return LEASED if shard == 0 else f"{LEASED}#{shard}"
+
+
+#: Index partitions per capability queue (see the module's docstring): 2,000 submits/s of one
+#: capability are 4,000 index writes/s, 250 a shard, a quarter of DynamoDB's partition limit.
+QUEUE_SHARDS = 16
+
+
+def queue_key(capability: str, shard: int) -> str:
+    """The by_queue partition key of one shard of a capability's queue."""
+    return capability if shard == 0 else f"{capability}#{shard}"
+
+
+def _random_queue_key(capability: str) -> str:
+    return queue_key(capability, random.randrange(QUEUE_SHARDS))
+
+
+#: How long a shard found empty is read after the others (an order only: see EmptyShards).
+EMPTY_SHARD_MEMORY_SECONDS = 5.0
+
+
+class EmptyShards:
+    """What this instance saw in the queue shards lately: ``order`` reads the shards it found
+    holding items first, then those it knows nothing of, then those it found empty, each group in
+    random order (so concurrent claimers still spread). Never a reason to skip a shard: an empty
+    answer has read them all."""
+
+    def __init__(self, seconds: float = EMPTY_SHARD_MEMORY_SECONDS, clock: Any = time.monotonic) -> None:
+        self._seconds, self._clock = seconds, clock
+        #: (capability, shard) -> (when, whether it was empty)
+        self._seen: dict[tuple[str, int], tuple[float, bool]] = {}
+        self._lock = threading.Lock()
+
+    def order(self, capability: str) -> list[int]:
+        now = self._clock()
+        groups: tuple[list[int], list[int], list[int]] = ([], [], [])
+        with self._lock:
+            for shard in range(QUEUE_SHARDS):
+                seen = self._seen.get((capability, shard))
+                if seen is None or now - seen[0] >= self._seconds:
+                    groups[1].append(shard)  # nothing known lately
+                else:
+                    groups[2 if seen[1] else 0].append(shard)
+        for group in groups:
+            random.shuffle(group)
+        return groups[0] + groups[1] + groups[2]
+
+    def saw(self, capability: str, shard: int, empty: bool) -> None:
+        with self._lock:
+            self._seen[(capability, shard)] = (self._clock(), empty)
 
 
 def with_index_keys(item: WorkItem, values: dict[str, Any]) -> dict[str, Any]:
@@ -36,10 +108,10 @@ def with_index_keys(item: WorkItem, values: dict[str, Any]) -> dict[str, Any]:
     keyed = dict(values)
     if "status" in values:
         leased = values["status"] == changes.LEASED
-        keyed["lease_partition"] = LEASED if leased else None
+        keyed["lease_partition"] = lease_partition(random.randrange(LEASE_SHARDS)) if leased else None
         keyed["lease_holder"] = values.get("node_id", item.node_id) if leased else None
     if "queued_at" in values:
-        keyed["queue_key"] = item.capability if values["queued_at"] is not None else None
+        keyed["queue_key"] = _random_queue_key(item.capability) if values["queued_at"] is not None else None
     return keyed
 
 
@@ -58,6 +130,7 @@ def _still_leased(item: WorkItem, check: LeaseCheck) -> Any:
 class DynamoWorkStore:
     def __init__(self, retention_seconds: int) -> None:
         self._retention = retention_seconds
+        self._empty_shards = EmptyShards()
 
     def _event(self, event: Event, changed: list[dict[str, Any]]) -> OutboxModel:
         return event_item(event, changed, self._retention)
@@ -85,7 +158,7 @@ class DynamoWorkStore:
     def create(self, item: WorkItem, event: Event) -> None:
         stored = item_of(item, WorkModel)
         if item.status == changes.QUEUED:
-            stored.queue_key = item.capability
+            stored.queue_key = _random_queue_key(item.capability)
         outbox = self._event(event, [put_change(stored)])
 
         def build(transaction: TransactWrite) -> None:
@@ -95,12 +168,21 @@ class DynamoWorkStore:
 
         run_transaction(build)
 
-    def oldest_queued(self, capability: str, limit: int) -> list[WorkItem]:
-        query = WorkModel.by_queue.query(capability, scan_index_forward=True, limit=limit)
-        return [record_of(item, WorkItem) for item in query]
+    def queue_front(self, capability: str, limit: int) -> list[WorkItem]:
+        """Up to ``limit`` oldest items of the first shard read that holds any: one Query while
+        the queue is busy, ``QUEUE_SHARDS`` to say it is empty."""
+        return [record_of(item, WorkItem) for item in self._first_shard_front(capability, limit)]
 
     def any_queued(self, capability: str) -> bool:
-        return any(True for _ in WorkModel.by_queue.query(capability, limit=1))
+        return bool(self._first_shard_front(capability, 1))
+
+    def _first_shard_front(self, capability: str, limit: int) -> list[WorkModel]:
+        for shard in self._empty_shards.order(capability):
+            found = list(WorkModel.by_queue.query(queue_key(capability, shard), scan_index_forward=True, limit=limit))
+            self._empty_shards.saw(capability, shard, empty=not found)
+            if found:
+                return found
+        return []
 
     def lease(
         self, item: WorkItem, holder: Holder, heartbeat_after: float, until: float, now: float, event: Event
@@ -163,8 +245,13 @@ class DynamoWorkStore:
         return dataclasses.replace(item, **values)
 
     def expired_leases(self, now: float, limit: int) -> list[WorkItem]:
-        query = WorkModel.by_lease.query(LEASED, WorkModel.lease_expires_at <= now, limit=limit)
-        return [record_of(item, WorkItem) for item in query]
+        """The earliest expired leases of every shard, ``limit`` at most."""
+        found: list[WorkModel] = []
+        for shard in range(LEASE_SHARDS):
+            query = WorkModel.by_lease.query(lease_partition(shard), WorkModel.lease_expires_at <= now, limit=limit)
+            found += list(query)
+        found.sort(key=lambda item: (item.lease_expires_at or 0, item.work_id))
+        return [record_of(item, WorkItem) for item in found[:limit]]
 
     def leases_held_by(self, node_id: str) -> list[WorkItem]:
         return [record_of(item, WorkItem) for item in WorkModel.by_holder.query(node_id)]
