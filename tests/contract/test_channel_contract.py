@@ -167,5 +167,4 @@ def test_parking_park_then_a_write_then_parked_sees_the_node(backend: Backend) -
     item = work(capability=ECHO)
     backend.seed(item)  # submit: write the item
     assert [entry.node_id for entry in backend.stores.parking.parked(ECHO, 8)] == [ours.node_id]  # -> read parked
-    queue_read = getattr(backend.stores.work, "queue_front", None) or backend.stores.work.oldest_queued
-    assert [queued.work_id for queued in queue_read(ECHO, 25)] == [item.work_id]
+    assert [queued.work_id for queued in backend.stores.work.queue_front(ECHO, 25)] == [item.work_id]

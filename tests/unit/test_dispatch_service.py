@@ -289,8 +289,7 @@ class Steps:
 def _race(stores: MemoryStores, order: tuple[str, ...], monkeypatch: pytest.MonkeyPatch) -> tuple[Agent, str, str]:
     agent, connection = _connected(stores)
     steps = Steps(order)
-    # the claim's queue read (named queue_front once the queue is sharded, oldest_queued before)
-    queue_read = "queue_front" if hasattr(stores.work, "queue_front") else "oldest_queued"
+    queue_read = "queue_front"  # the claim's queue read
     for name, actor, step, store in (
         (queue_read, "claim", "query", stores.work),
         ("park", "claim", "park", stores.parking),
