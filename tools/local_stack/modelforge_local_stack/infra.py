@@ -232,6 +232,7 @@ TABLE_ACTIONS = {
     ],
     "LivenessSweep": [
         "dynamodb:GetItem",
+        "dynamodb:BatchGetItem",  # the last heartbeat of the nodes its index names
         "dynamodb:Query",
         "dynamodb:PutItem",
         "dynamodb:UpdateItem",
