@@ -312,10 +312,9 @@ def _drive(
         start = 1_000_000.0
         for index in range(nodes):  # the fleet, online: one node item each (seeded, not counted)
             item = _node_item(index, credential)
-            # as its last heartbeat, one interval before its first here, left it
-            last = fleet._heartbeat_values(
-                _node_id(index), beat, start - heartbeat_interval + index % heartbeat_interval
-            )
+            # as its transition to online, one interval before its first heartbeat here, left it (a
+            # steady heartbeat no longer moves the index entry)
+            last = fleet._index_keys(_node_id(index), "online", start - heartbeat_interval + index % heartbeat_interval)
             item["liveness_shard"] = {"S": last["liveness_shard"]}
             item["heartbeat_bucket"] = {"N": str(last["heartbeat_bucket"])}
             recorder.items[names["nodes"]][_node_id(index)] = item

@@ -15,7 +15,7 @@ import requests
 from chalicelib import instance
 from chalicelib.domain import requests as typed
 from chalicelib.domain.errors import GuardFailed
-from chalicelib.services import nodes, sweep
+from chalicelib.services import nodes, sweep, work
 from chalicelib.services.auth import NodeCaller
 from chalicelib.stores.contract import Holder
 from modelforge_protocol.credentials import sha256_hex
@@ -167,14 +167,20 @@ def test_an_expired_lease_is_requeued_and_counts_the_attempt(stack, cp: ControlP
 def test_a_node_marked_offline_loses_its_leases_at_once(stack, cp: ControlPlane) -> None:  # type: ignore[no-untyped-def]
     settings = _settings(mass_stale_fraction=1.0)
     submitted = _submitted(cp, lease_seconds=3600)
-    node = _online(cp)
-    claimed = claim_until(cp, node, submitted["work_id"])
+    node = cp.worker_node(("cpu", ECHO))
     caller = NodeCaller(node_id=node.node_id, credential_sha256=sha256_hex(node.credential))  # type: ignore[arg-type]
-    # the node goes silent: stale, then offline, long before its lease would expire
+    # the node came online, claimed and went silent long ago: stale, then offline, long before its
+    # lease would expire (its whole life at ``then``, as the sweep's index saw it come online then)
     then = time.time() - settings.offline_after_seconds - 10
-    nodes.heartbeat(
-        stores(), settings, caller, typed.heartbeat(cp.heartbeat_body()), then
-    )  # an old heartbeat (still "online")
+    nodes.heartbeat(stores(), settings, caller, typed.heartbeat(cp.heartbeat_body()), then)  # pending -> online
+    claimed = None
+    for _ in range(50):  # items other tests left queued go to this node too; the sweep releases them all
+        got = work.claim(stores(), settings, caller, then)
+        assert got is not None, "the submitted item was not claimable"
+        if got.item.work_id == submitted["work_id"]:
+            claimed = {"epoch": got.item.epoch}
+            break
+    assert claimed is not None
     sweep.run(stores(), settings, then + settings.stale_after_seconds + 1)
     report = sweep.run(stores(), settings, time.time())
     assert stores().nodes.get(node.node_id).liveness == "offline"  # type: ignore[union-attr]

@@ -221,32 +221,33 @@ WORK_ITEM = closed(
 )
 
 
+#: The push channel's fields of the enroll and heartbeat answers: present when a channel is configured
+#: (``features``), and when a ticket was minted for this answer (``channel``); see DISPATCH.md.
+_PUSH_CHANNEL_FIELDS = {
+    "features": portable(schemas.ENROLL_ANSWER["properties"]["features"]),
+    "channel": closed({name: portable(value) for name, value in schemas.CHANNEL["properties"].items()}),
+}
+_ENROLLED_FIELDS = {
+    "node_id": NODE_ID,
+    "enrollment_id": ENROLLMENT_ID,
+    "display_name": _TEXT,
+    "production_eligible": {"type": "boolean"},
+    "heartbeat_interval_seconds": {"type": "integer", "minimum": 1},
+    "replayed": {"type": "boolean", "description": "true for the same agent's retry after a lost answer"},
+    "auth": closed({"scheme": {"const": "Bearer"}, "credential": _TEXT, "node_id_header": {"const": NODE_ID_HEADER}}),
+}
 ENROLLED = _both(
-    schemas.ENROLL_ANSWER,
-    closed(
-        {
-            "node_id": NODE_ID,
-            "enrollment_id": ENROLLMENT_ID,
-            "display_name": _TEXT,
-            "production_eligible": {"type": "boolean"},
-            "heartbeat_interval_seconds": {"type": "integer", "minimum": 1},
-            "replayed": {"type": "boolean", "description": "true for the same agent's retry after a lost answer"},
-            "auth": closed(
-                {"scheme": {"const": "Bearer"}, "credential": _TEXT, "node_id_header": {"const": NODE_ID_HEADER}}
-            ),
-        }
-    ),
+    schemas.ENROLL_ANSWER, closed({**_ENROLLED_FIELDS, **_PUSH_CHANNEL_FIELDS}, required=list(_ENROLLED_FIELDS))
 )
+_HEARTBEAT_FIELDS = {
+    "node_id": NODE_ID,
+    "status": _LIVENESS,
+    "heartbeat_interval_seconds": {"type": "integer", "minimum": 1},
+    "work_waiting": {"type": "boolean"},
+}
 HEARTBEAT_ANSWER = _both(
     schemas.HEARTBEAT_ANSWER,
-    closed(
-        {
-            "node_id": NODE_ID,
-            "status": _LIVENESS,
-            "heartbeat_interval_seconds": {"type": "integer", "minimum": 1},
-            "work_waiting": {"type": "boolean"},
-        }
-    ),
+    closed({**_HEARTBEAT_FIELDS, **_PUSH_CHANNEL_FIELDS}, required=list(_HEARTBEAT_FIELDS)),
 )
 INVENTORY_ANSWER = _both(schemas.INVENTORY_ANSWER, closed({"node_id": NODE_ID, "inventory": _INVENTORY_VIEW}))
 CLAIM_ANSWER = _both(
