@@ -172,8 +172,13 @@ def test_channel_closes_a_connection_at_its_maximum_age_even_while_it_talks() ->
 def test_channel_closes_with_1009_a_frame_over_32_kb_or_a_message_over_128_kb(fragments: list[int]) -> None:
     with running() as (server, recorded), open_channel(server) as channel:
         parts = ["x" * size for size in fragments]
-        channel.send(parts if len(parts) > 1 else parts[0])
-        assert closed_with(channel)[0] == 1009
+        try:
+            channel.send(parts if len(parts) > 1 else parts[0])
+        except ConnectionClosed:
+            # the server closed before the client had sent every fragment: the close is the answer
+            assert channel.close_code == 1009
+        else:
+            assert closed_with(channel)[0] == 1009
         assert recorded.of("$default") == []
 
 
