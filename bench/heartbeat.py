@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import secrets
 import sys
 import threading
@@ -176,13 +175,7 @@ def _quiet_app_log() -> AccessLogCapture:
 
 
 def _new_client(base_url: str) -> Any:
-    import requests
-    from modelforge_cli.api_client import ControlPlane
-
-    session = requests.Session()
-    session.trust_env = False  # no proxies, no netrc: 127.0.0.1 only
-    token = os.environ["MODELFORGE_ADMIN_TOKEN"]
-    return ControlPlane(base_url, token, session=session, timeout=REQUEST_TIMEOUT_SECONDS)
+    return _support.loopback_client(base_url, REQUEST_TIMEOUT_SECONDS)
 
 
 _boto_session: Any = None
@@ -209,29 +202,18 @@ def enroll_nodes(base_url: str, count: int, gpus: int, capabilities: list[str] |
     def one(index: int) -> Node:
         client = _new_client(base_url)
         identity = AgentIdentity()
-        minted = client.admin(
-            "POST",
-            "/api/v1/admin/node-enrollments",
-            json={"display_name": f"bench node {index:03d}", "expires_in_seconds": 900},
-        )
-        if minted.status_code != 201:
-            raise BenchFailure(
-                f"minting an enrollment token answered {minted.status_code}: {_support.brief(minted.text)}"
-            )
-        response = client.enroll(
-            minted.json()["token"],
+        _support.mint_and_enroll(
+            client,
             identity,
-            hostname=f"bench-node-{index:03d}",
+            index,
+            f"bench node {index:03d}",
+            f"bench-node-{index:03d}",
             accelerator_mode="nvidia" if gpus else "cpu",
             inventory={
                 **(gpu_inventory(gpus) if gpus else cpu_inventory()),
                 **({"capabilities": capabilities} if capabilities else {}),
             },
         )
-        if response.status_code != 201:
-            raise BenchFailure(
-                f"enrolling node {index} answered {response.status_code}: {_support.brief(response.text)}"
-            )
         beat = client.heartbeat(identity, gpus=gpus)
         if beat.status_code != 200 or beat.json().get("status") != "online":
             raise BenchFailure(

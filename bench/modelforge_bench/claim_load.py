@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import multiprocessing
-import os
 import secrets
 import threading
 import time
@@ -47,14 +46,7 @@ COMMAND_TIMEOUT_SECONDS = MAX_PHASE_SECONDS + 4 * REQUEST_TIMEOUT_SECONDS
 
 
 def _new_client(base_url: str) -> Any:
-    import requests
-    from modelforge_cli.api_client import ControlPlane
-
-    session = requests.Session()
-    session.trust_env = False  # no proxies, no netrc: 127.0.0.1 only
-    return ControlPlane(
-        base_url, os.environ["MODELFORGE_ADMIN_TOKEN"], session=session, timeout=REQUEST_TIMEOUT_SECONDS
-    )
+    return _support.loopback_client(base_url, REQUEST_TIMEOUT_SECONDS)
 
 
 @dataclass
@@ -71,25 +63,14 @@ def enroll_nodes(base_url: str, count: int) -> list[Node]:
     for index in range(count):
         client = _new_client(base_url)
         identity = AgentIdentity()
-        minted = client.admin(
-            "POST",
-            "/api/v1/admin/node-enrollments",
-            json={"display_name": f"claims bench {index:03d}", "expires_in_seconds": 900},
-        )
-        if minted.status_code != 201:
-            raise BenchFailure(
-                f"minting an enrollment token answered {minted.status_code}: {_support.brief(minted.text)}"
-            )
-        response = client.enroll(
-            minted.json()["token"],
+        _support.mint_and_enroll(
+            client,
             identity,
-            hostname=f"claims-bench-{index:03d}",
+            index,
+            f"claims bench {index:03d}",
+            f"claims-bench-{index:03d}",
             inventory={**cpu_inventory(), "capabilities": ["cpu", ECHO]},
         )
-        if response.status_code != 201:
-            raise BenchFailure(
-                f"enrolling node {index} answered {response.status_code}: {_support.brief(response.text)}"
-            )
         nodes.append(Node(identity=identity, client=client))
     return nodes
 

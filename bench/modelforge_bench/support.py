@@ -368,6 +368,30 @@ def brief(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
+def loopback_client(base_url: str, timeout: float) -> Any:
+    """An admin-token ``ControlPlane`` client with its own requests.Session that ignores the
+    environment (no proxies, no netrc: 127.0.0.1 only)."""
+    import requests
+    from modelforge_cli.api_client import ControlPlane
+
+    session = requests.Session()
+    session.trust_env = False
+    return ControlPlane(base_url, os.environ["MODELFORGE_ADMIN_TOKEN"], session=session, timeout=timeout)
+
+
+def mint_and_enroll(client: Any, identity: Any, index: int, display_name: str, hostname: str, **enroll: Any) -> None:
+    """Mint an enrollment token through ``client`` and enroll ``identity`` with it (``enroll``: the
+    rest of the enroll request, such as the inventory); a refusal of either is a BenchFailure."""
+    minted = client.admin(
+        "POST", "/api/v1/admin/node-enrollments", json={"display_name": display_name, "expires_in_seconds": 900}
+    )
+    if minted.status_code != 201:
+        raise BenchFailure(f"minting an enrollment token answered {minted.status_code}: {brief(minted.text)}")
+    response = client.enroll(minted.json()["token"], identity, hostname=hostname, **enroll)
+    if response.status_code != 201:
+        raise BenchFailure(f"enrolling node {index} answered {response.status_code}: {brief(response.text)}")
+
+
 def prepare_stack_environment(log_level: str, *, keep_thresholds: bool) -> None:
     """The environment a bench's in-process local stack runs with: a fresh admin token for this run
     only, the liveness thresholds the figures assume (the documented 90 s and 300 s; ``keep_thresholds`` leaves
