@@ -3,7 +3,8 @@
 
 Run from the repository root:
 
-    .venv/bin/python bench/claims.py [--nodes 1 10 50 100] [--items-per-claimer 20] [--raw-seconds 3]
+    .venv/bin/python bench/claims.py [--nodes 1 10 50 100] [--items-per-claimer 20] [--min-level-items 200]
+        [--raw-seconds 3]
 
 It starts a fresh control plane in this process (``LocalStack``: the Chalice app over HTTP on a
 moto emulator, all on 127.0.0.1) and a load generator in a process of its own
@@ -13,10 +14,9 @@ with the server they measure. The load generator enrolls as many simulated nodes
 requests.Session, and for each level:
 
 1. a fresh queue: the work table holds nothing of earlier levels (their finished items are
-   deleted from the emulator: moto's index Query walks the whole table, DynamoDB's reads only the
-   key's items, so without it each level would pay for the ones before it), then
-   ``--items-per-claimer`` echo items per claimer are submitted and the level's nodes heartbeat
-   (untimed);
+   deleted from the emulator), then ``--items-per-claimer`` echo items per claimer (at least
+   ``--min-level-items``, 200 by default, in a level) are submitted and the level's nodes heartbeat (untimed); before
+   the first level one untimed claim warms the claim route up (its imports happen on first use);
 2. timed: the level's nodes are released together, each claiming in a loop until every item is
    claimed (claims only: the items stay leased, so the emulator's counters hold nothing but
    claims). It prints claims per second and its ratio to the 1-claimer rate, p50/p99/max
@@ -67,6 +67,10 @@ MAX_LEVELS = 4
 MAX_NODES = 100
 MAX_ITEMS_PER_CLAIMER = 100
 MAX_RAW_SECONDS = 30
+#: The fewest items a level claims by default: a 1-claimer level of 20 items is over in half a
+#: second, and its rate (the others' yardstick) would be a handful of requests.
+MIN_LEVEL_ITEMS = 200
+MAX_LEVEL_ITEMS = MAX_NODES * MAX_ITEMS_PER_CLAIMER
 #: The liveness thresholds the stack runs with: long enough that no node goes stale in a long
 #: level (a heartbeat in the timed phase would add its UpdateItem to the claims' counts).
 OFFLINE_AFTER_SECONDS = 2 * STALE_AFTER_SECONDS
@@ -211,6 +215,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help=f"items queued for each level, per claimer of the level (1..{MAX_ITEMS_PER_CLAIMER})",
     )
     parser.add_argument(
+        "--min-level-items",
+        type=int,
+        default=MIN_LEVEL_ITEMS,
+        help=f"the fewest items of a level, whatever its claimers (1..{MAX_LEVEL_ITEMS}; default {MIN_LEVEL_ITEMS})",
+    )
+    parser.add_argument(
         "--raw-seconds",
         type=float,
         default=3,
@@ -223,6 +233,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"each --nodes level must be from 1 to {MAX_NODES}")
     if not 1 <= args.items_per_claimer <= MAX_ITEMS_PER_CLAIMER:
         parser.error(f"--items-per-claimer must be from 1 to {MAX_ITEMS_PER_CLAIMER}")
+    if not 1 <= args.min_level_items <= MAX_LEVEL_ITEMS:
+        parser.error(f"--min-level-items must be from 1 to {MAX_LEVEL_ITEMS}")
     if not 1 <= args.raw_seconds <= MAX_RAW_SECONDS:
         parser.error(f"--raw-seconds must be from 1 to {MAX_RAW_SECONDS}")
     return args
@@ -342,7 +354,7 @@ def run(args: argparse.Namespace) -> int:
     wall_started = time.perf_counter()
     print(
         f"ModelForge claim benchmark: {', '.join(map(str, args.nodes))} concurrent node(s),"
-        f" {args.items_per_claimer} items per claimer;"
+        f" {args.items_per_claimer} items per claimer (at least {args.min_level_items} per level);"
         f" raw conditional writes {args.raw_seconds:g} s x {2 * len(RAW_THREADS)}"
     )
     # a fresh prefix: moto's backend outlives a stack in this process, tables included
@@ -360,7 +372,11 @@ def run(args: argparse.Namespace) -> int:
         began = time.perf_counter()
         enrolled = load.call("enroll", stack.api_url, max(args.nodes))
         print(f"enrolled {enrolled} nodes in {time.perf_counter() - began:.1f} s", flush=True)
-        levels = [run_level(stack, load, count, count * args.items_per_claimer) for count in args.nodes]
+        load.call("warm")
+        levels = [
+            run_level(stack, load, count, max(args.min_level_items, count * args.items_per_claimer))
+            for count in args.nodes
+        ]
         began = time.perf_counter()
         raw = load.call("raw", stack.aws_endpoint_url, dict(stack.names), args.raw_seconds)
         print(f"\nraw conditional writes measured in {time.perf_counter() - began:.1f} s", flush=True)

@@ -450,6 +450,15 @@ class _Serving:
     def claim(self, count: int, items: int) -> Phase:
         return claim_phase(self.nodes[:count], items)
 
+    def warm(self) -> None:
+        """One claim, untimed, while nothing is queued: the control plane imports a route's
+        services on its first request (a cold start, not what a claim costs)."""
+        node = self.nodes[0]
+        heartbeat([node])
+        answer = node.client.claim(node.identity)
+        if answer.status_code != 204:
+            raise BenchFailure(f"the warm-up claim answered {answer.status_code}: {_support.brief(answer.text)}")
+
     def complete(self, claims: list[Claimed], base_url: str) -> list[str]:
         return complete_all(self.nodes, claims, base_url)
 

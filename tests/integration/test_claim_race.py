@@ -99,7 +99,7 @@ def test_the_claims_bench_prints_its_figures_and_finds_no_double_claim() -> None
         [
             sys.executable,
             str(repo / "bench" / "claims.py"),
-            *("--nodes", "1", "3", "--items-per-claimer", "2", "--raw-seconds", "1"),
+            *("--nodes", "1", "3", "--items-per-claimer", "2", "--min-level-items", "1", "--raw-seconds", "1"),
         ],
         cwd=repo,
         capture_output=True,

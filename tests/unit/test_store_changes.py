@@ -7,6 +7,8 @@ same tables (tests/integration/test_state_log.py proves replay equality on the w
 
 from __future__ import annotations
 
+import collections
+
 import pytest
 from chalicelib.domain.records import Heartbeat, Inventory, WorkItem
 from chalicelib.stores import changes, node_store, work_store
@@ -189,12 +191,16 @@ def test_work_requeue_goes_to_a_random_queue_shard() -> None:
     assert keys == {work_store.queue_key("echo", n) for n in range(work_store.QUEUE_SHARDS)}
 
 
-def test_shards_seen_holding_items_are_read_first() -> None:
+def test_shards_seen_holding_items_are_not_preferred_to_unknown_ones() -> None:
+    """Claimers of one instance share the memory: preferring the shards first seen busy would herd
+    them all onto those (and their transactions onto the same items)."""
     memory = work_store.EmptyShards(seconds=5, clock=lambda: 0.0)
     memory.saw("echo", 9, empty=False)
     memory.saw("echo", 2, empty=True)
-    order = memory.order("echo")
-    assert order[0] == 9 and order[-1] == 2 and sorted(order) == list(range(work_store.QUEUE_SHARDS))
+    firsts = collections.Counter(memory.order("echo")[0] for _ in range(3000))
+    assert set(firsts) == set(range(work_store.QUEUE_SHARDS)) - {2}
+    assert max(firsts.values()) < 3 * min(firsts.values())  # spread alike (about 200 each)
+    assert memory.order("echo")[-1] == 2
 
 
 def test_empty_shards_are_read_last_but_always_read() -> None:
@@ -205,10 +211,11 @@ def test_empty_shards_are_read_last_but_always_read() -> None:
     order = memory.order("echo")
     assert sorted(order) == list(range(work_store.QUEUE_SHARDS))
     assert set(order[-2:]) == {3, 5}
-    memory.saw("echo", 3, empty=False)  # it held items again: read first now
-    assert memory.order("echo")[0] == 3 and memory.order("echo")[-1] == 5
+    memory.saw("echo", 3, empty=False)  # it held items again: no longer read last
+    assert all(memory.order("echo")[-1] == 5 for _ in range(50))
+    assert any(memory.order("echo")[0] == 3 for _ in range(200))
     clock[0] = 6.0  # forgotten after the memory's seconds
-    assert sorted(memory.order("echo")) == list(range(work_store.QUEUE_SHARDS))
+    assert any(memory.order("echo")[0] == 5 for _ in range(200))
 
 
 def test_work_lease_goes_to_a_random_lease_shard() -> None:

@@ -15,9 +15,9 @@ key per capability caps a capability at about 250 submits/s at half that limit; 
 claimers that all read one queue front all race for the same few items. Readers start at a
 random shard and go round the shards until one holds items: FIFO within a shard, the shards
 drained at random; an empty answer has read every shard. Each store (one per function instance)
-remembers for a few seconds which shards it found holding items (read first) and which empty (read
-last), so a queue this instance read lately (a heartbeat's hint, an earlier claim) is found in a
-read or two, not in half the shards; the memory only orders the reads. Shards never leave this module.
+remembers for a few seconds which shards it found empty (read last); the memory only orders the
+reads, and never puts shards seen busy first (that herds every claimer of the instance onto them).
+Shards never leave this module.
 """
 
 from __future__ import annotations
@@ -73,9 +73,14 @@ EMPTY_SHARD_MEMORY_SECONDS = 5.0
 
 class EmptyShards:
     """What this instance saw in the queue shards lately: ``order`` reads the shards it found
-    holding items first, then those it knows nothing of, then those it found empty, each group in
-    random order (so concurrent claimers still spread). Never a reason to skip a shard: an empty
-    answer has read them all."""
+    empty last, after every other shard, each group in random order. Never a reason to skip a
+    shard: an empty answer has read them all.
+
+    Shards seen holding items are deliberately not read before those it knows nothing of: every
+    claimer of an instance shares this memory, so preferring the first shards seen busy herds all
+    of them onto those few shards, where they take the same front items and lose their
+    transactions to each other (at 50 claimers, 0.6 lost transactions per claim).
+    """
 
     def __init__(self, seconds: float = EMPTY_SHARD_MEMORY_SECONDS, clock: Any = time.monotonic) -> None:
         self._seconds, self._clock = seconds, clock
@@ -85,17 +90,15 @@ class EmptyShards:
 
     def order(self, capability: str) -> list[int]:
         now = self._clock()
-        groups: tuple[list[int], list[int], list[int]] = ([], [], [])
+        groups: tuple[list[int], list[int]] = ([], [])
         with self._lock:
             for shard in range(QUEUE_SHARDS):
                 seen = self._seen.get((capability, shard))
-                if seen is None or now - seen[0] >= self._seconds:
-                    groups[1].append(shard)  # nothing known lately
-                else:
-                    groups[2 if seen[1] else 0].append(shard)
+                known_empty = seen is not None and seen[1] and now - seen[0] < self._seconds
+                groups[known_empty].append(shard)
         for group in groups:
             random.shuffle(group)
-        return groups[0] + groups[1] + groups[2]
+        return groups[0] + groups[1]
 
     def saw(self, capability: str, shard: int, empty: bool) -> None:
         with self._lock:

@@ -20,6 +20,8 @@ from typing import Any
 
 from werkzeug.serving import BaseWSGIServer, make_server
 
+from . import attribute_serializer, key_index
+
 #: Marks requests of the local stream poller, which stands in for Lambda's event source mapping.
 POLLER_USER_AGENT = "modelforge-local-stream-poller"
 
@@ -72,7 +74,50 @@ MOTO_INTERNALS = (
     "moto.s3.models.FakeKey.metadata",
     "moto.s3.models.FakeKey.set_metadata",
     "moto.s3.models.FakeDeleteMarker",
+    *key_index.MOTO_INTERNALS,
+    *attribute_serializer.MOTO_INTERNALS,
 )
+
+
+class FairLock:
+    """A lock that its waiters take in the order they asked for it.
+
+    A ``threading.Lock`` lets whichever waiter the scheduler wakes first take it, so under load
+    (a hundred claimers, each request waiting behind the others) some requests wait many times
+    longer than the average: the emulator's tail latency was the lock's unfairness, not its work.
+    Here ownership passes straight from the releaser to the longest waiter.
+    """
+
+    def __init__(self) -> None:
+        self._mutex = threading.Lock()
+        self._held = False
+        self._waiters: collections.deque[threading.Lock] = collections.deque()
+
+    def acquire(self) -> bool:
+        with self._mutex:
+            if not self._held:
+                self._held = True
+                return True
+            turn = threading.Lock()
+            turn.acquire()
+            self._waiters.append(turn)
+        turn.acquire()  # released by the holder that hands the lock over: we hold it now
+        return True
+
+    def release(self) -> None:
+        with self._mutex:
+            if not self._held:
+                raise RuntimeError("release of a FairLock that is not held")
+            if self._waiters:
+                self._waiters.popleft().release()  # still held: by that waiter now
+            else:
+                self._held = False
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
 
 
 class ObservedRequest:
@@ -141,7 +186,7 @@ class SerializingMiddleware:
     def __init__(self, app: WsgiApp, serialize: bool = True) -> None:
         self._app = app
         self._serialize = serialize
-        self._lock = threading.Lock()
+        self._lock = FairLock()
         self._count_lock = threading.Lock()
         self._observer: Observer | None = None
         self.operations: collections.Counter[str] = collections.Counter()
@@ -173,7 +218,7 @@ class SerializingMiddleware:
         None stops it. Only a serializing middleware observes."""
         self._observer = observer
 
-    def exclusive(self) -> threading.Lock:
+    def exclusive(self) -> FairLock:
         """Hold this to see (or change) moto's state between requests: no request runs meanwhile
         (with ``serialize=False``, only other holders are kept out)."""
         return self._lock
@@ -294,6 +339,7 @@ def _put_back(table: Any, hash_value: Any, range_value: Any, previous: Any) -> N
         table.items.pop(hash_value, None)
     else:
         table.items[hash_value] = previous
+    key_index.touched(table, hash_value, range_value)
 
 
 class PortInUse(OSError):
@@ -349,6 +395,8 @@ class Emulator:
                 """The emulator's per-request lines would drown the control plane's log."""
 
         make_cancelled_transactions_leave_no_trace()
+        key_index.make_queries_read_only_their_key()
+        attribute_serializer.make_attribute_values_serialize_in_one_step()
         self.middleware = SerializingMiddleware(
             DomainDispatcherApplication(create_backend_app), serialize=self.serialize
         )
@@ -387,7 +435,7 @@ class Emulator:
         assert self.middleware is not None
         return self.middleware.changes
 
-    def exclusive(self) -> threading.Lock:
+    def exclusive(self) -> FairLock:
         """A lock that keeps every request out while held (see ``SerializingMiddleware``)."""
         assert self.middleware is not None
         return self.middleware.exclusive()
