@@ -218,6 +218,51 @@ def test_empty_shards_are_read_last_but_always_read() -> None:
     assert any(memory.order("echo")[0] == 5 for _ in range(200))
 
 
+def _reading_store(holding: set[int], monkeypatch: pytest.MonkeyPatch) -> tuple[work_store.DynamoWorkStore, list]:
+    """A DynamoDB work store whose shard reads are recorded (shard, thread) and answer an item only
+    for the shards in ``holding``."""
+    import threading
+
+    store = work_store.DynamoWorkStore(retention_seconds=60)
+    reads: list[tuple[int, str]] = []
+    guard = threading.Lock()
+
+    def shard_front(capability: str, shard: int, limit: int) -> list:
+        with guard:
+            reads.append((shard, threading.current_thread().name))
+        return [f"item-of-{shard}"] if shard in holding else []
+
+    monkeypatch.setattr(store, "_shard_front", shard_front)
+    return store, reads
+
+
+def test_an_empty_queue_is_read_once_per_shard_one_then_the_rest_a_few_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store, reads = _reading_store(set(), monkeypatch)
+    assert store._first_shard_front("echo", 10) == []
+    shards = [shard for shard, _ in reads]
+    assert sorted(shards) == list(range(work_store.QUEUE_SHARDS))  # every shard, once
+    assert not reads[0][1].startswith("queue-shard")  # the first read is the caller's own
+    assert all(thread.startswith("queue-shard") for _, thread in reads[1:])
+
+
+def test_reading_stops_at_the_wave_that_found_items(monkeypatch: pytest.MonkeyPatch) -> None:
+    for _ in range(20):
+        holding = {7}
+        store, reads = _reading_store(holding, monkeypatch)
+        assert store._first_shard_front("echo", 10) == ["item-of-7"]
+        shards = [shard for shard, _ in reads]
+        if shards[0] == 7:
+            assert shards == [7]  # found by the first read: nothing more is read
+            continue
+        # the first read alone, then whole waves (the last may be short), and none after shard 7's
+        rest = len(shards) - 1
+        assert rest % work_store.SHARD_READERS == 0 or len(shards) == work_store.QUEUE_SHARDS
+        last_wave = shards[1 + (rest - 1) // work_store.SHARD_READERS * work_store.SHARD_READERS :]
+        assert 7 in last_wave and 7 not in shards[: len(shards) - len(last_wave)]
+
+
 def test_work_lease_goes_to_a_random_lease_shard() -> None:
     queued = _item("queued", epoch=0, attempts=0)
     keys = {with_index_keys(queued, changes.leased(queued, NODE, NOW, NOW))["lease_partition"] for _ in range(400)}
