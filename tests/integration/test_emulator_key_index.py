@@ -19,7 +19,9 @@ import boto3
 import pytest
 from modelforge_local_stack import emulator, key_index
 
-REGION = "us-east-1"
+from tests.support.emulators import CLIENT_OPTIONS, bare_emulator
+
+REGION = CLIENT_OPTIONS["region_name"]
 ACCOUNT = "123456789012"
 VALUES = ["a", "b", "c"]
 RANGE_TABLE = "key-index-range"
@@ -28,23 +30,13 @@ HASH_TABLE = "key-index-hash"
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[emulator.Emulator]:
-    instance = emulator.Emulator(port=0)
-    instance.start()
-    try:
-        yield instance
-    finally:
-        instance.stop()
+    with bare_emulator() as running:
+        yield running
 
 
 @pytest.fixture
 def dynamodb(server: emulator.Emulator) -> Iterator[Any]:
-    client = boto3.client(
-        "dynamodb",
-        endpoint_url=server.endpoint_url,
-        region_name=REGION,
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
+    client = boto3.client("dynamodb", endpoint_url=server.endpoint_url, **CLIENT_OPTIONS)
     _create(client)
     try:
         yield client
