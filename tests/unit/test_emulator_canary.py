@@ -196,3 +196,34 @@ def test_the_patched_emulator_leaves_no_trace_of_a_cancelled_transaction() -> No
         dynamodb.delete_table(TableName=name)  # moto's backends are per process: leave none behind
     finally:
         server.stop()
+
+
+def test_the_query_and_serializer_internals_the_fast_paths_rely_on() -> None:
+    """key_index.py reads a Query's index name by position and hands moto its items through
+    ``all_items()``; attribute_serializer.py replaces the JSON structure walk for one shape."""
+    from moto.core.serialize import BaseJSONSerializer
+    from moto.dynamodb.models import DynamoDBBackend
+    from moto.dynamodb.models.table import Table
+
+    query = inspect.unwrap(Table.query)
+    assert list(inspect.signature(query).parameters)[:9] == [
+        "self",
+        "hash_key",
+        "range_comparison",
+        "range_objs",
+        "limit",
+        "exclusive_start_key",
+        "scan_index_forward",
+        "projection_expressions",
+        "index_name",
+    ], RECHECK + f"Table.query{inspect.signature(query)} (key_index.py reads index_name by position)"
+    assert "hash_key_conditions" in inspect.signature(query).parameters, RECHECK + "Table.query's key conditions"
+    assert inspect.getsource(query).count("self.all_items()") == 2, (
+        RECHECK + "Table.query no longer finds its items through all_items() (key_index.py hands them there)"
+    )
+    update = list(inspect.signature(inspect.unwrap(DynamoDBBackend.update_item)).parameters)
+    assert update[:3] == ["self", "table_name", "key"], RECHECK + f"DynamoDBBackend.update_item{update}"
+    walk = list(inspect.signature(inspect.unwrap(BaseJSONSerializer._serialize_type_structure)).parameters)
+    assert walk == ["self", "serialized", "value", "shape", "key"], (
+        RECHECK + f"BaseJSONSerializer._serialize_type_structure{walk} (attribute_serializer.py replaces it)"
+    )
