@@ -12,6 +12,7 @@ import json
 import math
 import os
 import re
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -75,14 +76,18 @@ class Recorder:
         self.items: dict[str, dict[str, dict[str, Any]]] = collections.defaultdict(dict)
         self.counts = Counts()
         self.second = 0
+        #: the work store reads queue shards from several threads at once
+        self._counting = threading.Lock()
 
     # --- counting --------------------------------------------------------------------------
 
     def _write(self, where: str, key: str, units: float) -> None:
-        self.counts.writes[(where, key)][self.second] += units
+        with self._counting:
+            self.counts.writes[(where, key)][self.second] += units
 
     def _read(self, where: str, key: str, units: float) -> None:
-        self.counts.reads[(where, key)][self.second] += units
+        with self._counting:
+            self.counts.reads[(where, key)][self.second] += units
 
     def _index_writes(self, table: str, before: dict[str, Any] | None, after: dict[str, Any] | None) -> None:
         """DynamoDB's index writes: an entry that appears or goes is one write in its partition; a
