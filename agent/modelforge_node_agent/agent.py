@@ -33,7 +33,7 @@ from modelforge_protocol.versions import AGENT_PROTOCOL_VERSION
 
 from . import AGENT_VERSION
 from .answers import clamp
-from .channel import Channel
+from .channel import CONNECTED, Channel
 from .config import NO_IDENTITY_NO_TOKEN, AgentConfig
 from .control_plane import ENROLL, HEARTBEAT, INVENTORY, ControlPlaneClient, TransientFailure
 from .failures import ConfigurationInvalid, IdentityRefused
@@ -165,6 +165,7 @@ class Agent:
         if self._channel is not None:
             assert identity.node_id is not None
             self._channel.start(identity.node_id, on_wake=self._hint, on_cancel=self._renew_now)
+        status: object = None  # the last heartbeat's answer: a node that comes online claims once
         while True:
             if not self._worker_observed:
                 self._observe_worker()  # once per heartbeat
@@ -179,7 +180,14 @@ class Agent:
             self.heartbeats_sent += 1
             interval = _interval(answer)
             self._read_channel(answer)
-            if answer.get("work_waiting") is True:
+            came_online = answer.get("status") == "online" and status != "online"
+            status = answer.get("status")
+            connected = self._channel is not None and self._channel.state == CONNECTED
+            if answer.get("work_waiting") is True or (came_online and connected):
+                # came online while connected: the connection's own claim may have raced the first
+                # heartbeat and been refused node_not_online, so the node never parked and no wake
+                # would reach it; this claim takes what is queued, or parks the node. (Without a
+                # channel every heartbeat's work_waiting is the hint: nothing to add.)
                 self._hint()
             log.debug(
                 "heartbeat",

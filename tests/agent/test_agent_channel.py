@@ -204,7 +204,38 @@ def test_agent_channel_wake_hints_a_claim_and_cancel_renews_that_work(tmp_path: 
             assert plane.handshakes[0]["Authorization"] == f"Bearer {ticket_secret(1)}"
             plane.send('{"v": 1, "type": "wake"}')
             plane.send(json.dumps({"v": 1, "type": "cancel", "work_id": WORK_ID}))
-            poll(lambda: work.hints == 2 and work.renewed == [WORK_ID])  # the connection hinted once too
+            poll(lambda: work.renewed == [WORK_ID])
+            # the wake, the connection's own hint, and the first heartbeat's when it answered
+            # after the connection opened (the node came online while connected)
+            poll(lambda: work.hints in (2, 3))
+            stop.set()
+            publisher.join(5)
+            assert not publisher.is_alive()
+    finally:
+        plane.close()
+
+
+def test_a_connected_node_that_comes_online_claims_once_so_that_it_parks(tmp_path: Path) -> None:
+    """The connection's own claim can reach the control plane before the first heartbeat made the
+    node online (refused node_not_online): the node never parks, and no wake would reach it. The
+    heartbeat that brings it online while connected hints one claim."""
+    plane = ChannelServer()
+    work = StubWork()
+    channel = Channel(WebSocketOpener(tls_context(None), open_seconds=5.0), wall=lambda: WALL_AT_ZERO)
+    stop = threading.Event()
+    not_yet = json_reply(200, {**ONLINE, **FEATURES, "status": "stale"})
+    online = json_reply(200, {**ONLINE, **FEATURES})
+    replies = {ENROLL: _ticketed(ENROLLED, 1, url=plane.url), HEARTBEAT: [not_yet] * 30 + [online] * 200}
+    try:
+        with fake_server(replies) as server:
+            agent, _ = _agent(
+                tmp_path, server.url, stop, channel, work=work, MODELFORGE_AGENT_HEARTBEAT_INTERVAL_SECONDS="0.1"
+            )
+            publisher = threading.Thread(target=agent.run, daemon=True)
+            publisher.start()
+            poll(lambda: plane.connections)
+            poll(lambda: len(server.bodies(HEARTBEAT)) >= 40)  # online for a while now
+            assert work.hints == 2  # the connection's claim, and one when it came online: not one per beat
             stop.set()
             publisher.join(5)
             assert not publisher.is_alive()
