@@ -15,8 +15,9 @@ requests.Session, and for each level:
 
 1. a fresh queue: the work table holds nothing of earlier levels (their finished items are
    deleted from the emulator), then ``--items-per-claimer`` echo items per claimer (at least
-   ``--min-level-items``, 200 by default, in a level) are submitted and the level's nodes heartbeat (untimed); before
-   the first level one untimed claim warms the claim route up (its imports happen on first use);
+   ``--min-level-items``, 200 by default, in a level) are submitted and the level's nodes
+   heartbeat (untimed); before the first level one untimed claim warms the claim route up (its
+   imports happen on first use);
 2. timed: the level's nodes are released together, each claiming in a loop until every item is
    claimed (claims only: the items stay leased, so the emulator's counters hold nothing but
    claims). It prints claims per second and its ratio to the 1-claimer rate, p50/p99/max

@@ -165,7 +165,7 @@ class Agent:
         if self._channel is not None:
             assert identity.node_id is not None
             self._channel.start(identity.node_id, on_wake=self._hint, on_cancel=self._renew_now)
-        status: object = None  # the last heartbeat's answer: a node that comes online claims once
+        status: object = None  # the last heartbeat answer's status: a node that comes online claims once
         while True:
             if not self._worker_observed:
                 self._observe_worker()  # once per heartbeat

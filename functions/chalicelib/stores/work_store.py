@@ -17,8 +17,7 @@ shard and, where it is empty, the others ``SHARD_READERS`` at a time until one h
 within a shard, the shards drained at random; an empty answer has read every shard. Each store
 (one per function instance) remembers for a few seconds which shards it found empty (read last);
 the memory only orders the reads, and never puts shards seen busy first (that herds every claimer
-of the instance onto them).
-Shards never leave this module.
+of the instance onto them). Shards never leave this module.
 """
 
 from __future__ import annotations

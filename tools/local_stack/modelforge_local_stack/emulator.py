@@ -83,9 +83,10 @@ class FairLock:
     """A lock that its waiters take in the order they asked for it.
 
     A ``threading.Lock`` lets whichever waiter the scheduler wakes first take it, so under load
-    (a hundred claimers, each request waiting behind the others) some requests wait many times
-    longer than the average: the emulator's tail latency was the lock's unfairness, not its work.
-    Here ownership passes straight from the releaser to the longest waiter.
+    (a hundred claimers, each request waiting behind the others) a request can be passed over
+    again and again. Here ownership passes straight from the releaser to the longest waiter, so a
+    request waits one round of the line at most. (Its effect was not measured apart from the
+    emulator's other changes of the same commit.)
     """
 
     def __init__(self) -> None:
