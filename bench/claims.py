@@ -4,7 +4,7 @@
 Run from the repository root:
 
     .venv/bin/python bench/claims.py [--nodes 1 10 50 100] [--items-per-claimer 20] [--min-level-items 200]
-        [--raw-seconds 3]
+        [--ship-state-log during|after] [--raw-seconds 3]
 
 It starts a fresh control plane in this process (``LocalStack``: the Chalice app over HTTP on a
 moto emulator, all on 127.0.0.1) and a load generator in a process of its own
@@ -27,6 +27,12 @@ requests.Session, and for each level:
    emulator's counters, the local stream poller's traffic left out);
 3. untimed: each holder uploads a result and completes its items, and every item must end
    ``succeeded``.
+
+Each claim's ``work.leased`` event goes to the state log: the local stream poller ships it to S3
+through the same emulator, from the same interpreter, as the claims. ``--ship-state-log during``
+(the default) keeps the poller running in the timed phase, as ``modelforge local up`` does;
+``after`` ships only between phases, as on AWS, where a function of its own ships the state log and
+takes nothing from the claim path. Either way every event is shipped and counted.
 
 Then, from the load generator's process (where the claims come from), it measures the
 emulator's raw conditional-write rate with boto3 on scratch tables, 1 and 10 threads: a
@@ -78,6 +84,9 @@ OFFLINE_AFTER_SECONDS = 2 * STALE_AFTER_SECONDS
 #: Issue 19's targets, printed with a verdict: the rate at 10+ claimers against the 1-claimer
 #: rate; at 50+ claimers, transactions per claimed item and the slowest claim request; the
 #: 1-claimer rate against the emulator's raw claim-shaped transaction rate.
+#: The stream poller's interval with ``--ship-state-log after``: longer than any run, so that only
+#: the bench's own drains ship events.
+STREAM_INTERVAL_AFTER = 24 * 3600.0
 TARGET_SCALING = 0.8
 TARGET_TRANSACTIONS = 1.3
 TARGET_MAX_SECONDS = 10.0
@@ -222,6 +231,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help=f"the fewest items of a level, whatever its claimers (1..{MAX_LEVEL_ITEMS}; default {MIN_LEVEL_ITEMS})",
     )
     parser.add_argument(
+        "--ship-state-log",
+        choices=("during", "after"),
+        default="during",
+        help=(
+            "when the local stream poller ships the claims' state-log events to S3: during the timed"
+            " phase, as `modelforge local up` does (default), or only after it, as on AWS, where a"
+            " function of its own ships them and takes nothing from the claim path"
+        ),
+    )
+    parser.add_argument(
         "--raw-seconds",
         type=float,
         default=3,
@@ -356,11 +375,22 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"ModelForge claim benchmark: {', '.join(map(str, args.nodes))} concurrent node(s),"
         f" {args.items_per_claimer} items per claimer (at least {args.min_level_items} per level);"
-        f" raw conditional writes {args.raw_seconds:g} s x {2 * len(RAW_THREADS)}"
+        f" raw conditional writes {args.raw_seconds:g} s x {2 * len(RAW_THREADS)};"
+        f" state log shipped {args.ship_state_log} the timed phases"
     )
     # a fresh prefix: moto's backend outlives a stack in this process, tables included
     prefix = f"bench-claims-{secrets.token_hex(3)}"
-    stack = LocalStack(LocalOptions(host=LOOPBACK, port=0, sweep_interval_seconds=3600, resource_prefix=prefix))
+    # "after": the poller never runs on its own; the bench drains it between phases (run_level)
+    stream_interval = STREAM_INTERVAL_AFTER if args.ship_state_log == "after" else LocalOptions.stream_interval_seconds
+    stack = LocalStack(
+        LocalOptions(
+            host=LOOPBACK,
+            port=0,
+            sweep_interval_seconds=3600,
+            stream_interval_seconds=stream_interval,
+            resource_prefix=prefix,
+        )
+    )
     load: Generator | None = None
     try:
         stack.start()

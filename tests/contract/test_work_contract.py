@@ -34,15 +34,17 @@ def test_work_create_existing_id_is_refused(backend: Backend) -> None:
 # --- lease ------------------------------------------------------------------------------
 
 
-def _queued_and_node(backend: Backend) -> tuple[Any, Any]:
-    claimant, item = node(), work()
+def _queued_and_node(backend: Backend, **fields: Any) -> tuple[Any, Any]:
+    claimant, item = node(capabilities={"echo", "cpu"}, **fields), work()
     backend.seed(claimant)
     backend.seed(item)
     return backend.stores.work.get(item.work_id), claimant
 
 
-def _lease(backend: Backend, item: Any, claimant: Any) -> Any:
-    return backend.stores.work.lease(item, holder(claimant), HEARTBEAT_CUTOFF, NOW + 300, NOW, event("work.leased"))
+def _lease(backend: Backend, item: Any, claimant: Any, parked_at: float | None = None) -> Any:
+    return backend.stores.work.lease(
+        item, holder(claimant), HEARTBEAT_CUTOFF, NOW + 300, NOW, event("work.leased"), parked_at=parked_at
+    )
 
 
 def test_work_lease_queued_item_online_holder_is_leased(backend: Backend) -> None:
@@ -64,13 +66,47 @@ def test_work_lease_queued_item_online_holder_is_leased(backend: Backend) -> Non
         ("nodes", {"credential_state": "revoked"}),
         ("nodes", {"liveness": "stale"}),
         ("nodes", {"last_heartbeat_at": HEARTBEAT_CUTOFF}),  # silent since the cutoff (at it: not after)
+        ("nodes", {"capabilities": {"ocr", "cpu"}}),  # its inventory no longer lists the item's capability
+        ("nodes", {"capabilities": None}),
+        ("nodes", {"parked_at": NOW - 5}),  # parked since the claim's view was read
     ],
-    ids=["status", "epoch", "credential", "revoked", "not_online", "heartbeat_too_old"],
+    ids=[
+        "status",
+        "epoch",
+        "credential",
+        "revoked",
+        "not_online",
+        "heartbeat_too_old",
+        "capability_dropped",
+        "no_capabilities",
+        "parked",
+    ],
 )
 def test_work_lease_moved_meanwhile_is_refused(backend: Backend, kind: str, change: dict[str, Any]) -> None:
     item, claimant = _queued_and_node(backend)
     backend.meanwhile("work.lease", kind, item.work_id if kind == "work" else claimant.node_id, **change)
-    backend.refused(lambda: _lease(backend, item, claimant))
+    refused = backend.refused(lambda: _lease(backend, item, claimant))
+    # which part failed: the service reads the node only when the node's check failed
+    assert refused.failed == (("work",) if kind == "work" else ("node",))
+
+
+@pytest.mark.parametrize(
+    ("stored", "claimed"),
+    [(NOW - 20, NOW - 40), (None, NOW - 20)],
+    ids=["parked-again-since", "unparked-since"],
+)
+def test_work_lease_by_a_view_of_another_parking_is_refused(
+    backend: Backend, stored: float | None, claimed: float | None
+) -> None:
+    item, claimant = _queued_and_node(backend, parked_at=stored)
+    refused = backend.refused(lambda: _lease(backend, item, claimant, parked_at=claimed))
+    assert refused.failed == ("node",)
+
+
+def test_work_lease_by_a_parked_node_that_says_so_is_leased(backend: Backend) -> None:
+    item, claimant = _queued_and_node(backend, parked_at=NOW - 20)
+    written = _lease(backend, item, claimant, parked_at=NOW - 20)
+    assert (written.status, written.node_id) == ("leased", claimant.node_id)
 
 
 # --- writes of a lease: renew, complete, requeue, bury -----------------------------------
@@ -206,7 +242,7 @@ def test_work_queue_front_reaches_every_queued_item_then_says_none(backend: Back
     """The store may keep a queue in parts (the DynamoDB store: 16 index shards, each item in a
     random one): leasing what the front offers, one at a time, still takes every queued item, and
     the front is empty only when none is left."""
-    claimant = node()
+    claimant = node(capabilities={"echo"})
     backend.seed(claimant)
     items = [work(queued_at=NOW - 100 + n) for n in range(12)]
     for item in items:
@@ -226,7 +262,7 @@ def test_work_queue_front_reaches_every_queued_item_then_says_none(backend: Back
 def test_work_expired_leases_finds_every_expired_lease_earliest_first(backend: Backend) -> None:
     """The DynamoDB store spreads leases over 16 index partitions: the sweep still gets the
     earliest expired ones, at most ``limit``, and none that has not expired."""
-    claimant = node()
+    claimant = node(capabilities={"echo"})
     backend.seed(claimant)
     expiries = [NOW - 50 + n for n in range(10)] + [NOW + 500]
     for until in expiries:

@@ -333,14 +333,27 @@ class MemoryWorkStore(_Store[WorkItem]):
         self._create(item, event)
 
     def lease(
-        self, item: WorkItem, holder: Holder, heartbeat_after: float, until: float, now: float, event: Event
+        self,
+        item: WorkItem,
+        holder: Holder,
+        heartbeat_after: float,
+        until: float,
+        now: float,
+        event: Event,
+        parked_at: float | None = None,
     ) -> WorkItem:
         with self._writing("lease", event):
             stored, node = self.records.get(item.work_id), self._nodes.records.get(holder.node_id)
             failed = [] if stored and (stored.status, stored.epoch) == (changes.QUEUED, item.epoch) else ["work"]
-            # the node holds this active credential, is persisted online and heartbeated after the cutoff
+            # the node holds this active credential, is persisted online and heartbeated after the
+            # cutoff, serves the item's capability, and is parked as the claim's view says
             beat = (
-                node.last_heartbeat_at if _holds(node, holder.credential_sha256) and node.liveness == "online" else None
+                node.last_heartbeat_at
+                if _holds(node, holder.credential_sha256)
+                and node.liveness == "online"
+                and item.capability in (node.capabilities or ())
+                and node.parked_at == parked_at
+                else None
             )
             failed += [] if (beat or heartbeat_after) > heartbeat_after else ["node"]
             if failed:

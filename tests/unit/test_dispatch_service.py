@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from chalicelib.domain import requests as typed
 from chalicelib.services import dispatch, work
+from chalicelib.services.known_callers import ClaimView, KnownCallers
 from modelforge_protocol import work as protocol
 
 from tests.support.memory_stores import MemoryStores, memory_stores
@@ -106,6 +107,37 @@ def test_claim_that_finds_an_item_after_parking_takes_it_and_unparks(stores: Mem
     claimed = work.claim(stores, SETTINGS, agent.caller, NOW)
     assert claimed is not None and claimed.item.work_id == work_id[0]
     assert stores.nodes.records[agent.node_id].parked_at is None and stores.parking.items == {}
+
+
+def test_claim_on_a_view_of_a_node_parked_since_loses_one_write_then_takes_the_item_and_unparks(
+    stores: MemoryStores,
+) -> None:
+    """Another instance parked the node after this one read it: the lease refuses the view's
+    "not parked", the node is read, and the next try leases with the stamp and un-parks it."""
+    agent, _ = _connected(stores)
+    known = KnownCallers()
+    known.remember_view(
+        (agent.node_id, agent.credential_sha256), ClaimView.of(stores.nodes.records[agent.node_id], NOW)
+    )
+    work_id = _submit(stores)  # nobody parked: nobody woken
+    stores.nodes.records[agent.node_id].parked_at = NOW  # then parked by a claim on another instance
+    stores.parking.items = {(ECHO, agent.node_id): dispatch.Parked(agent.node_id, frozenset({ECHO}), NOW)}
+    stores.journal.reset_counts()
+    claimed = work.claim(stores, SETTINGS, agent.caller, NOW + 1, known)
+    assert claimed is not None and claimed.item.work_id == work_id
+    assert stores.journal.calls.count("work.lease") == 2 and stores.journal.calls.count("nodes.get") == 1
+    assert stores.nodes.records[agent.node_id].parked_at is None and stores.parking.items == {}
+
+
+def test_claim_that_parks_keeps_no_view_of_its_node(stores: MemoryStores) -> None:
+    """A wake un-parks the node behind this instance's back: a parked view would cost the woken
+    node's claim a lost write, so the next claim reads the node instead (the caller stays known)."""
+    agent, _ = _connected(stores)
+    known = KnownCallers()
+    key = (agent.node_id, agent.credential_sha256)
+    assert work.claim(stores, SETTINGS, agent.caller, NOW, known) is None
+    assert stores.nodes.records[agent.node_id].parked_at is not None
+    assert key in known and known.claim_view(key, NOW) is None
 
 
 def test_claim_of_a_parked_node_that_takes_an_item_unparks_it(stores: MemoryStores) -> None:
@@ -286,8 +318,14 @@ class Steps:
             self.condition.notify_all()
 
 
-def _race(stores: MemoryStores, order: tuple[str, ...], monkeypatch: pytest.MonkeyPatch) -> tuple[Agent, str, str]:
+def _race(
+    stores: MemoryStores, order: tuple[str, ...], monkeypatch: pytest.MonkeyPatch, known: bool = False
+) -> tuple[Agent, str, str]:
     agent, connection = _connected(stores)
+    remembered = KnownCallers()
+    if known:  # the claim acts on a view an earlier claim left (its empty queue is judged on a read)
+        node = stores.nodes.records[agent.node_id]
+        remembered.remember_view((agent.node_id, agent.credential_sha256), ClaimView.of(node, NOW - 1))
     steps = Steps(order)
     queue_read = "queue_front"  # the claim's queue read
     for name, actor, step, store in (
@@ -309,7 +347,9 @@ def _race(stores: MemoryStores, order: tuple[str, ...], monkeypatch: pytest.Monk
             steps.finished(actor)
 
     threads = [
-        threading.Thread(target=run, args=("claim", lambda: work.claim(stores, SETTINGS, agent.caller, NOW))),
+        threading.Thread(
+            target=run, args=("claim", lambda: work.claim(stores, SETTINGS, agent.caller, NOW, remembered))
+        ),
         threading.Thread(target=run, args=("submit", lambda: submitted.append(_submit(stores)))),
     ]
     for thread in threads:
@@ -320,11 +360,12 @@ def _race(stores: MemoryStores, order: tuple[str, ...], monkeypatch: pytest.Monk
     return agent, connection, submitted[0]
 
 
+@pytest.mark.parametrize("known", [False, True], ids=["node-read", "node-view"])
 @pytest.mark.parametrize("order", _interleavings(), ids=lambda order: "-".join(order))
 def test_no_interleaving_of_submit_and_park_leaves_an_item_queued_while_a_parked_node_sleeps(
-    stores: MemoryStores, order: tuple[str, ...], monkeypatch: pytest.MonkeyPatch
+    stores: MemoryStores, order: tuple[str, ...], monkeypatch: pytest.MonkeyPatch, known: bool
 ) -> None:
-    agent, connection, work_id = _race(stores, order, monkeypatch)
+    agent, connection, work_id = _race(stores, order, monkeypatch, known)
     item = stores.work.records[work_id]
     woken = stores.channel.messages_to(connection) == [WAKE]
     assert (item.status == "leased" and item.node_id == agent.node_id) or woken, (item.status, woken)

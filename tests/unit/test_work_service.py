@@ -18,7 +18,7 @@ import pytest
 from chalicelib.domain import requests as typed
 from chalicelib.domain.errors import Conflict, DomainError, GuardFailed, Invalid, NotFound, TooLarge, Unauthenticated
 from chalicelib.domain.records import Event, WorkItem
-from chalicelib.services import work
+from chalicelib.services import known_callers, work
 from chalicelib.services.known_callers import KnownCallers
 from chalicelib.stores.contract import Holder, LeaseCheck, ObjectStore, Stores, WorkStore
 from modelforge_protocol import work as protocol
@@ -663,8 +663,8 @@ def test_a_node_whose_heartbeat_ages_out_during_the_claim_is_refused_by_the_writ
         work.claim(stores, SETTINGS, agent.caller, NOW)
     assert raised.value.code == "node_not_online"
     assert _stored(stores, item.work_id).status == "queued" and stores.journal.event_types() == ["work.submitted"]
-    # a lost write is taken for a lost race until the node is read again, after a few losses
-    assert stores.journal.calls.count("work.lease") == work.NODE_CHECK_EVERY_LOSSES
+    # the write said the node's check failed: the node is read at once, and that read decides
+    assert stores.journal.calls.count("work.lease") == 1 and stores.journal.calls.count("nodes.get") == 2
 
 
 def test_a_node_marked_offline_during_the_claim_is_refused_by_the_write(stores: MemoryStores) -> None:
@@ -750,6 +750,101 @@ def test_a_claim_that_keeps_losing_gives_up_after_its_rounds(stores: MemoryStore
     writes = stores.journal.writes
     assert work.claim(stores, SETTINGS, agent.caller, NOW) is None
     assert stores.journal.calls.count("work.lease") == work.CLAIM_ROUNDS and stores.journal.writes == writes
+
+
+# --- the claim's view of its node (known_callers.ClaimView) ----------------------------------
+
+
+def _viewing(stores: MemoryStores, agent: Agent, now: float = NOW) -> KnownCallers:
+    """A KnownCallers holding the view a first claim of ``agent`` read (one item claimed)."""
+    known = KnownCallers()
+    _submit(stores)
+    assert work.claim(stores, SETTINGS, agent.caller, now, known) is not None
+    assert known.claim_view((agent.node_id, agent.credential_sha256), now) is not None
+    return known
+
+
+def test_a_claim_remembers_its_node_so_the_next_claim_does_not_read_it(stores: MemoryStores) -> None:
+    agent = _node(stores, {ECHO})
+    known = _viewing(stores, agent)
+    item = _submit(stores)
+    stores.journal.reset_counts()
+    claimed = work.claim(stores, SETTINGS, agent.caller, NOW + 1, known)
+    assert claimed is not None and claimed.item.work_id == item.work_id
+    assert stores.journal.calls == ["work.queue_front", "work.lease", "objects.presigned_get", "objects.presigned_put"]
+
+
+def test_a_claim_view_is_read_again_once_it_is_old(stores: MemoryStores) -> None:
+    agent = _node(stores, {ECHO}, last_heartbeat_at=NOW + 50)
+    known = _viewing(stores, agent)
+    _submit(stores)
+    stores.journal.reset_counts()
+    later = NOW + known_callers.VIEW_SECONDS + 1
+    assert work.claim(stores, SETTINGS, agent.caller, later, known) is not None
+    assert stores.journal.calls[0] == "nodes.get"
+
+
+def test_a_claim_view_that_is_no_longer_online_by_its_age_is_read_again(stores: MemoryStores) -> None:
+    """The node heartbeated since the view was read: the view's heartbeat is too old, the node's is not."""
+    agent = _node(stores, {ECHO})
+    known = _viewing(stores, agent)
+    later = NOW + SETTINGS.stale_after_seconds
+    stores.nodes.records[agent.node_id].last_heartbeat_at = later - 1
+    _submit(stores)
+    stores.journal.reset_counts()
+    assert work.claim(stores, SETTINGS, agent.caller, later, known) is not None
+    assert stores.journal.calls[:3] == ["nodes.get", "work.queue_front", "work.lease"]
+
+
+def test_a_claim_view_whose_node_stopped_serving_a_capability_loses_one_write_then_serves_the_new_one(
+    stores: MemoryStores,
+) -> None:
+    agent = _node(stores, {ECHO, OCR})
+    known = _viewing(stores, agent)
+    echo, ocr = _submit(stores, ECHO, now=NOW - 20), _submit(stores, OCR, now=NOW - 10)
+    stores.nodes.records[agent.node_id].capabilities = {OCR}  # a new inventory, read by another instance
+    claimed = work.claim(stores, SETTINGS, agent.caller, NOW + 1, known)
+    assert claimed is not None and claimed.item.work_id == ocr.work_id
+    assert _stored(stores, echo.work_id).status == "queued"
+    assert stores.journal.calls.count("nodes.get") == 2  # the first claim's read, and the one after the lost write
+
+
+def test_a_claim_view_of_a_node_revoked_since_is_refused_and_forgotten(stores: MemoryStores) -> None:
+    """Revoked behind this instance's back: the write refuses, the read says why, and the caller is
+    forgotten, so its next claim is read first and costs no write."""
+    agent = _node(stores, {ECHO})
+    known = _viewing(stores, agent)
+    item = _submit(stores)
+    stores.nodes.records[agent.node_id].credential_state = "revoked"
+    _refused(
+        stores,
+        lambda: work.claim(stores, SETTINGS, agent.caller, NOW + 1, known),
+        Unauthenticated,
+        "credential_revoked",
+    )
+    assert (agent.node_id, agent.credential_sha256) not in known
+    stores.journal.reset_counts()
+    with pytest.raises(Unauthenticated):
+        work.claim(stores, SETTINGS, agent.caller, NOW + 2, known)
+    assert stores.journal.calls == ["nodes.get"] and _stored(stores, item.work_id).status == "queued"
+
+
+def test_a_claim_view_of_a_node_gone_stale_is_refused_by_the_write_then_the_read(stores: MemoryStores) -> None:
+    agent = _node(stores, {ECHO})
+    known = _viewing(stores, agent)
+    _submit(stores)
+    stores.nodes.records[agent.node_id].liveness = "stale"  # the sweep, in another instance
+    _refused(stores, lambda: work.claim(stores, SETTINGS, agent.caller, NOW + 1, known), Conflict, "node_not_online")
+    assert known.claim_view((agent.node_id, agent.credential_sha256), NOW + 1) is None
+
+
+def test_a_claim_view_of_an_empty_queue_is_judged_on_a_fresh_read(stores: MemoryStores) -> None:
+    """Nothing queued: parking needs the node's channel, which a view does not hold."""
+    agent = _node(stores, {ECHO})
+    known = _viewing(stores, agent)
+    stores.journal.reset_counts()
+    assert work.claim(stores, SETTINGS, agent.caller, NOW + 1, known) is None
+    assert stores.journal.calls == ["work.queue_front", "nodes.get"] and stores.journal.writes == 0
 
 
 def test_each_claim_raises_the_epoch_and_counts_an_attempt(stores: MemoryStores) -> None:

@@ -48,13 +48,13 @@ def park(stores: Stores, node: Node, holder: Holder, capabilities: list[str], no
     return True
 
 
-def claimed(stores: Stores, node: Node) -> None:
-    """A parked node (as its claim read it) took an item: un-park it, so wakes go to idle nodes."""
-    if node.parked_at is None:
+def claimed(stores: Stores, node_id: str, capabilities: frozenset[str], parked_at: float | None) -> None:
+    """A parked node took an item (its lease checked that it was parked at ``parked_at``): un-park
+    it, so wakes go to idle nodes."""
+    if parked_at is None:
         return
-    capabilities = frozenset(node.capabilities or ())
     try:
-        stores.parking.unpark(Parked(node.node_id, capabilities, node.parked_at))
+        stores.parking.unpark(Parked(node_id, capabilities, parked_at))
     except GuardFailed:
         return  # a waker un-parked it first
 

@@ -6,15 +6,54 @@ the pair (node id, credential digest) is remembered here, and later heartbeats g
 the one conditional UpdateItem, which checks the credential again inside DynamoDB. Correctness
 never depends on this memory: a revoked credential fails that condition, is forgotten, and the
 caller is read again. The memory is bounded (least recently used first out) and per instance.
+
+A claim also remembers what it read of its node (``ClaimView``: capabilities, park state,
+liveness), so that the next claims of that node skip the node read. The claim transaction checks
+every one of those facts again at the moment of the write (docs/DISPATCH.md, "The claim's view of
+its node"), so a view that is out of date costs one lost transaction and a read, never a wrong
+lease.
 """
 
 from __future__ import annotations
 
 import collections
 import threading
+from dataclasses import dataclass
 
-#: About 200 bytes an entry: 20,000 entries stay under 5 MB of a Lambda instance's memory.
+from chalicelib.domain.records import Node
+
+#: About 300 bytes an entry with its view: 20,000 entries stay under 10 MB of a Lambda instance's
+#: memory.
 DEFAULT_CAPACITY = 20_000
+#: A claim view older than this is read again even if nothing failed: a bound on how long a
+#: change the claim transaction does not check (none today) could go unseen.
+VIEW_SECONDS = 60.0
+
+Caller = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class ClaimView:
+    """What a claim needs of its node, as this instance last read it, and when."""
+
+    capabilities: frozenset[str]
+    #: the node's park stamp (None: not parked); the claim transaction requires the same
+    parked_at: float | None
+    liveness: str
+    last_heartbeat_at: float | None
+    read_at: float
+
+    @classmethod
+    def of(cls, node: Node, now: float) -> ClaimView:
+        return cls(frozenset(node.capabilities or ()), node.parked_at, node.liveness, node.last_heartbeat_at, now)
+
+    def online(self, heartbeat_after: float) -> bool:
+        """The claim transaction's liveness test, on the view."""
+        return (
+            self.liveness == "online"
+            and self.last_heartbeat_at is not None
+            and self.last_heartbeat_at > heartbeat_after
+        )
 
 
 class KnownCallers:
@@ -22,24 +61,43 @@ class KnownCallers:
         if capacity < 1:
             raise ValueError("capacity must be at least 1")
         self._capacity = capacity
-        self._entries: collections.OrderedDict[tuple[str, str], None] = collections.OrderedDict()
+        self._entries: collections.OrderedDict[Caller, ClaimView | None] = collections.OrderedDict()
         self._lock = threading.Lock()
 
-    def __contains__(self, caller: tuple[str, str]) -> bool:
+    def __contains__(self, caller: Caller) -> bool:
         with self._lock:
             if caller not in self._entries:
                 return False
             self._entries.move_to_end(caller)
             return True
 
-    def remember(self, caller: tuple[str, str]) -> None:
+    def remember(self, caller: Caller) -> None:
+        """``caller`` proved its credential (a claim view it has is kept)."""
         with self._lock:
-            self._entries[caller] = None
-            self._entries.move_to_end(caller)
-            while len(self._entries) > self._capacity:
-                self._entries.popitem(last=False)
+            self._put(caller, self._entries.get(caller))
 
-    def forget(self, caller: tuple[str, str]) -> None:
+    def remember_view(self, caller: Caller, view: ClaimView | None) -> None:
+        """``caller`` proved its credential, and its claim read ``view`` of its node (None: keep no
+        view)."""
+        with self._lock:
+            self._put(caller, view)
+
+    def _put(self, caller: Caller, view: ClaimView | None) -> None:
+        self._entries[caller] = view
+        self._entries.move_to_end(caller)
+        while len(self._entries) > self._capacity:
+            self._entries.popitem(last=False)
+
+    def claim_view(self, caller: Caller, now: float) -> ClaimView | None:
+        """The view a claim of ``caller`` remembered, if one is and it is at most ``VIEW_SECONDS`` old."""
+        with self._lock:
+            view = self._entries.get(caller)
+            if view is None or not 0 <= now - view.read_at <= VIEW_SECONDS:
+                return None
+            self._entries.move_to_end(caller)
+            return view
+
+    def forget(self, caller: Caller) -> None:
         with self._lock:
             self._entries.pop(caller, None)
 

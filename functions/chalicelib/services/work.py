@@ -27,19 +27,21 @@ from modelforge_protocol.canonical import canonical_bytes
 from chalicelib.config.resources import WORK_INPUT_PREFIX, WORK_RESULT_PREFIX
 from chalicelib.config.settings import Settings
 from chalicelib.domain import requests
-from chalicelib.domain.errors import Conflict, GuardFailed, Invalid, TooLarge, not_found
+from chalicelib.domain.errors import Conflict, GuardFailed, Invalid, TooLarge, Unauthenticated, not_found
 from chalicelib.domain.records import Event, Node, WorkItem
 from chalicelib.domain.validation import validate_with
 from chalicelib.services import dispatch
 from chalicelib.services.auth import NodeCaller, require_holder
-from chalicelib.services.known_callers import KnownCallers
+from chalicelib.services.known_callers import ClaimView, KnownCallers
 from chalicelib.stores.contract import Holder, LeaseCheck, Stores
 
 QUEUED, LEASED, SUCCEEDED, DEAD, CANCELLED = protocol.WORK_STATES
 #: Queued items a claim reads per capability and read: the front of one part of the queue (the
 #: store spreads each queue over parts). The claim tries them in random order, so concurrent
 #: claimers that read the same front spread over it instead of all racing for its oldest item.
-CLAIM_CANDIDATES = 10
+#: 100 claimers over 16 shards x 20 candidates lost 0.27 transactions per claim; with 10
+#: candidates, 0.45 (docs/SCALE.md). A read of 20 items is still a few read units.
+CLAIM_CANDIDATES = 20
 #: Tries per read: a lost try means others are taking items from that front, so after a loss the
 #: claim reads the queue again (another part, chosen at random) rather than spend a transaction on
 #: a front that is going stale. Reads are cheaper than transactions on DynamoDB (a lost
@@ -47,9 +49,6 @@ CLAIM_CANDIDATES = 10
 #: with one try per read, 1.46 with two (docs/SCALE.md).
 TRIES_PER_READ = 1
 CLAIM_ROUNDS = 4
-#: A lost claim transaction is nearly always another node taking the item; the node is read again
-#: (was it revoked, or is it no longer online?) after this many losses and before giving up.
-NODE_CHECK_EVERY_LOSSES = 3
 #: How long presigned URLs stay valid beyond the lease (a renewed lease outlives its claim's URLs:
 #: the agent downloads at once and uploads before completing).
 URL_SLACK_SECONDS = 300
@@ -188,61 +187,121 @@ class Claim:
     result_upload_url: str
 
 
-def claim(stores: Stores, settings: Settings, caller: NodeCaller, now: float) -> Claim | None:
+def claim(
+    stores: Stores, settings: Settings, caller: NodeCaller, now: float, known: KnownCallers | None = None
+) -> Claim | None:
     """A claimable item of a capability the node serves, leased to it in one transaction that also
-    checks, at the moment of the write, that the node holds its active credential and is online by
-    its heartbeat's age; None when nothing is claimable.
+    checks, at the moment of the write, that the node holds its active credential, is online by
+    its heartbeat's age, serves the item's capability and is parked as the claim believes; None
+    when nothing is claimable.
 
-    The node is read once (credential, liveness, capabilities); then ``_lease_queued`` reads the
-    queue's front and tries its items in random order (``_candidates``).
+    The claim acts on a view of its node: the one this instance remembered from an earlier claim
+    (``known``: no read), or a fresh node read. Because the transaction checks every fact the view
+    supplied, an out-of-date view costs one lost transaction and a read, never a wrong lease. A
+    queue that looks empty is judged on a fresh read (parking needs the node's channel). See
+    docs/DISPATCH.md, "The claim's view of its node".
     """
-    node = require_holder(stores.nodes.get(caller.node_id), caller)
-    heartbeat_after = now - settings.stale_after_seconds
-    _require_online(node, heartbeat_after)
-    capabilities = sorted(set(node.capabilities or ()) & set(protocol.CAPABILITIES))
-    if not capabilities:
-        return None
-    leased = _lease_queued(stores, caller, node, capabilities, heartbeat_after, now)
-    if leased is None:
-        return None
-    dispatch.claimed(stores, node)  # a parked node that took an item is idle no more
-    return _claim_answer(stores, leased)
+    return _Claimer(stores, caller, now, now - settings.stale_after_seconds, known).claim()
 
 
-def _lease_queued(
-    stores: Stores, caller: NodeCaller, node: Node, capabilities: list[str], heartbeat_after: float, now: float
-) -> WorkItem | None:
-    """Up to ``CLAIM_ROUNDS`` reads of the queue, each followed by at most ``TRIES_PER_READ``
-    lease transactions; the item leased, or None when a read found nothing queued or every try
-    was lost. A read that finds nothing parks a connected node, then reads once more (check, park,
-    re-check: docs/DISPATCH.md). A revoked or no longer online node raises (401, 409) as the node
-    read decides."""
-    holder = Holder(caller.node_id, caller.credential_sha256)
-    lost = 0
-    for _ in range(CLAIM_ROUNDS):
-        candidates = _candidates(stores, capabilities)
-        if not candidates and dispatch.park(stores, node, holder, capabilities, now):
-            candidates = _candidates(stores, capabilities)  # parked: look once more (no lost wake-up)
-        if not candidates:
-            break
-        for candidate in candidates[:TRIES_PER_READ]:
-            event = Event(
-                "work.leased",
-                {"work_id": candidate.work_id, "node_id": caller.node_id, "epoch": str(candidate.epoch + 1)},
-                now,
+class _Claimer:
+    """One claim request: its node view, and up to ``CLAIM_ROUNDS`` reads of the queue, each
+    followed by at most ``TRIES_PER_READ`` lease transactions."""
+
+    def __init__(
+        self, stores: Stores, caller: NodeCaller, now: float, heartbeat_after: float, known: KnownCallers | None
+    ) -> None:
+        self.stores, self.caller, self.now, self.heartbeat_after = stores, caller, now, heartbeat_after
+        self.known = known
+        self.key = (caller.node_id, caller.credential_sha256)
+        self.holder = Holder(caller.node_id, caller.credential_sha256)
+        #: the node as read by this request (None while the claim acts on a remembered view)
+        self.node: Node | None = None
+        remembered = known.claim_view(self.key, now) if known is not None else None
+        self.view = remembered if remembered is not None and remembered.online(heartbeat_after) else self._read()
+
+    def claim(self) -> Claim | None:
+        leased = self._lease_queued()
+        self._remember()
+        if leased is None:
+            return None
+        # a parked node that took an item is idle no more (the lease checked the stamp)
+        dispatch.claimed(self.stores, self.caller.node_id, self.view.capabilities, self.view.parked_at)
+        return _claim_answer(self.stores, leased)
+
+    def _read(self) -> ClaimView:
+        """Read the node: 401 unless the caller holds its active credential, 409 unless online."""
+        try:
+            node = require_holder(self.stores.nodes.get(self.caller.node_id), self.caller)
+            _require_online(node, self.heartbeat_after)
+        except (Unauthenticated, Conflict):
+            if self.known is not None:
+                self.known.forget(self.key)  # its next request is read (and costs nothing) again
+            raise
+        self.node = node
+        return ClaimView.of(node, self.now)
+
+    def _capabilities(self) -> list[str]:
+        return sorted(self.view.capabilities & set(protocol.CAPABILITIES))
+
+    def _lease_queued(self) -> WorkItem | None:
+        """The item leased, or None when a read found nothing queued or every try was lost. A read
+        that finds nothing parks a connected node, then reads once more (check, park, re-check:
+        docs/DISPATCH.md). A revoked or no longer online node raises (401, 409) as its read decides."""
+        for _ in range(CLAIM_ROUNDS):
+            capabilities = self._capabilities()
+            if not capabilities:
+                if self.node is None:  # a remembered view: judge on a fresh read
+                    self.view = self._read()
+                    continue
+                return None
+            candidates = _candidates(self.stores, capabilities)
+            if not candidates:
+                candidates = self._park_and_look_again(capabilities)
+            if not candidates:
+                return None
+            for candidate in candidates[:TRIES_PER_READ]:
+                leased = self._try(candidate)
+                if leased is not None:
+                    return leased
+        return None
+
+    def _park_and_look_again(self, capabilities: list[str]) -> list[WorkItem]:
+        """Nothing queued: park a connected node (on a fresh read) and look once more."""
+        if self.node is None:
+            self.view = self._read()
+            if self._capabilities() != capabilities:
+                return []  # it serves something else now: the next round reads those queues
+        assert self.node is not None
+        if not dispatch.park(self.stores, self.node, self.holder, capabilities, self.now):
+            return []
+        self.view = ClaimView.of(self.node, self.now)  # parked: the next lease must say so
+        return _candidates(self.stores, capabilities)  # parked: look once more (no lost wake-up)
+
+    def _try(self, candidate: WorkItem) -> WorkItem | None:
+        event = Event(
+            "work.leased",
+            {"work_id": candidate.work_id, "node_id": self.caller.node_id, "epoch": str(candidate.epoch + 1)},
+            self.now,
+        )
+        until = self.now + candidate.lease_seconds
+        try:
+            return self.stores.work.lease(
+                candidate, self.holder, self.heartbeat_after, until, self.now, event, parked_at=self.view.parked_at
             )
-            until = now + candidate.lease_seconds
-            try:
-                return stores.work.lease(candidate, holder, heartbeat_after, until, now, event)
-            except GuardFailed:
-                # another node took the item, or the node's own check failed (revoked, or not
-                # online at ``now``): the node read decides, every few losses and before giving up
-                lost += 1
-                if lost % NODE_CHECK_EVERY_LOSSES == 0:
-                    _require_online(require_holder(stores.nodes.get(caller.node_id), caller), heartbeat_after)
-    if lost % NODE_CHECK_EVERY_LOSSES:
-        _require_online(require_holder(stores.nodes.get(caller.node_id), caller), heartbeat_after)
-    return None
+        except GuardFailed as lost:
+            if "node" in lost.failed:
+                # revoked, not online, or not as the view says (capabilities, park state): the
+                # read raises for the first two, and gives the next round a true view
+                self.view = self._read()
+            return None  # otherwise another node took the item
+
+    def _remember(self) -> None:
+        """Keep the view for this node's next claim; never a parked one (a wake un-parks the node
+        behind this instance's back, and its next claim would lose a transaction to learn it)."""
+        if self.known is None:
+            return
+        self.known.remember_view(self.key, self.view if self.view.parked_at is None else None)
 
 
 def _require_online(node: Node, heartbeat_after: float) -> None:

@@ -218,12 +218,22 @@ class WorkStore(Protocol):
         are each read once to say none is)."""
 
     def lease(
-        self, item: WorkItem, holder: Holder, heartbeat_after: float, until: float, now: float, event: Event
+        self,
+        item: WorkItem,
+        holder: Holder,
+        heartbeat_after: float,
+        until: float,
+        now: float,
+        event: Event,
+        parked_at: float | None = None,
     ) -> WorkItem:
         """One transaction: lease the item to the holder until ``until`` (one more epoch and
         attempt) if it is still queued at the read epoch, and check that the node holds this
-        active credential, is persisted online and heartbeated after ``heartbeat_after``.
-        GuardFailed when either does not hold (the service reads the node again to tell which)."""
+        active credential, is persisted online and heartbeated after ``heartbeat_after``, still
+        serves the item's capability, and is parked at ``parked_at`` (None: not parked). So a
+        claim may act on a remembered view of its node: the write checks every fact it used.
+        GuardFailed when any does not hold; its ``failed`` names ``"work"`` (the item moved on)
+        and/or ``"node"`` (the node's check failed: the service reads the node to tell why)."""
 
     def renew(self, item: WorkItem, holder: Holder, until: float, now: float, event: Event) -> WorkItem:
         """Extend the holder's lease to ``until``."""

@@ -32,6 +32,7 @@ from typing import Any
 from pynamodb.exceptions import DoesNotExist
 from pynamodb.transactions import TransactWrite
 
+from chalicelib.domain.errors import GuardFailed
 from chalicelib.domain.records import Event, WorkItem
 from chalicelib.stores import changes
 from chalicelib.stores.contract import Holder, LeaseCheck, PageKey
@@ -206,13 +207,26 @@ class DynamoWorkStore:
         return found
 
     def lease(
-        self, item: WorkItem, holder: Holder, heartbeat_after: float, until: float, now: float, event: Event
+        self,
+        item: WorkItem,
+        holder: Holder,
+        heartbeat_after: float,
+        until: float,
+        now: float,
+        event: Event,
+        parked_at: float | None = None,
     ) -> WorkItem:
         values = changes.leased(item, holder.node_id, until, now)
+        park_state = NodeModel.parked_at.does_not_exist() if parked_at is None else NodeModel.parked_at == parked_at
         node_check = (
             # the caller is this node, its credential is active, and it is online now: by its
             # persisted state and by the age of its last heartbeat, at the moment of the write
-            _holds_credential(holder.credential_sha256) & online_since(heartbeat_after)
+            _holds_credential(holder.credential_sha256)
+            & online_since(heartbeat_after)
+            # it still serves the item's capability, and is parked as the claim's view says (the
+            # claim un-parks it after the lease by that stamp)
+            & NodeModel.capabilities.contains(item.capability)
+            & park_state
         )
         # still queued, and nobody claimed it since we read it
         still_queued = (WorkModel.status == changes.QUEUED) & (WorkModel.epoch == item.epoch)
@@ -262,7 +276,14 @@ class DynamoWorkStore:
             # mutation-equivalent: a new event id (time, counter, random bits) never exists; kept against overwrite
             transaction.save(outbox, condition=OutboxModel.event_id.does_not_exist())
 
-        run_transaction(build)
+        try:
+            run_transaction(build)
+        except GuardFailed as failed:
+            # the transaction's items by position, as PynamoDB sends them: condition checks, then
+            # puts, then updates (the contract tests check the names on both stores)
+            parts = ("node", "event", "work") if node_check is not None else ("event", "work")
+            names = tuple(parts[index] for index in failed.failed if isinstance(index, int) and index < len(parts))
+            raise GuardFailed(str(failed), failed=names) from None
         return dataclasses.replace(item, **values)
 
     def expired_leases(self, now: float, limit: int) -> list[WorkItem]:

@@ -20,7 +20,7 @@ from typing import Any
 
 from werkzeug.serving import BaseWSGIServer, make_server
 
-from . import attribute_serializer, key_index
+from . import attribute_serializer, key_index, service_folders
 
 #: Marks requests of the local stream poller, which stands in for Lambda's event source mapping.
 POLLER_USER_AGENT = "modelforge-local-stream-poller"
@@ -76,6 +76,7 @@ MOTO_INTERNALS = (
     "moto.s3.models.FakeDeleteMarker",
     *key_index.MOTO_INTERNALS,
     *attribute_serializer.MOTO_INTERNALS,
+    *service_folders.MOTO_INTERNALS,
 )
 
 
@@ -398,6 +399,7 @@ class Emulator:
         make_cancelled_transactions_leave_no_trace()
         key_index.make_queries_read_only_their_key()
         attribute_serializer.make_attribute_values_serialize_in_one_step()
+        service_folders.make_service_list_read_once()
         self.middleware = SerializingMiddleware(
             DomainDispatcherApplication(create_backend_app), serialize=self.serialize
         )
