@@ -3,18 +3,20 @@
 
 Run from the repository root:
 
-    .venv/bin/python bench/ocr.py [--images 30] [--seconds 60] [--warmup 2] [--lines 3]
+    .venv/bin/python bench/ocr.py [--images 30] [--seconds 60] [--warmup 2] [--lines 3] [--slots 1]
 
 It starts the worker (``python -m modelforge_runtime_worker.main``) as a subprocess on a unix
 socket in a temporary directory, with its artifact and quarantine roots there too (so the first
 start copies the models out of the rapidocr wheel, as on a new host), waits for its
 ``worker listening on ...`` line, checks that it reports ``ocr`` available, and sends one
 synthetic page after another (black text on white rendered with Pillow, PNG, ``--lines`` lines)
-as ``POST /v1/run`` with capability ``ocr``, one request at a time (the worker runs one job at a
-time). The first ``--warmup`` requests are not counted. It stops after ``--images`` timed
-requests or ``--seconds``, whichever comes first, and prints for each device:
+as ``POST /v1/run`` with capability ``ocr``. For each number of slots from 1 to ``--slots`` it
+starts a worker with ``MODELFORGE_WORKER_SLOTS`` set to it and sends from as many clients at once,
+each one request at a time. The first ``--warmup`` requests of each client are not counted. It
+stops after ``--images`` timed requests or ``--seconds``, whichever comes first, and prints for
+each device and number of slots:
 
-* images per second over the timed requests (sequential: 1 / mean latency);
+* images per second over the timed requests (timed images / the timed phase's wall time);
 * client latency p50 and p99 in ms (the whole HTTP request over the socket; with fewer than 100
   images p99 is close to the maximum), and the worker's own ``duration_ms`` p50 (decode + OCR);
 * the device the worker reported in its results.
@@ -30,11 +32,13 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import io
 import json
 import re
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,7 +49,7 @@ from modelforge_bench.support import BenchFailure, Child, child_environment, sta
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 LISTENING_RE = re.compile(r"worker listening on (\S+), capabilities: ([^\"]*)\"")
-MAX_IMAGES, MAX_SECONDS, MAX_WARMUP, MAX_LINES = 1000, 600, 20, 40
+MAX_IMAGES, MAX_SECONDS, MAX_WARMUP, MAX_LINES, MAX_SLOTS = 1000, 600, 20, 40, 8
 START_TIMEOUT = 120.0
 STOP_TIMEOUT = 10.0
 REQUEST_TIMEOUT = 120.0
@@ -60,6 +64,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--warmup", type=int, default=2, help=f"untimed requests first (0..{MAX_WARMUP})")
     parser.add_argument("--lines", type=int, default=3, help=f"text lines on the page (1..{MAX_LINES})")
+    parser.add_argument(
+        "--slots",
+        type=int,
+        default=1,
+        help=f"measure 1 to this many worker slots, as many clients at once (1..{MAX_SLOTS})",
+    )
     args = parser.parse_args(argv)
     if not 1 <= args.images <= MAX_IMAGES:
         parser.error(f"--images must be from 1 to {MAX_IMAGES}")
@@ -69,6 +79,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"--warmup must be from 0 to {MAX_WARMUP}")
     if not 1 <= args.lines <= MAX_LINES:
         parser.error(f"--lines must be from 1 to {MAX_LINES}")
+    if not 1 <= args.slots <= MAX_SLOTS:
+        parser.error(f"--slots must be from 1 to {MAX_SLOTS}")
     return args
 
 
@@ -95,17 +107,22 @@ def _squash(text: str) -> str:
 @dataclass
 class Figures:
     device: str
+    slots: int
     latencies_ms: list[float]
     worker_ms: list[float]
     elapsed: float
 
 
 def measure(
-    device: str, args: argparse.Namespace, scratch: Path, children: list[Child], body: bytes, texts: list[str]
+    device: str,
+    slots: int,
+    args: argparse.Namespace,
+    scratch: Path,
+    children: list[Child],
+    body: bytes,
+    texts: list[str],
 ) -> Figures:
-    from modelforge_runtime_worker.client import WorkerClient
-
-    folder = scratch / device
+    folder = scratch / f"{device}-{slots}"
     folder.mkdir()
     env = child_environment(
         {
@@ -113,6 +130,7 @@ def measure(
             "MODELFORGE_WORKER_ARTIFACT_ROOT": str(folder / "artifacts"),
             "MODELFORGE_WORKER_QUARANTINE_ROOT": str(folder / "quarantine"),
             "MODELFORGE_WORKER_DEVICE": device,
+            "MODELFORGE_WORKER_SLOTS": str(slots),
         }
     )
     started = time.monotonic()
@@ -125,33 +143,78 @@ def measure(
     match = wait_for(listening, START_TIMEOUT, [worker], "worker listening line")
     address, capabilities = match.group(1), match.group(2)
     print(
-        f"  {device}: worker ready in {time.monotonic() - started:.1f} s"
-        f" (first start: models copied, verified, loaded); capabilities: {capabilities}"
+        f"  {device}, {slots} slot(s): worker ready in {time.monotonic() - started:.1f} s"
+        f" (first start: models copied, verified, loaded in each slot); capabilities: {capabilities}"
     )
     if not capabilities.startswith(f"ocr ({device})"):
         raise BenchFailure(f"the {device} worker does not offer ocr on {device}: {capabilities}")
-    client = WorkerClient(address, timeout=REQUEST_TIMEOUT, keep_alive=True)
-    latencies: list[float] = []
-    worker_ms: list[float] = []
-    reported: set[str] = set()
-    try:
-        for _ in range(args.warmup):
-            _one(client, body, texts)
-        window = time.monotonic()
-        while len(latencies) < args.images and time.monotonic() - window < args.seconds:
-            began = time.perf_counter()
-            result = _one(client, body, texts)
-            latencies.append((time.perf_counter() - began) * 1000)
-            worker_ms.append(float(result["duration_ms"]))
-            reported.add(str(result["device"]))
-        elapsed = time.monotonic() - window
-    finally:
-        client.close()
-    print(f"  {device}: worker {stop_child(worker, STOP_TIMEOUT)}")
+    load = _Load(address, args, body, texts)
+    elapsed = load.run(slots)
+    print(f"  {device}, {slots} slot(s): worker {stop_child(worker, STOP_TIMEOUT)}")
     children.remove(worker)
-    if reported != {device}:
-        raise BenchFailure(f"asked for {device}, the worker reported {sorted(reported)}")
-    return Figures(device, latencies, worker_ms, elapsed)
+    if load.problems:
+        raise BenchFailure(load.problems[0])
+    if load.reported != {device}:
+        raise BenchFailure(f"asked for {device}, the worker reported {sorted(load.reported)}")
+    return Figures(device, slots, load.latencies, load.worker_ms, elapsed)
+
+
+class _Load:
+    """``clients`` clients at once, each one request at a time, until ``--images`` timed requests
+    in all or ``--seconds``."""
+
+    def __init__(self, address: str, args: argparse.Namespace, body: bytes, texts: list[str]) -> None:
+        self.address, self.args, self.body, self.texts = address, args, body, texts
+        self.guard = threading.Lock()
+        self.latencies: list[float] = []
+        self.worker_ms: list[float] = []
+        self.reported: set[str] = set()
+        self.problems: list[str] = []
+        self.window = time.monotonic()
+        self.started = 0
+
+    def run(self, clients: int) -> float:
+        # the timed phase starts when every client has warmed up (the barrier's action runs first)
+        warm = threading.Barrier(
+            clients + 1, action=self._start_window, timeout=REQUEST_TIMEOUT * (self.args.warmup + 1)
+        )
+        threads = [threading.Thread(target=self._client, args=(warm,), daemon=True) for _ in range(clients)]
+        for thread in threads:
+            thread.start()
+        with contextlib.suppress(threading.BrokenBarrierError):  # a client failed: its problem is reported
+            warm.wait()
+        for thread in threads:
+            thread.join(self.args.seconds + REQUEST_TIMEOUT)
+        return time.monotonic() - self.window
+
+    def _start_window(self) -> None:
+        self.window = time.monotonic()
+
+    def _client(self, warm: threading.Barrier) -> None:
+        from modelforge_runtime_worker.client import WorkerClient
+
+        client = WorkerClient(self.address, timeout=REQUEST_TIMEOUT, keep_alive=True)
+        try:
+            for _ in range(self.args.warmup):
+                _one(client, self.body, self.texts)
+            warm.wait()
+            while True:
+                with self.guard:  # a request is counted when it starts, so no more than --images go
+                    if self.started >= self.args.images or time.monotonic() - self.window >= self.args.seconds:
+                        return
+                    self.started += 1
+                began = time.perf_counter()
+                result = _one(client, self.body, self.texts)
+                with self.guard:
+                    self.latencies.append((time.perf_counter() - began) * 1000)
+                    self.worker_ms.append(float(result["duration_ms"]))
+                    self.reported.add(str(result["device"]))
+        except (BenchFailure, threading.BrokenBarrierError, OSError) as failed:
+            warm.abort()  # the others stop waiting for this client
+            with self.guard:
+                self.problems.append(str(failed) or type(failed).__name__)
+        finally:
+            client.close()
 
 
 def _one(client: Any, body: bytes, texts: list[str]) -> dict[str, Any]:
@@ -188,20 +251,27 @@ def run(args: argparse.Namespace, children: list[Child], scratch: Path) -> int:
     print(
         f"ModelForge OCR benchmark: worker {WORKER_VERSION}, page {size[0]}x{size[1]} PNG with {args.lines} text"
         f" lines ({len(body_image) // 1024} KiB), {args.warmup} warm-up + up to {args.images} timed requests or"
-        f" {args.seconds:g} s per device, one at a time over a unix socket"
+        f" {args.seconds:g} s per device and slot count; 1 to {args.slots} slot(s), as many clients at once,"
+        " each one request at a time, over a unix socket"
     )
-    rows = [measure("cpu", args, scratch, children, body, texts)]
     offered, why = cuda_offered()
-    if offered:
-        rows.append(measure("cuda", args, scratch, children, body, texts))
+    devices = ["cpu", "cuda"] if offered else ["cpu"]
+    rows = [
+        measure(device, slots, args, scratch, children, body, texts)
+        for device in devices
+        for slots in range(1, args.slots + 1)
+    ]
     print()
-    print(f"{'device':<7}{'images':>7}{'seconds':>9}{'images/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'worker p50 ms':>15}")
+    print(
+        f"{'device':<7}{'slots':>6}{'images':>7}{'seconds':>9}{'images/s':>10}{'p50 ms':>9}{'p99 ms':>9}"
+        f"{'worker p50 ms':>15}"
+    )
     for row in rows:
         count = len(row.latencies_ms)
-        rate = count / (sum(row.latencies_ms) / 1000)
+        rate = count / row.elapsed if row.elapsed > 0 else 0.0
         p50, p99 = _support.percentile(row.latencies_ms, 50), _support.percentile(row.latencies_ms, 99)
         print(
-            f"{row.device:<7}{count:>7}{row.elapsed:>9.1f}{rate:>10.2f}{p50:>9.0f}"
+            f"{row.device:<7}{row.slots:>6}{count:>7}{row.elapsed:>9.1f}{rate:>10.2f}{p50:>9.0f}"
             f"{p99:>9.0f}{_support.percentile(row.worker_ms, 50):>15.0f}"
         )
     if not offered:

@@ -115,7 +115,12 @@ _WORKER_REASON = {"type": "string", "pattern": r"^[a-z0-9_]{1,64}\Z"}
 #: sends ``job_id`` or calls cancel only to a worker that lists ``cancel`` (an older worker refuses the
 #: unknown field: its request schema is closed).
 WORKER_FEATURE_CANCEL = "cancel"
-WORKER_FEATURES = (WORKER_FEATURE_CANCEL,)
+#: ``slots``: the worker runs up to ``slots.total`` jobs at once, each in its own process, and says
+#: in its status how many are taken (``slots.busy``).
+WORKER_FEATURE_SLOTS = "slots"
+WORKER_FEATURES = (WORKER_FEATURE_CANCEL, WORKER_FEATURE_SLOTS)
+#: The most job slots a worker runs.
+MAX_WORKER_SLOTS = 64
 #: A job's name, chosen by the agent (``<work_id>:<epoch>``): unique per claim.
 WORKER_JOB_ID = {"type": "string", "pattern": r"^[A-Za-z0-9._:-]{1,128}\Z"}
 #: What ``POST /v1/cancel`` says of the job: ``ended`` (it was running and has unwound: the worker
@@ -139,6 +144,13 @@ WORKER_STATUS = _answer(
         "worker_version": {"type": "string", "minLength": 1, "maxLength": 64, "pattern": r"^[0-9A-Za-z.+_-]+\Z"},
         "healthy": {"type": "boolean"},
         "busy": {"type": "boolean"},
+        "slots": _answer(
+            {
+                "total": {"type": "integer", "minimum": 1, "maximum": MAX_WORKER_SLOTS},
+                "busy": {"type": "integer", "minimum": 0, "maximum": MAX_WORKER_SLOTS},
+            },
+            ["total", "busy"],
+        ),
         "features": {
             "type": "array",
             "maxItems": 32,

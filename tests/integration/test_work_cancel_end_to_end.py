@@ -78,8 +78,9 @@ def test_cancelling_a_leased_sleep_stops_it_on_the_worker_within_2_s_of_the_rene
             freed = aborted[0]["ts"] - lost[0]["ts"]
             assert 0 <= freed < FREE_WITHIN_SECONDS, freed
             print(f"renewal 409 -> worker free: {freed * 1000:.0f} ms")
-            stopped = _events(agent, "work_job_cancelled")
-            assert stopped and stopped[0]["state"] == "ended", agent.output()[-4000:]
+            # the agent logs the worker's answer to its cancel once that answer is back
+            stopped = wait_until(lambda: _events(agent, "work_job_cancelled"), 5, "the agent's work_job_cancelled")
+            assert stopped[0]["state"] == "ended", agent.output()[-4000:]
 
             item = cp.work(work_id)
             assert item["status"] == "cancelled" and not item.get("result") and not item.get("errors"), item

@@ -200,11 +200,13 @@ def test_http_status_advertises_cancel_and_says_when_it_is_busy(
 ) -> None:
     _, client = served
     body = client.status().body
-    assert body["features"] == ["cancel"] and body["busy"] is False
+    assert body["features"] == ["cancel", "slots"] and body["busy"] is False
+    assert body["slots"] == {"total": 1, "busy": 0}
     thread = threading.Thread(target=lambda: client.run("gate", {}, "work_1:1"), daemon=True)
     thread.start()
     assert gate.entered.wait(10)
-    assert WorkerClient(client.address).status().body["busy"] is True
+    busy = WorkerClient(client.address).status().body
+    assert busy["busy"] is True and busy["slots"] == {"total": 1, "busy": 1}
     gate.opened.set()
     thread.join(5)
 

@@ -19,6 +19,7 @@ def test_defaults() -> None:
     assert config.artifact_root == Path("/var/lib/modelforge/artifacts")
     assert config.quarantine_root == Path("/var/lib/modelforge/quarantine")
     assert (config.device, config.job_timeout_seconds, config.log_level) == ("auto", 120.0, "INFO")
+    assert (config.slots, config.decode_timeout_seconds, config.decode_memory_bytes) == (1, 20.0, 1024 * 1024 * 1024)
     assert set(DEFAULTS) == {
         "MODELFORGE_WORKER_LISTEN",
         "MODELFORGE_WORKER_ARTIFACT_ROOT",
@@ -26,7 +27,32 @@ def test_defaults() -> None:
         "MODELFORGE_WORKER_DEVICE",
         "MODELFORGE_WORKER_JOB_TIMEOUT_SECONDS",
         "MODELFORGE_WORKER_LOG_LEVEL",
+        "MODELFORGE_WORKER_SLOTS",
+        "MODELFORGE_WORKER_DECODE_TIMEOUT_SECONDS",
+        "MODELFORGE_WORKER_DECODE_MEMORY_MB",
     }
+
+
+def test_the_decode_cap_defaults_within_a_shorter_job_timeout_and_may_not_be_set_longer() -> None:
+    assert load_config({"MODELFORGE_WORKER_JOB_TIMEOUT_SECONDS": "5"}).decode_timeout_seconds == 5.0
+    with pytest.raises(ConfigurationInvalid, match="DECODE_TIMEOUT_SECONDS must not be longer"):
+        load_config({"MODELFORGE_WORKER_JOB_TIMEOUT_SECONDS": "5", "MODELFORGE_WORKER_DECODE_TIMEOUT_SECONDS": "6"})
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "says"),
+    [
+        ("MODELFORGE_WORKER_SLOTS", "0", "between 1 and 64"),
+        ("MODELFORGE_WORKER_SLOTS", "65", "between 1 and 64"),
+        ("MODELFORGE_WORKER_SLOTS", "two", "must be an integer"),
+        ("MODELFORGE_WORKER_DECODE_MEMORY_MB", "64", "between 128 and 65536"),
+        ("MODELFORGE_WORKER_DECODE_TIMEOUT_SECONDS", "0", "between 1 and 600"),
+        ("MODELFORGE_WORKER_DECODE_TIMEOUT_SECONDS", "nan", "between 1 and 600"),
+    ],
+)
+def test_slots_and_decoder_limits_are_bounded(name: str, value: str, says: str) -> None:
+    with pytest.raises(ConfigurationInvalid, match=says):
+        load_config({name: value})
 
 
 @pytest.mark.parametrize(

@@ -66,7 +66,8 @@ def test_status(worker: Worker) -> None:
         "worker_version": RELEASE,
         "healthy": True,
         "busy": False,
-        "features": ["cancel"],
+        "slots": {"total": 1, "busy": 0},
+        "features": ["cancel", "slots"],
         "capabilities": [
             {
                 "name": "ocr",

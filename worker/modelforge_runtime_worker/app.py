@@ -46,7 +46,7 @@ def violations(request: Any, validator: Draft202012Validator = _RUN_REQUEST) -> 
 
 
 class WorkerApp:
-    """The capabilities and the one job runner."""
+    """The capabilities and the job runner (its slots)."""
 
     def __init__(self, capabilities: list[Capability], jobs: JobRunner) -> None:
         self.capabilities = {capability.name: capability for capability in capabilities}
@@ -77,6 +77,7 @@ class WorkerApp:
             "worker_version": WORKER_VERSION,
             "healthy": not self.stopping and all(entry["available"] for entry in listed),
             "busy": self.jobs.busy,
+            "slots": {"total": self.jobs.slots, "busy": self.jobs.slots_busy},
             "features": list(WORKER_FEATURES),
             "capabilities": listed,
         }

@@ -20,8 +20,8 @@ from modelforge_protocol import work
 from modelforge_protocol.canonical import canonical_bytes
 
 from .artifacts import QUARANTINED, RAPIDOCR_VERSION, Artifacts, ArtifactState
+from .decoder import DEFAULT_MEMORY_BYTES, DEFAULT_TIMEOUT_SECONDS, decode_image
 from .errors import CapabilityUnavailable, invalid_input
-from .images import decode_image
 from .ocr import Cancel, JobCancelled, ModelLoadFailed, OcrEngine
 
 log = logging.getLogger("modelforge.worker")
@@ -127,8 +127,17 @@ class Ocr:
     name = OCR
     model = OCR_MODEL
 
-    def __init__(self, state: ArtifactState, artifacts: Artifacts, device: str) -> None:
+    def __init__(
+        self,
+        state: ArtifactState,
+        artifacts: Artifacts,
+        device: str,
+        decode_timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
+        decode_memory_bytes: int = DEFAULT_MEMORY_BYTES,
+    ) -> None:
         self.model_sha256: str | None = state.model_sha256
+        #: the image decoder's child process: its time cap and memory limit (decoder.py)
+        self._decode_timeout, self._decode_memory = decode_timeout_seconds, decode_memory_bytes
         # before loading, the device it would use; after, the one it got
         self.device = "cuda" if device == "cuda" else "cpu"
         self.available = False
@@ -171,7 +180,9 @@ class Ocr:
         if unknown:
             raise invalid_input(f"input has unknown fields: {', '.join(unknown)} (ocr takes image_base64 only)")
         started = time.monotonic()
-        image = decode_image(payload.get("image_base64"))
+        image = decode_image(
+            payload.get("image_base64"), timeout_seconds=self._decode_timeout, memory_bytes=self._decode_memory
+        )
         lines = self._engine.recognise(image, cancel)
         return {
             "lines": lines,

@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 from modelforge_protocol.addresses import is_loopback_host
 from modelforge_protocol.environment import Reader
+from modelforge_protocol.work import MAX_WORKER_SLOTS
 
 from .errors import ConfigurationInvalid
 
@@ -22,6 +23,9 @@ ARTIFACT_ROOT = "MODELFORGE_WORKER_ARTIFACT_ROOT"
 QUARANTINE_ROOT = "MODELFORGE_WORKER_QUARANTINE_ROOT"
 DEVICE = "MODELFORGE_WORKER_DEVICE"
 JOB_TIMEOUT = "MODELFORGE_WORKER_JOB_TIMEOUT_SECONDS"
+SLOTS = "MODELFORGE_WORKER_SLOTS"
+DECODE_TIMEOUT = "MODELFORGE_WORKER_DECODE_TIMEOUT_SECONDS"
+DECODE_MEMORY = "MODELFORGE_WORKER_DECODE_MEMORY_MB"
 LOG_LEVEL = "MODELFORGE_WORKER_LOG_LEVEL"
 
 #: Every variable the worker reads, with its default (README.md has the table).
@@ -31,11 +35,17 @@ DEFAULTS: dict[str, str] = {
     QUARANTINE_ROOT: "/var/lib/modelforge/quarantine",
     DEVICE: "auto",
     JOB_TIMEOUT: "120",
+    SLOTS: "1",
+    DECODE_TIMEOUT: "20",
+    DECODE_MEMORY: "1024",
     LOG_LEVEL: "INFO",
 }
 DEVICES = ("auto", "cpu", "cuda")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 JOB_TIMEOUT_RANGE = (1.0, 3600.0)
+DECODE_TIMEOUT_RANGE = (1.0, 600.0)
+#: The decoder child's memory limit, in MiB: below 128 the interpreter itself may not start.
+DECODE_MEMORY_RANGE = (128, 65_536)
 #: sun_path holds 108 bytes on Linux, the terminating NUL included.
 MAX_SOCKET_PATH_BYTES = 107
 _LOOPBACK_NAMES = ("localhost",)
@@ -63,6 +73,11 @@ class WorkerConfig:
     device: str
     job_timeout_seconds: float
     log_level: str
+    #: jobs at once, each in its slot's own process (slots.py)
+    slots: int = 1
+    #: the image decoder's child process: its time cap and address-space limit (decoder.py)
+    decode_timeout_seconds: float = 20.0
+    decode_memory_bytes: int = 1024 * 1024 * 1024
 
 
 def parse_listen(raw: str, problems: list[str]) -> Listen | None:
@@ -139,6 +154,16 @@ def load_config(env: Mapping[str, str]) -> WorkerConfig:
     low, high = JOB_TIMEOUT_RANGE
     timeout = reader.number(JOB_TIMEOUT, float(DEFAULTS[JOB_TIMEOUT]), low, high, what="a number of seconds")
     level = reader.choice(LOG_LEVEL, DEFAULTS[LOG_LEVEL], LOG_LEVELS, normalise=str.upper)
+    low, high = DECODE_TIMEOUT_RANGE
+    decode_timeout = reader.number(DECODE_TIMEOUT, None, low, high, what="a number of seconds")
+    if decode_timeout is None:  # unset: the default, within a shorter job timeout
+        decode_timeout = min(float(DEFAULTS[DECODE_TIMEOUT]), timeout or float(DEFAULTS[JOB_TIMEOUT]))
+    elif timeout is not None and low <= decode_timeout <= high and decode_timeout > timeout:
+        problems.append(
+            f"{DECODE_TIMEOUT} must not be longer than {JOB_TIMEOUT} ({timeout:g} s): decoding is part of the job"
+        )
+    decode_memory = reader.integer(DECODE_MEMORY, int(DEFAULTS[DECODE_MEMORY]), *DECODE_MEMORY_RANGE)
+    slots = reader.integer(SLOTS, int(DEFAULTS[SLOTS]), 1, MAX_WORKER_SLOTS)
     if problems:
         raise ConfigurationInvalid(problems)
     assert listen is not None and artifact_root is not None and quarantine_root is not None and timeout is not None
@@ -149,4 +174,7 @@ def load_config(env: Mapping[str, str]) -> WorkerConfig:
         device=device,
         job_timeout_seconds=timeout,
         log_level=level,
+        decode_timeout_seconds=decode_timeout,
+        decode_memory_bytes=decode_memory * 1024 * 1024,
+        slots=slots,
     )

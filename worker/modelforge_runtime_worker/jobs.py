@@ -1,9 +1,12 @@
-"""One job at a time, each bounded in time, and each stoppable by the id its caller gave it.
+"""One job per slot at a time, each bounded in time, and each stoppable by the id its caller gave it.
 
-The busy lock is taken when a job starts and released by the job's own thread when it has really
-ended, not when its caller stopped waiting: a job past its deadline is aborted (``Cancel``) and
-its caller gets ``JobTimedOut`` at once, and the worker stays busy (``WorkerBusy``) until the
-aborted run has unwound, so two jobs never run together.
+``slots`` slots (``MODELFORGE_WORKER_SLOTS``); a job takes a free one, or is refused
+``WorkerBusy``. A slot is taken when a job starts and given back by the job's own thread when the
+job has really ended, not when its caller stopped waiting: a job past its deadline is aborted
+(``Cancel``) and its caller gets ``JobTimedOut`` at once, and its slot stays taken until the
+aborted run has unwound, so two jobs never share a slot. Where the job runs is the ``execute``
+given: in this process (tests), or in the slot's own process, which the abort kills
+(``slots.SlotProcesses.execute``: the worker's way).
 
 A cancel (``cancel(job_id)``) aborts the running job of that id the same way; its caller gets
 ``Cancelled`` once the job has unwound (at its deadline at the latest), so the answer of a
@@ -19,6 +22,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,11 +39,20 @@ ENDED, ENDING, NOT_RUNNING = WORKER_CANCEL_STATES
 REMEMBERED_CANCELS = 64
 
 
+#: Runs a job: (slot, capability, input, abort switch) -> result.
+Execute = Callable[[int, Capability, dict[str, Any], Cancel], dict[str, Any]]
+
+
+def in_this_process(slot: int, capability: Capability, payload: dict[str, Any], cancel: Cancel) -> dict[str, Any]:
+    return capability.run(payload, cancel)
+
+
 @dataclass
 class _Running:
     job: int
     job_id: str | None
     capability: str
+    slot: int
     cancel: Cancel = field(default_factory=Cancel)
     ended: threading.Event = field(default_factory=threading.Event)
     #: set by ``cancel``: the caller asked for the stop, its run answers ``Cancelled``
@@ -47,11 +60,15 @@ class _Running:
 
 
 class JobRunner:
-    def __init__(self, timeout_seconds: float) -> None:
+    def __init__(self, timeout_seconds: float, slots: int = 1, execute: Execute = in_this_process) -> None:
+        if slots < 1:
+            raise ValueError("a worker has at least one slot")
         self.timeout_seconds = timeout_seconds
-        self._busy = threading.Lock()
-        self._guard = threading.Lock()
-        self._running: _Running | None = None
+        self.slots = slots
+        self._execute = execute
+        self._guard = threading.Condition()
+        #: slot -> the job running in it
+        self._running: dict[int, _Running] = {}
         self._stopping = False
         self._sequence = 0
         self._cancelled_early: OrderedDict[str, None] = OrderedDict()
@@ -64,14 +81,11 @@ class JobRunner:
 
         def work() -> None:
             try:
-                outcome["result"] = capability.run(payload, running.cancel)
+                outcome["result"] = self._execute(running.slot, capability, payload, running.cancel)
             except BaseException as error:  # noqa: BLE001 - handed to the waiting request
                 outcome["error"] = error
             finally:
-                with self._guard:
-                    self._running = None
-                self._busy.release()
-                running.ended.set()
+                self._release(running)
                 if running.cancel.is_set():
                     log.info(
                         "aborted job ended",
@@ -87,14 +101,18 @@ class JobRunner:
 
         log.debug(
             "job started",
-            extra={"event": "job_started", "job": running.job, "job_id": job_id, "capability": capability.name},
+            extra={
+                "event": "job_started",
+                "job": running.job,
+                "job_id": job_id,
+                "capability": capability.name,
+                "slot": running.slot,
+            },
         )
         try:
             threading.Thread(target=work, name=f"job-{running.job}", daemon=True).start()
         except BaseException:
-            with self._guard:
-                self._running = None
-            self._busy.release()
+            self._release(running)
             raise
         if not running.ended.wait(self.timeout_seconds):
             running.cancel.set()
@@ -112,21 +130,29 @@ class JobRunner:
             if job_id is not None and job_id in self._cancelled_early:
                 del self._cancelled_early[job_id]
                 raise Cancelled(f"job {job_id} was cancelled before it started")
-            if not self._busy.acquire(blocking=False):
-                raise WorkerBusy("another job is running; retry when it is done")
+            free = next((slot for slot in range(self.slots) if slot not in self._running), None)
+            if free is None:
+                what = "another job is running" if self.slots == 1 else f"all {self.slots} slots are running jobs"
+                raise WorkerBusy(f"{what}; retry when one is done")
             if self._stopping:
-                self._busy.release()
                 raise ShuttingDown("the worker is stopping")
             self._sequence += 1
-            self._running = _Running(self._sequence, job_id, capability.name)
-            return self._running
+            running = self._running[free] = _Running(self._sequence, job_id, capability.name, free)
+            return running
+
+    def _release(self, running: _Running) -> None:
+        with self._guard:
+            if self._running.get(running.slot) is running:
+                del self._running[running.slot]
+            self._guard.notify_all()
+        running.ended.set()
 
     def cancel(self, job_id: str, wait_seconds: float) -> str:
         """Abort the running job ``job_id`` and wait up to ``wait_seconds`` for it to unwind:
-        ``ended`` (the worker is free), ``ending``, or ``not_running`` (the id is remembered)."""
+        ``ended`` (its slot is free), ``ending``, or ``not_running`` (the id is remembered)."""
         with self._guard:
-            running = self._running
-            if running is None or running.job_id != job_id:
+            running = next((job for job in self._running.values() if job.job_id == job_id), None)
+            if running is None:
                 self._cancelled_early[job_id] = None
                 while len(self._cancelled_early) > REMEMBERED_CANCELS:
                     self._cancelled_early.popitem(last=False)
@@ -140,19 +166,23 @@ class JobRunner:
         return ENDED if running.ended.wait(wait_seconds) else ENDING
 
     def stop(self, grace_seconds: float) -> bool:
-        """Refuse new jobs, abort the running one, and wait up to ``grace_seconds`` for it to end."""
+        """Refuse new jobs, abort the running ones, and wait up to ``grace_seconds`` for them to end."""
         with self._guard:
             self._stopping = True
-            if self._running is not None:
-                self._running.cancel.set()
-        if self._busy.acquire(timeout=grace_seconds):
-            self._busy.release()
-            return True
-        return False
+            for running in self._running.values():
+                running.cancel.set()
+            return self._guard.wait_for(lambda: not self._running, grace_seconds)
 
     @property
     def busy(self) -> bool:
-        return self._busy.locked()
+        """Every slot is running a job (a run now would be refused ``WorkerBusy``)."""
+        with self._guard:
+            return len(self._running) >= self.slots
+
+    @property
+    def slots_busy(self) -> int:
+        with self._guard:
+            return len(self._running)
 
 
 def _answer(running: _Running, capability: Capability, outcome: dict[str, Any]) -> dict[str, Any]:

@@ -3,11 +3,13 @@
 Order on every start, each step able to stop it before the next: the whole configuration
 (exit 2, before anything is created), the listening socket (exit 3 when another worker answers
 there or the path is not a socket), the artifact root checked against its manifest (exit 4 when
-it cannot be created or written), the models loaded from verified files only, then serving. The
-worker logs one line, ``worker listening on <address>, capabilities: ...``, when it serves.
+it cannot be created or written), the job slots started (``MODELFORGE_WORKER_SLOTS`` processes,
+each loading the models from files it verified itself: ``slots.py``; exit 1 if one does not come
+up), then serving. The worker logs one line, ``worker listening on <address>, capabilities: ...``,
+when it serves.
 
-SIGTERM/SIGINT: stop accepting, abort the running job (it gets 503 ``shutting_down``), remove
-the unix socket and exit 0 within a few seconds.
+SIGTERM/SIGINT: stop accepting, abort the running jobs (they get 503 ``shutting_down``), end the
+slot processes, remove the unix socket and exit 0 within a few seconds.
 
 Exit codes: 0 clean stop, 1 unexpected, 2 configuration invalid, 3 cannot listen, 4 artifact
 storage unusable.
@@ -22,17 +24,19 @@ import signal
 import sys
 import threading
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from modelforge_logging import jsonlog
 from modelforge_protocol import environment
 
 from . import WORKER_PROTOCOL_VERSION, WORKER_VERSION
 from .artifacts import Artifacts, StorageUnusable, bundled_models_dir
-from .capabilities import Capability, Echo, Ocr, Sleep
+from .capabilities import Capability
 from .config import DEFAULTS, LOG_LEVEL, WorkerConfig, load_config
 from .errors import ConfigurationInvalid, ListenFailed
 from .jobs import JobRunner
 from .server import Listener, WorkerApp
+from .slots import SlotDown, SlotProcesses
 
 log = logging.getLogger("modelforge.worker")
 
@@ -76,10 +80,18 @@ def serve(config: WorkerConfig, stop: threading.Event) -> int:
             state = artifacts.prepare()
         except StorageUnusable as unusable:
             return _exit(STORAGE_UNUSABLE, unusable.message)
-        capabilities: list[Capability] = [Ocr(state, artifacts, config.device), Echo(), Sleep()]
-        jobs = JobRunner(config.job_timeout_seconds)
+        if state.usable:
+            log.debug("artifacts verified", extra={"event": "artifacts_verified", "model_sha256": state.model_sha256})
+        slots = SlotProcesses(config.slots, slot_start(config))
+        try:
+            capabilities: list[Capability] = list(slots.start())
+        except SlotDown as down:
+            slots.stop()
+            return _exit(UNEXPECTED, f"a job slot did not start: {down}")
+        jobs = JobRunner(config.job_timeout_seconds, config.slots, slots.execute)
         app = WorkerApp(capabilities, jobs)
         if stop.is_set():
+            slots.stop()
             return OK
         listener.serve(app)
         # the one line an operator looks for: shown at any log level
@@ -93,6 +105,8 @@ def serve(config: WorkerConfig, stop: threading.Event) -> int:
                 "protocol_version": WORKER_PROTOCOL_VERSION,
                 "pid": os.getpid(),
                 "capabilities": [capability.name for capability in capabilities if capability.available],
+                "slots": config.slots,
+                "slot_pids": [slot.pid for slot in slots.slots],
             },
         )
         # A timed wait: Python runs signal handlers on the main thread only, between waits.
@@ -101,7 +115,8 @@ def serve(config: WorkerConfig, stop: threading.Event) -> int:
         app.stopping = True
         listener.close()  # stop accepting first; the unix socket file goes with it
         ended = jobs.stop(STOP_GRACE_SECONDS)
-        app.wait_answered(ANSWER_GRACE_SECONDS)  # the aborted job's caller gets its 503
+        slots.stop()
+        app.wait_answered(ANSWER_GRACE_SECONDS)  # the aborted jobs' callers get their 503
         if not ended:
             log.warning("the running job did not end after its abort; exiting anyway", extra={"event": "job_abandoned"})
             _abandoned.set()
@@ -109,6 +124,18 @@ def serve(config: WorkerConfig, stop: threading.Event) -> int:
         return OK
     finally:
         listener.close()
+
+
+def slot_start(config: WorkerConfig) -> dict[str, Any]:
+    """What each slot process is told when it starts (its start frame)."""
+    return {
+        "artifact_root": str(config.artifact_root),
+        "quarantine_root": str(config.quarantine_root),
+        "device": config.device,
+        "decode_timeout_seconds": config.decode_timeout_seconds,
+        "decode_memory_bytes": config.decode_memory_bytes,
+        "log_level": config.log_level,
+    }
 
 
 def start(env: Mapping[str, str], stop: threading.Event) -> int:

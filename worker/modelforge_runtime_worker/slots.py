@@ -1,0 +1,253 @@
+"""Job slots as processes: every job runs in its slot's own process, which can be killed.
+
+``MODELFORGE_WORKER_SLOTS`` slots; each is one ``slot_process`` child that loads the capabilities
+once (its models from files it verified itself) and runs one job at a time. The worker's side of a
+slot (``SlotProcess``) hands a job over as a frame and waits for the answer while watching the
+job's abort switch (``ocr.Cancel``, set at the job's deadline, on a cancel, or on a stop): when it
+is set, the slot's process is killed (SIGTERM, then SIGKILL after ``KILL_GRACE_SECONDS``), the job
+ends as aborted, and a new process is started for the slot at once. So a job that Pillow or
+onnxruntime will not let go of (a hostile image, a hung kernel) holds its slot no longer than its
+deadline plus the kill, and a crash or a kill in one slot never touches another.
+
+A slot whose process died while it ran a job (a crash, an out-of-memory kill) answers that job
+``job_failed`` and starts again. The first job a restarting slot gets waits for it to be ready
+(within the job's deadline).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+from .capabilities import Capability
+from .child_process import signal_name
+from .errors import CapabilityUnavailable, InvalidInput, InvalidRequest, JobFailed, RunError, UnknownCapability
+from .ocr import Cancel, JobCancelled
+from .slot_frames import FrameError, read_frame, write_frame
+
+log = logging.getLogger("modelforge.worker.slots")
+
+#: How long a slot's process has to end after SIGTERM before it gets SIGKILL.
+KILL_GRACE_SECONDS = 1.0
+#: How long a new slot process may take to check its artifacts and load its models.
+READY_SECONDS = 300.0
+#: How often a waiting job looks at its abort switch.
+POLL_SECONDS = 0.05
+_ERRORS: dict[str, type[RunError]] = {
+    InvalidInput.code: InvalidInput,
+    InvalidRequest.code: InvalidRequest,
+    UnknownCapability.code: UnknownCapability,
+    JobFailed.code: JobFailed,
+}
+
+
+class SlotDown(Exception):
+    """The slot's process did not become ready (it exited, or took longer than ``READY_SECONDS``)."""
+
+
+class Described:
+    """A capability as a slot process described it: what ``GET /v1/status`` lists and what the
+    worker checks before a run. It runs only in a slot (``SlotProcesses.execute``)."""
+
+    def __init__(self, entry: dict[str, Any]) -> None:
+        self.name: str = entry["name"]
+        self.model: str = entry["model"]
+        self.model_sha256: str | None = entry["model_sha256"]
+        self.device: str = entry["device"]
+        self.available: bool = entry["available"]
+        self.reason: str | None = entry["reason"]
+
+    def run(self, payload: dict[str, Any], cancel: Cancel) -> dict[str, Any]:
+        raise JobFailed(f"{self.name} runs only in a slot process")
+
+
+class SlotProcess:
+    """The worker's side of one slot's process."""
+
+    def __init__(self, index: int, start: dict[str, Any], ready_seconds: float = READY_SECONDS) -> None:
+        self.index = index
+        self._start = start
+        self._ready_seconds = ready_seconds
+        self._guard = threading.Lock()
+        self._process: subprocess.Popen[bytes] | None = None
+        self._answers: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        self._ready = threading.Event()
+        self._stopping = False
+        #: the capabilities the process said it runs (set when it is ready)
+        self.capabilities: list[dict[str, Any]] | None = None
+
+    # --- the process ----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start a new process for the slot (its readiness comes later: ``wait_ready``)."""
+        with self._guard:
+            if self._stopping:
+                return
+            self._ready.clear()
+            answers: queue.Queue[dict[str, Any] | None] = queue.Queue()
+            process = subprocess.Popen(  # noqa: S603 - our own interpreter and module, no shell
+                [sys.executable, "-m", "modelforge_runtime_worker.slot_process"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+            )
+            self._process, self._answers = process, answers
+        assert process.stdin is not None and process.stdout is not None
+        threading.Thread(
+            target=self._read, args=(process, answers), name=f"slot-{self.index}-reader", daemon=True
+        ).start()
+        try:
+            write_frame(process.stdin, {"type": "start", **self._start})
+        except (OSError, FrameError):
+            return  # it died at once: the reader says so
+        log.debug("slot process started", extra={"event": "slot_started", "slot": self.index, "pid": process.pid})
+
+    def _read(self, process: subprocess.Popen[bytes], answers: queue.Queue[dict[str, Any] | None]) -> None:
+        assert process.stdout is not None
+        try:
+            first = read_frame(process.stdout)
+            if first.get("type") == "ready" and isinstance(first.get("capabilities"), list):
+                self.capabilities = first["capabilities"]
+                self._ready.set()
+            while True:
+                answers.put(read_frame(process.stdout))
+        except (FrameError, OSError, ValueError):
+            # the process ended, or was killed and its pipe closed (ValueError: read of a closed
+            # file), or broke the protocol (its job then fails and the slot starts again)
+            answers.put(None)
+        except Exception:  # noqa: BLE001 - a reader thread must never die silently
+            log.exception("slot reader failed", extra={"event": "slot_reader_failed", "slot": self.index})
+            answers.put(None)
+
+    def wait_ready(self, seconds: float, cancel: Cancel | None = None) -> None:
+        """Wait until the slot's process is ready; SlotDown if it ended or took too long, or
+        JobCancelled if ``cancel`` was set meanwhile."""
+        deadline = time.monotonic() + seconds
+        while not self._ready.wait(POLL_SECONDS):
+            process = self._process
+            if cancel is not None and cancel.is_set():
+                raise JobCancelled()
+            if process is None or process.poll() is not None:
+                code = None if process is None else process.returncode
+                raise SlotDown(f"slot {self.index}'s process ended before it was ready (exit {code})")
+            if time.monotonic() > deadline:
+                raise SlotDown(f"slot {self.index}'s process was not ready after {seconds:g} s")
+
+    def restart(self) -> None:
+        """Kill the slot's process and start a new one."""
+        self.kill()
+        self.start()
+
+    def kill(self) -> None:
+        """SIGTERM, then SIGKILL after ``KILL_GRACE_SECONDS``; reaped."""
+        with self._guard:
+            process, self._process = self._process, None
+            self._ready.clear()
+        if process is None:
+            return
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(KILL_GRACE_SECONDS)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        for stream in (process.stdin, process.stdout):
+            if stream is not None:
+                stream.close()
+
+    def stop(self) -> None:
+        """No more restarts; the process is ended."""
+        with self._guard:
+            self._stopping = True
+        self.kill()
+
+    @property
+    def pid(self) -> int | None:
+        process = self._process
+        return None if process is None else process.pid
+
+    # --- one job ----------------------------------------------------------------------------------
+
+    def run(self, capability: str, payload: dict[str, Any], cancel: Cancel) -> dict[str, Any]:
+        """Run one job in the slot's process. When ``cancel`` is set first, the process is killed
+        (and a new one started) and JobCancelled raised."""
+        idle = self._process
+        if idle is None or idle.poll() is not None:  # it died while idle: a new one takes this job
+            self.restart()
+        try:
+            self.wait_ready(self._ready_seconds, cancel)
+        except SlotDown as down:
+            self.restart()
+            raise JobFailed(f"{capability} could not run: {down} (the slot is starting again)") from None
+        process, answers = self._process, self._answers
+        if process is None or process.stdin is None:
+            raise JobFailed(f"{capability} could not run: slot {self.index} has no process")
+        try:
+            write_frame(process.stdin, {"type": "run", "capability": capability, "input": payload})
+        except (OSError, FrameError):
+            self.restart()
+            raise JobFailed(f"{capability} could not run: slot {self.index}'s process went away") from None
+        while True:
+            try:
+                frame = answers.get(timeout=POLL_SECONDS)
+            except queue.Empty:
+                if cancel.is_set():
+                    self.restart()
+                    raise JobCancelled() from None
+                continue
+            if frame is None:
+                try:
+                    code = process.wait(KILL_GRACE_SECONDS)
+                except subprocess.TimeoutExpired:  # alive, but its answer was not a frame
+                    self.restart()
+                    raise JobFailed(f"{capability} failed: its slot process broke the frame protocol") from None
+                self.restart()
+                how = f"signal {signal_name(-code)}" if code < 0 else f"exit {code}"
+                log.error(
+                    f"slot {self.index}'s process ended while it ran a job ({how})",
+                    extra={"event": "slot_crashed", "slot": self.index, "capability": capability},
+                )
+                raise JobFailed(f"{capability} failed: its process ended while it ran ({how})")
+            return _result(frame, capability)
+
+
+def _result(frame: dict[str, Any], capability: str) -> dict[str, Any]:
+    if frame.get("type") == "done" and isinstance(frame.get("result"), dict):
+        return frame["result"]  # type: ignore[no-any-return]
+    if frame.get("type") == "error":
+        code, message = str(frame.get("code")), str(frame.get("message"))
+        if code in ("capability_unavailable", "artifact_quarantined"):
+            raise CapabilityUnavailable(message, code)
+        raise _ERRORS.get(code, JobFailed)(message)
+    raise JobFailed(f"{capability} failed: its slot answered a malformed frame")
+
+
+class SlotProcesses:
+    """All the worker's slots. ``execute`` is what ``jobs.JobRunner`` calls to run a job in one."""
+
+    def __init__(self, count: int, start: dict[str, Any], ready_seconds: float = READY_SECONDS) -> None:
+        self.slots = [SlotProcess(index, start, ready_seconds) for index in range(count)]
+        self._ready_seconds = ready_seconds
+
+    def start(self) -> list[Described]:
+        """Start every slot and wait until all are ready; the capabilities they run (SlotDown if a
+        slot did not come up)."""
+        for slot in self.slots:
+            slot.start()
+        for slot in self.slots:
+            slot.wait_ready(self._ready_seconds)
+        assert self.slots[0].capabilities is not None
+        return [Described(entry) for entry in self.slots[0].capabilities]
+
+    def execute(self, slot: int, capability: Capability, payload: dict[str, Any], cancel: Cancel) -> dict[str, Any]:
+        return self.slots[slot].run(capability.name, payload, cancel)
+
+    def stop(self) -> None:
+        for slot in self.slots:
+            slot.stop()
