@@ -178,8 +178,10 @@ class WorkerStatus:
     verdict: Verdict | None = None
     next_step: str | None = None
     worker_version: str | None = None
-    #: what the worker can do beyond running jobs (``work.WORKER_FEATURES``: ``cancel``)
+    #: what the worker can do beyond running jobs (``work.WORKER_FEATURES``: ``cancel``, ``slots``)
     features: frozenset[str] = frozenset()
+    #: jobs the worker runs at once (its ``slots.total``; 1 for a worker without the ``slots`` feature)
+    slots: int = 1
 
     @property
     def cancels(self) -> bool:
@@ -232,6 +234,7 @@ def _judged(answer: Any) -> WorkerStatus:
         seen.setdefault(entry["name"], WorkerCapability(entry["name"], entry["available"], entry.get("reason")))
     capabilities = tuple(seen.values())
     version = answer["worker_version"]
+    features = frozenset(answer.get("features") or ())
     missing = [
         f"{capability.name} ({capability.reason or 'unavailable'})"
         for capability in capabilities
@@ -251,8 +254,18 @@ def _judged(answer: Any) -> WorkerStatus:
         healthy=answer["healthy"],
         verdict=judged,
         worker_version=version,
-        features=frozenset(answer.get("features") or ()),
+        features=features,
+        slots=_slots(answer, features),
     )
+
+
+def _slots(answer: dict[str, Any], features: frozenset[str]) -> int:
+    """The worker's slot count: ``slots.total`` where it lists the ``slots`` feature, else 1 (an
+    older worker runs one job at a time)."""
+    slots = answer.get("slots")
+    if work.WORKER_FEATURE_SLOTS not in features or not isinstance(slots, dict):
+        return 1
+    return int(slots["total"])
 
 
 class WorkerClient:

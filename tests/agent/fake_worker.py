@@ -45,9 +45,10 @@ def status_answer(
     protocol_version: Any = 1,
     healthy: bool | None = None,
     features: list[str] | None = None,
+    slots: int | None = None,
 ) -> dict[str, Any]:
     """A worker's status; ``features`` (e.g. ``["cancel"]``) only when given, as a worker of 1.3.0
-    has none."""
+    has none; ``slots``: ``slots.total`` (with the ``slots`` feature), when given."""
     listed = list(capabilities) or [ECHO, OCR]
     answer = {
         "protocol_version": protocol_version,
@@ -57,6 +58,9 @@ def status_answer(
     }
     if features is not None:
         answer["features"] = features
+    if slots is not None:
+        answer["features"] = sorted({*answer.get("features", []), "slots"})
+        answer["slots"] = {"total": slots, "busy": 0}
     return answer
 
 

@@ -190,6 +190,48 @@ def test_work_drains_until_the_claim_answers_204(tmp_path: Path) -> None:
         assert [run["input"] for run in worker.runs] == [{"n": 0}, {"n": 1}, {"n": 2}]
 
 
+class _Overlap:
+    """Runs that wait until ``width`` of them are running at once (or 3 s), and record the most
+    that ever ran together."""
+
+    def __init__(self, width: int, wait_seconds: float = 3.0) -> None:
+        self.width, self.running, self.most, self.wait_seconds = width, 0, 0, wait_seconds
+        self.guard = threading.Condition()
+
+    def run(self, request: dict[str, Any]) -> tuple[int, Any]:
+        with self.guard:
+            self.running += 1
+            self.most = max(self.most, self.running)
+            self.guard.notify_all()
+            self.guard.wait_for(lambda: self.running >= self.width, self.wait_seconds)
+        time.sleep(0.05)
+        with self.guard:
+            self.running -= 1
+        return 200, {"result": echo_result(request["input"])}
+
+
+def test_work_a_worker_with_two_slots_runs_two_items_at_once(tmp_path: Path) -> None:
+    overlap = _Overlap(2)
+    status = status_answer(ECHO, OCR, features=["cancel"], slots=2)
+    with fake_worker(status, overlap.run) as worker, running_agent(tmp_path, worker.url) as running:
+        running.wait_heartbeats(1)
+        items = [running.work.submit(ECHO_CAPABILITY, {"n": n}) for n in range(4)]
+        assert running.wait_outcomes(4) == ["succeeded"] * 4
+        assert overlap.most == 2  # two claims, two runs at once: never a third
+        assert sorted(work_id for work_id, _ in running.work.completions) == sorted(i.work_id for i in items)
+        assert {run["job_id"] for run in worker.runs} == {f"{item.work_id}:1" for item in items}
+
+
+def test_work_a_worker_without_the_slots_feature_gets_one_run_at_a_time(tmp_path: Path) -> None:
+    overlap = _Overlap(2, wait_seconds=0.3)
+    with fake_worker(status_answer(ECHO, OCR), overlap.run) as worker, running_agent(tmp_path, worker.url) as running:
+        running.wait_heartbeats(1)
+        for n in range(3):
+            running.work.submit(ECHO_CAPABILITY, {"n": n})
+        assert running.wait_outcomes(3) == ["succeeded"] * 3
+        assert overlap.most == 1 and running.runner.slots == 1
+
+
 def test_work_complete_carries_the_sha256_and_size_of_the_uploaded_canonical_result(tmp_path: Path) -> None:
     document = {"text": "grüße", "list": [3, 1, 2], "nested": {"b": 1, "a": 2}}
     with fake_worker() as worker, running_agent(tmp_path, worker.url) as running:

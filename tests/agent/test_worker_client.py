@@ -228,6 +228,31 @@ def test_worker_status_features_say_whether_the_worker_cancels() -> None:
         assert WorkerClient(old.url).status().cancels is False  # a 1.3.0 worker lists no features
 
 
+def test_worker_status_slots_come_from_a_worker_that_lists_the_feature() -> None:
+    without_feature = {**status_answer(), "slots": {"total": 4, "busy": 0}}  # not advertised: not used
+    with (
+        fake_worker(status_answer(slots=3)) as new,
+        fake_worker() as old,
+        fake_worker(without_feature) as unadvertised,
+        fake_worker(status_answer(features=["slots"])) as missing,
+    ):
+        assert WorkerClient(new.url).status().slots == 3
+        assert WorkerClient(old.url).status().slots == 1  # a worker before slots runs one job at a time
+        assert WorkerClient(unadvertised.url).status().slots == 1
+        assert WorkerClient(missing.url).status().slots == 1
+
+
+@pytest.mark.parametrize("slots", [0, 65, "2", {"total": 2}])
+def test_worker_status_with_malformed_slots_is_incompatible(slots: Any) -> None:
+    answer = {
+        **status_answer(features=["slots"]),
+        "slots": slots if isinstance(slots, dict) else {"total": slots, "busy": 0},
+    }
+    with fake_worker(answer) as worker:
+        view = WorkerClient(worker.url).status()
+    assert view.status == INCOMPATIBLE and "slots" in view.detail and view.slots == 1
+
+
 def test_worker_status_with_malformed_features_is_incompatible() -> None:
     with fake_worker(status_answer(features=["Not A Feature!"])) as worker:
         view = WorkerClient(worker.url).status()

@@ -4,10 +4,12 @@
   heartbeat answer says ``work_waiting`` (or a channel says ``wake``); ``renew_now(work_id)`` (a
   channel's ``cancel``) makes the running job of that work renew its lease at once, so a 409
   ``work_cancelled`` stops it on the worker within about a second rather than at the next interval;
-- the work thread waits for a hint, then drains: claims, runs the job (``job.Job``), claims again
-  at once, until the claim answers 204 (nothing claimable); then it waits for the next hint. A
-  node whose worker is not ready ignores hints: idle nodes never send a claim. After a retryable
-  failure it stops claiming until the worker's status was polled again.
+- one work thread per slot of the worker (its status's ``slots.total``; 1 for a worker without the
+  ``slots`` feature): each waits for a hint, then drains: claims, runs the job (``job.Job``),
+  claims again at once, until the claim answers 204 (nothing claimable); then it waits for the
+  next hint. So the node claims only while it has a free slot, one claim per slot, and each job
+  keeps its own lease. A node whose worker is not ready ignores hints: idle nodes never send a
+  claim. After a retryable failure it stops claiming until the worker's status was polled again.
 
 A fatal answer on the work thread (a redirect, a refused credential) or a bug is handed to the
 publishing thread (``fatal``), which stops the agent with the exit code it would give for it.
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 from ..control_plane import WORK_CLAIM, ControlPlaneClient
@@ -55,10 +58,13 @@ class WorkRunner:
         self._station = Station(
             client, worker, objects, self._view, self._signals, timing or Timing(), renew_interval, poll_seconds
         )
-        self._thread: threading.Thread | None = None
-        self._current: Job | None = None
+        #: slot -> its work thread, started as the worker's slot count is learnt
+        self._threads: dict[int, threading.Thread] = {}
+        self._guard = threading.Lock()
+        #: slot -> the job it runs, and the run it stopped waiting for (its lease was lost)
+        self._current: dict[int, Job] = {}
+        self._abandoned: dict[int, RunCall] = {}
         self._identity: Identity | None = None
-        self._abandoned: RunCall | None = None
         #: how each job ended, in order (``succeeded``, ``failed``, ``lease_lost``, ...)
         self.outcomes: list[str] = []
 
@@ -74,8 +80,22 @@ class WorkRunner:
         return self._signals.fatal
 
     def observe(self) -> WorkerStatus:
-        """Poll the worker's status (once per heartbeat), log it when it changed, keep it."""
-        return self._view.observe()
+        """Poll the worker's status (once per heartbeat), log it when it changed, keep it; a
+        worker with more slots gets a work thread for each."""
+        view = self._view.observe()
+        self._start_threads()
+        return view
+
+    @property
+    def slots(self) -> int:
+        """The worker's slots, as last polled (1 until it was)."""
+        view = self._view.current
+        return max(1, view.slots) if view is not None else 1
+
+    @property
+    def busy_slots(self) -> int:
+        with self._guard:
+            return len(self._current)
 
     def hint(self) -> None:
         """A heartbeat answer said ``work_waiting``: drain, if the worker can take work."""
@@ -85,66 +105,96 @@ class WorkRunner:
     def renew_now(self, work_id: str) -> None:
         """A hint that ``work_id`` may have been cancelled: if this node runs it, its lease is
         renewed at once (only that renewal's 409 stops the job); otherwise nothing happens."""
-        job = self._current
-        if job is not None and job.work_id == work_id:
+        with self._guard:
+            job = next((job for job in self._current.values() if job.work_id == work_id), None)
+        if job is not None:
             job.renew_now()
         else:
             log.debug("renew_now for work not running here", extra={"event": "work_renew_now_ignored"})
 
     def start(self, identity: Identity, wake: Callable[[], None] | None = None) -> None:
-        if self._thread is not None:
+        if self._identity is not None:
             return
         self._identity = identity
         self._signals.wake_with(wake)
-        self._thread = threading.Thread(target=self._loop, name="modelforge-work", daemon=True)
-        self._thread.start()
+        self._start_threads()
+
+    def _start_threads(self) -> None:
+        """A work thread for each slot the worker has (one whose slot the worker no longer has
+        ends after its job: ``_drain``)."""
+        if self._identity is None or self._signals.stopping():
+            return
+        with self._guard:
+            for slot in range(self.slots):
+                if slot not in self._threads:
+                    thread = threading.Thread(
+                        target=self._loop, args=(slot,), name=f"modelforge-work-{slot}", daemon=True
+                    )
+                    self._threads[slot] = thread
+                    thread.start()
 
     def close(self, grace_seconds: float = 1.0) -> None:
-        """Stop: a running job is failed (retryable) if that can be said quickly; never blocks
+        """Stop: running jobs are failed (retryable) if that can be said quickly; never blocks
         longer than ``grace_seconds``."""
         self._signals.close()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(grace_seconds)
+        with self._guard:
+            threads = list(self._threads.values())
+        deadline = time.monotonic() + grace_seconds
+        for thread in threads:
+            if thread is not threading.current_thread():
+                thread.join(max(0.0, deadline - time.monotonic()))
 
-    # --- the work thread ---------------------------------------------------------------------
+    # --- the work threads ----------------------------------------------------------------------
 
-    def _loop(self) -> None:
+    def _loop(self, slot: int) -> None:
         try:
-            while True:
+            while slot < self.slots:
                 self._signals.hinted.wait()
                 if self._signals.stopping():
                     return
-                self._drain()
+                self._drain(slot)
         except Exception as error:  # noqa: BLE001 - a bug: stop the agent (exit 1) rather than stop working silently
             self._signals.halt(error)
+        finally:
+            with self._guard:
+                if self._threads.get(slot) is threading.current_thread():
+                    del self._threads[slot]
 
-    def _drain(self) -> None:
+    def _drain(self, slot: int) -> None:
         identity = self._identity
         assert identity is not None
         while not self._signals.stopping():
+            if slot >= self.slots:  # the worker has fewer slots now: this one ends
+                return
             if not self._view.claimable:
                 self._signals.hinted.clear()
                 return
-            if not self._worker_free():
+            if not self._worker_free(slot):
                 return
             self._signals.hinted.clear()  # a hint that comes while this claim runs means another drain
             lease = self._claim(identity)
             if lease is None:
                 return
-            job = self._current = Job(self._station, lease, identity)
+            job = Job(self._station, lease, identity)
+            with self._guard:
+                self._current[slot] = job
             try:
                 keep_draining = job.run()
             finally:
-                self._current = None
-            self._abandoned = job.abandoned
-            assert job.outcome is not None  # every job ends in one ``work_finished``
-            self.outcomes.append(job.outcome)
+                with self._guard:
+                    del self._current[slot]
+            with self._guard:
+                if job.abandoned is not None:
+                    self._abandoned[slot] = job.abandoned
+                assert job.outcome is not None  # every job ends in one ``work_finished``
+                self.outcomes.append(job.outcome)
             if not keep_draining:
                 return
 
-    def _worker_free(self) -> bool:
-        """Wait for a run this node stopped waiting for (its lease was lost) to end on the worker."""
-        call = self._abandoned
+    def _worker_free(self, slot: int) -> bool:
+        """Wait for a run this slot stopped waiting for (its lease was lost) to end on the worker."""
+        with self._guard:
+            call = self._abandoned.get(slot)
         if call is None:
             return True
         if not call.done.is_set():
@@ -156,7 +206,8 @@ class WorkRunner:
             while not timing.wait(call.done, self._station.poll_seconds):
                 if self._signals.stopping():
                     return False
-        self._abandoned = None
+        with self._guard:
+            self._abandoned.pop(slot, None)
         return True
 
     def _claim(self, identity: Identity) -> Lease | None:
