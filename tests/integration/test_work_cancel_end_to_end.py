@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import ADMIN_TOKEN
-from tests.support.agent_process import agent_env, start_agent
+from tests.support.agent_process import start_work_agent
 from tests.support.api import ControlPlane
 from tests.support.polling import wait_until
 from tests.support.processes import LoggedProcess, start_local_up
@@ -43,16 +43,7 @@ def test_cancelling_a_leased_sleep_stops_it_on_the_worker_within_2_s_of_the_rene
         wenv = worker_env(root)
         worker = start_worker(tmp_path / "worker.log", wenv)
         token = cp.mint(display_name="sleep node")["token"]
-        agent = start_agent(
-            tmp_path / "agent.log",
-            agent_env(
-                control_plane.api_url,
-                token,
-                tmp_path / "agent-state",
-                MODELFORGE_AGENT_HOSTNAME="sleep-node",
-                MODELFORGE_AGENT_WORKER_URL=wenv["MODELFORGE_WORKER_LISTEN"],
-            ),
-        )
+        agent = start_work_agent(tmp_path, control_plane.api_url, token, "sleep-node", wenv["MODELFORGE_WORKER_LISTEN"])
         client = worker.client()
         try:
             wait_until(lambda: "diagnostic.sleep" in _capabilities(cp), 60, "the node to serve diagnostic.sleep")

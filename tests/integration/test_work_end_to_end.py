@@ -16,7 +16,7 @@ import pytest
 import requests
 
 from tests.conftest import ADMIN_TOKEN
-from tests.support.agent_process import agent_env, start_agent
+from tests.support.agent_process import start_work_agent
 from tests.support.api import ControlPlane
 from tests.support.polling import wait_until
 from tests.support.processes import start_local_up
@@ -54,16 +54,7 @@ def test_ocr_work_runs_on_a_real_worker_and_a_tampered_model_is_quarantined(tmp_
         wenv = worker_env(worker_root)
         worker = start_worker(tmp_path / "worker.log", wenv)
         token = cp.mint(display_name="ocr node")["token"]
-        agent = start_agent(
-            tmp_path / "agent.log",
-            agent_env(
-                control_plane.api_url,
-                token,
-                tmp_path / "agent-state",
-                MODELFORGE_AGENT_HOSTNAME="ocr-node",
-                MODELFORGE_AGENT_WORKER_URL=wenv["MODELFORGE_WORKER_LISTEN"],
-            ),
-        )
+        agent = start_work_agent(tmp_path, control_plane.api_url, token, "ocr-node", wenv["MODELFORGE_WORKER_LISTEN"])
         try:
             # the node advertises what its worker serves
             wait_until(

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ADMIN_TOKEN
-from tests.support.agent_process import agent_env, start_agent
+from tests.support.agent_process import start_work_agent
 from tests.support.api import ControlPlane
 from tests.support.polling import wait_until
 from tests.support.processes import start_local_up
@@ -46,15 +46,8 @@ def test_a_hostile_image_fails_at_the_cap_while_an_echo_succeeds_on_the_other_sl
         )
         worker = start_worker(tmp_path / "worker.log", wenv, timeout=120)
         token = cp.mint(display_name="two-slot node")["token"]
-        agent = start_agent(
-            tmp_path / "agent.log",
-            agent_env(
-                control_plane.api_url,
-                token,
-                tmp_path / "agent-state",
-                MODELFORGE_AGENT_HOSTNAME="two-slot-node",
-                MODELFORGE_AGENT_WORKER_URL=wenv["MODELFORGE_WORKER_LISTEN"],
-            ),
+        agent = start_work_agent(
+            tmp_path, control_plane.api_url, token, "two-slot-node", wenv["MODELFORGE_WORKER_LISTEN"]
         )
         client = worker.client()
         try:

@@ -34,3 +34,19 @@ def start_agent(log_path: Path, env: dict[str, str], command: list[str] | None =
 def run_agent(*args: str, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
     """The agent's entry point with ``args``, run to its exit."""
     return run_to_exit([*AGENT_COMMAND, *args], env, timeout=timeout)
+
+
+def start_work_agent(
+    tmp_path: Path, api_url: str, token: str, hostname: str, worker_url: str, **extra: str
+) -> LoggedProcess:
+    """A CPU agent named ``hostname``, enrolled with ``token``, that runs work on the worker at
+    ``worker_url`` (its log and state under ``tmp_path``)."""
+    env = agent_env(
+        api_url,
+        token,
+        tmp_path / "agent-state",
+        MODELFORGE_AGENT_HOSTNAME=hostname,
+        MODELFORGE_AGENT_WORKER_URL=worker_url,
+        **extra,
+    )
+    return start_agent(tmp_path / "agent.log", env)
