@@ -259,6 +259,8 @@ class Agent:
     def _read_channel(self, answer: dict[str, Any]) -> None:
         """Remember the answer's ``features``; hand its ``channel`` block (a ticket) to the channel."""
         self._features = frozenset(answer.get("features") or ())
+        if self._work is not None:
+            self._work.advertised(self._features)
         if self._channel is not None and FEATURE_PUSH_CHANNEL in self._features and "channel" in answer:
             self._channel.offer(answer["channel"])
 

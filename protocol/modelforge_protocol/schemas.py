@@ -253,6 +253,8 @@ def _answer(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
 #: What the control plane can do beyond protocol 1's base: the answers' ``features``. An agent sends
 #: a request field a feature introduces only when the control plane lists that feature.
 FEATURE_PUSH_CHANNEL = "push_channel"
+#: ``node_fault`` in a fail request: the node failed, not the item (work.FAIL_WORK).
+FEATURE_NODE_FAULT = "node_fault"
 #: Channel tickets live this long (never more than 600 s: the issue's bound).
 CHANNEL_TICKET_SECONDS = 300
 CHANNEL_TICKET_PREFIX = "mfct_"

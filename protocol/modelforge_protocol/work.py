@@ -70,11 +70,14 @@ COMPLETE_WORK = _obj(
     {"epoch": _EPOCH, "sha256": _SHA256, "size": {"type": "integer", "minimum": 0, "maximum": MAX_RESULT_BYTES}},
     ["epoch", "sha256", "size"],
 )
+#: ``node_fault`` (only to a control plane that lists the ``node_fault`` feature): the node failed,
+#: not the item (its worker was busy, say): the item goes back without counting the attempt.
 FAIL_WORK = _obj(
     {
         "epoch": _EPOCH,
         "reason": {"type": "string", "minLength": 1, "maxLength": MAX_REASON_CHARS},
         "retryable": {"type": "boolean"},
+        "node_fault": {"type": "boolean"},
     },
     ["epoch", "reason", "retryable"],
 )

@@ -122,7 +122,8 @@ class FakeServer:
             if path.startswith(WORK_PREFIX):
                 return self.work.reply(path, body or {})
             if path == HEARTBEAT:
-                return json_reply(200, {**ONLINE, "work_waiting": self.work.waiting()})
+                features = {"features": list(self.work.features)} if self.work.features else {}
+                return json_reply(200, {**ONLINE, "work_waiting": self.work.waiting(), **features})
         if script is None:
             return normal_reply(path)
         if isinstance(script, list):
@@ -385,6 +386,8 @@ class FakeWork:
         self.completions: list[tuple[str, dict[str, Any]]] = []
         self.failures: list[tuple[str, dict[str, Any]]] = []
         self.claim_times: list[float] = []
+        #: what heartbeat answers list in ``features`` (none, as a control plane of 1.3.0)
+        self.features: list[str] = []
         self._lock = threading.Lock()
 
     def submit(

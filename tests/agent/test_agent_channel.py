@@ -174,6 +174,9 @@ class StubWork:
     def observe(self) -> None:
         return None
 
+    def advertised(self, features: frozenset[str]) -> None:
+        self.features = features
+
     def start(self, identity: Any, wake: Any = None) -> None:
         return None
 

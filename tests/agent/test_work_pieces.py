@@ -411,3 +411,27 @@ def test_job_lease_lost_on_a_worker_without_cancel_only_stops_waiting() -> None:
     finally:
         worker.released.set()
     assert job.abandoned.done.wait(5)
+
+
+# --- node faults: a busy worker is the node's fault, not the item's ---------------------------------
+
+
+def _run_failed_with(error: WorkerRefused) -> Any:
+    from modelforge_node_agent.work.run import RunCall
+
+    call = RunCall(WorkerClient("unix:///nonexistent/worker.sock"), "diagnostic.echo", {})
+    call.error = error
+    return call.failure()
+
+
+def test_a_busy_worker_fails_the_work_as_a_node_fault_only_where_the_control_plane_lists_it() -> None:
+    from modelforge_protocol.schemas import FEATURE_NODE_FAULT
+
+    lease = LEASE
+    busy = _run_failed_with(WorkerRefused(503, "worker_busy", "all 2 slots are running jobs", True))
+    assert busy.node_fault is True and busy.retryable is True
+    assert busy.fail_body(lease, frozenset({FEATURE_NODE_FAULT}))["node_fault"] is True
+    assert "node_fault" not in busy.fail_body(lease, frozenset())  # an older control plane: as before
+    timeout = _run_failed_with(WorkerRefused(504, "job_timeout", "the job ran over 120 s", True))
+    assert timeout.node_fault is False  # the item may be at fault: it counts
+    assert "node_fault" not in timeout.fail_body(lease, frozenset({FEATURE_NODE_FAULT}))

@@ -353,6 +353,16 @@ def test_work_worker_errors_fail_the_work_with_its_message_and_retryable(
     assert failure == {"epoch": 1, "reason": answer[1]["error"]["message"], "retryable": retryable}
 
 
+def test_work_a_busy_worker_is_failed_as_a_node_fault_where_the_control_plane_lists_it(tmp_path: Path) -> None:
+    busy = worker_error(503, "worker_busy", "all 2 slots are running jobs; retry when one is done", True)
+    with fake_worker(run=lambda request: busy) as worker, running_agent(tmp_path, worker.url) as running:
+        running.work.features = ["node_fault"]
+        running.wait_heartbeats(2)
+        running.work.submit(ECHO_CAPABILITY, {})
+        failure = _failure(running)
+    assert failure == {"epoch": 1, "reason": busy[1]["error"]["message"], "retryable": True, "node_fault": True}
+
+
 def test_work_invalid_input_fails_not_retryable_with_the_workers_message_and_the_drain_goes_on(tmp_path: Path) -> None:
     message = "image_base64 is not a PNG or JPEG image"
 

@@ -143,6 +143,16 @@ EXPECTED: dict[str, dict[str, Any]] = {
 }
 
 
+@pytest.mark.parametrize("counted", [True, False], ids=["counted", "node-fault"])
+def test_work_requeue_counts_the_attempt_unless_told_not_to(backend: Backend, counted: bool) -> None:
+    item, owner = _leased(backend)
+    check = LeaseCheck.of(holder(owner))
+    written = backend.stores.work.requeue(item, check, ERROR, NOW, event("work.requeued"), counted=counted)
+    stored = backend.stores.work.get(item.work_id)
+    assert stored == written and stored.status == "queued"
+    assert stored.attempts == (item.attempts if counted else item.attempts - 1)
+
+
 @pytest.mark.parametrize("method", LEASE_WRITES)
 def test_work_lease_write_by_holder_is_written(backend: Backend, method: str) -> None:
     item, owner = _leased(backend)

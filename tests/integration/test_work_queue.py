@@ -153,6 +153,23 @@ def test_a_failure_that_is_not_retryable_ends_the_item_at_once(stack, cp: Contro
     assert final["status"] == "dead" and final["attempts"] == 1 and final["errors"][0]["retryable"] is False
 
 
+def test_a_node_fault_puts_the_item_back_without_counting_the_attempt(stack, cp: ControlPlane) -> None:  # type: ignore[no-untyped-def]
+    """Over the wire: a node whose worker was busy fails its only attempt as a node fault; the
+    item is queued again with no attempt counted, and the work view says so."""
+    submitted = _submitted(cp, max_attempts=1)
+    node = _online(cp)
+    claimed = claim_until(cp, node, submitted["work_id"])
+    body = {"epoch": claimed["epoch"], "reason": "worker_busy: every slot is taken", "retryable": True}
+    failed = cp.lease_call(node, claimed["work_id"], "fail", {**body, "node_fault": True})
+    assert failed.status_code == 200, failed.text
+    item = cp.work(submitted["work_id"])
+    assert (item["status"], item["attempts"]) == ("queued", 0)
+    assert item["errors"][0]["node_fault"] is True
+    refused = cp.lease_call(node, claimed["work_id"], "fail", {**body, "node_fault": "yes"})
+    assert refused.status_code == 400 and refused.json()["error"]["code"] == "invalid_request", refused.text
+    assert cp.work(submitted["work_id"]) == item  # a bad body changes nothing
+
+
 def test_an_expired_lease_is_requeued_and_counts_the_attempt(stack, cp: ControlPlane) -> None:  # type: ignore[no-untyped-def]
     submitted = _submitted(cp, lease_seconds=10, max_attempts=1)
     node = _online(cp)

@@ -10,9 +10,9 @@ from tests.unit.service_bodies import settings_with
 URL, MANAGEMENT = "MODELFORGE_CHANNEL_URL", "MODELFORGE_CHANNEL_MANAGEMENT_URL"
 
 
-def test_settings_without_a_channel_advertise_no_feature() -> None:
+def test_settings_without_a_channel_advertise_no_push_channel() -> None:
     settings = settings_with()
-    assert (settings.channel_url, settings.channel_management_url, settings.features) == (None, None, [])
+    assert (settings.channel_url, settings.channel_management_url, settings.features) == (None, None, ["node_fault"])
 
 
 @pytest.mark.parametrize(
@@ -26,7 +26,7 @@ def test_settings_without_a_channel_advertise_no_feature() -> None:
 def test_settings_with_both_channel_urls_advertise_push_channel(url: str, management: str) -> None:
     settings = settings_with(**{URL: url, MANAGEMENT: management})
     assert (settings.channel_url, settings.channel_management_url) == (url, management)
-    assert settings.features == ["push_channel"]
+    assert settings.features == ["node_fault", "push_channel"]
 
 
 @pytest.mark.parametrize(

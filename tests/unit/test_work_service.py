@@ -1261,6 +1261,34 @@ def test_a_single_attempt_is_dead_after_one_retryable_failure(stores: MemoryStor
     assert _fail(stores, agent, item, True).status == "dead"
 
 
+def _node_fault(stores: MemoryStores, agent: Agent, item: WorkItem, now: float) -> WorkItem:
+    body = {"epoch": item.epoch, "reason": "worker_busy: every slot is running a job", "retryable": True}
+    return work.fail(stores, agent.caller, item.work_id, typed.fail_work({**body, "node_fault": True}), now, None)
+
+
+def test_a_node_fault_goes_back_to_the_queue_without_counting_the_attempt(stores: MemoryStores) -> None:
+    """Its only attempt spent on a node whose worker was busy: the item is not dead, it is queued
+    with no attempt counted, and the error says the node was at fault."""
+    agent, item = _leased(stores, max_attempts=1)
+    failed = _node_fault(stores, agent, item, NOW + 3)
+    assert (failed.status, failed.attempts, failed.epoch) == ("queued", 0, 1)
+    assert failed.errors is not None and failed.errors[0]["node_fault"] is True
+    assert failed.errors[0]["retryable"] is True
+    again = _claim(stores, agent, NOW + 4).item
+    assert (again.attempts, again.epoch) == (1, 2)  # the next claim is its first counted attempt
+
+
+def test_node_faults_stop_being_free_after_the_cap(stores: MemoryStores) -> None:
+    """A faulty node cannot keep an item in play, and its errors growing, forever."""
+    agent, item = _leased(stores, max_attempts=1)
+    for n in range(work.MAX_NODE_FAULTS):
+        assert _node_fault(stores, agent, item, NOW + 2 * n + 1).status == "queued"
+        item = _claim(stores, agent, NOW + 2 * n + 2).item
+    failed = _node_fault(stores, agent, item, NOW + 100)
+    assert (failed.status, failed.attempts) == ("dead", 1)  # this one counted: no attempt left
+    assert failed.errors is not None and len(failed.errors) == work.MAX_NODE_FAULTS + 1
+
+
 def test_failing_with_a_stale_epoch_changes_nothing(stores: MemoryStores) -> None:
     agent, item = _leased(stores)
     body = {"epoch": 2, "reason": "oom", "retryable": True}
@@ -1278,8 +1306,9 @@ def test_failing_with_a_stale_epoch_changes_nothing(stores: MemoryStores) -> Non
         {"epoch": 1, "reason": "", "retryable": True},
         {"epoch": 1, "reason": "x" * 1025, "retryable": True},
         {"epoch": 1, "reason": "x"},
+        {"epoch": 1, "reason": "x", "retryable": True, "node_fault": "yes"},
     ],
-    ids=["empty-reason", "long-reason", "no-retryable"],
+    ids=["empty-reason", "long-reason", "no-retryable", "node-fault-not-boolean"],
 )
 def test_an_invalid_failure_body_changes_nothing(stores: MemoryStores, body: dict[str, Any]) -> None:
     agent, item = _leased(stores)

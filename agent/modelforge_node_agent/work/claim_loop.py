@@ -102,6 +102,11 @@ class WorkRunner:
         if self._view.claimable:
             self._signals.hinted.set()
 
+    def advertised(self, features: frozenset[str]) -> None:
+        """What the control plane's last answer listed in ``features`` (fail requests carry
+        ``node_fault`` only where it is listed)."""
+        self._signals.features = features
+
     def renew_now(self, work_id: str) -> None:
         """A hint that ``work_id`` may have been cancelled: if this node runs it, its lease is
         renewed at once (only that renewal's 409 stops the job); otherwise nothing happens."""

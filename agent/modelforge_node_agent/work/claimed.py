@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from modelforge_protocol import work
+from modelforge_protocol.schemas import FEATURE_NODE_FAULT
 
 from ..worker_client import printable
 
@@ -61,10 +62,16 @@ class Failed:
     reason: str
     retryable: bool
     code: str
+    #: the node failed, not the item (its worker was busy): sent as ``node_fault`` where the
+    #: control plane lists that feature, so the item goes back without counting the attempt
+    node_fault: bool = False
 
-    def fail_body(self, lease: Lease) -> dict[str, Any]:
+    def fail_body(self, lease: Lease, features: frozenset[str] = frozenset()) -> dict[str, Any]:
         reason = printable(self.reason, work.MAX_REASON_CHARS) or self.code
-        return {"epoch": lease.epoch, "reason": reason, "retryable": self.retryable}
+        body: dict[str, Any] = {"epoch": lease.epoch, "reason": reason, "retryable": self.retryable}
+        if self.node_fault and FEATURE_NODE_FAULT in features:
+            body["node_fault"] = True
+        return body
 
 
 class Interrupted(Exception):

@@ -205,17 +205,17 @@ class Job:
             return self._finished(keeper.lost_code or "lease_lost", started, keep_draining=True)
         if self._station.signals.stopping():
             if self._station.signals.fatal is None:
-                self._send(FAIL, STOPPING.fail_body(lease), once=True)
+                self._send(FAIL, STOPPING.fail_body(lease, self._station.signals.features), once=True)
             return self._finished("interrupted", started, keep_draining=False)
         if isinstance(outcome, Done):
             code = self._send(COMPLETE, outcome.complete_body(lease))
             if code in UPLOAD_NOT_FOUND:
                 failed = Failed(f"{code}: the uploaded result was not found as sent", True, code)
-                self._send(FAIL, failed.fail_body(lease))
+                self._send(FAIL, failed.fail_body(lease, self._station.signals.features))
                 return self._finished("failed", started, keep_draining=False, code=code, retryable=True)
             return self._finished(code or "succeeded", started, keep_draining=True, size=outcome.size)
         assert outcome is not None
-        code = self._send(FAIL, outcome.fail_body(lease))
+        code = self._send(FAIL, outcome.fail_body(lease, self._station.signals.features))
         return self._finished(
             code or "failed",
             started,

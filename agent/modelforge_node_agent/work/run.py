@@ -26,6 +26,10 @@ NODE_CANNOT_SERVE = frozenset(
 )
 
 
+#: The worker's answer when every slot is taken: the agent claimed for a slot it did not have.
+WORKER_BUSY = "worker_busy"
+
+
 class RunCall:
     def __init__(
         self, worker: WorkerClient, capability: str, payload: dict[str, Any], job_id: str | None = None
@@ -70,7 +74,8 @@ class RunCall:
         error = self.error
         if isinstance(error, WorkerRefused):
             node_side = error.code in NODE_CANNOT_SERVE
-            return Failed(error.message or error.code, error.retryable or node_side, error.code)
+            busy = error.code == WORKER_BUSY  # the node's own fault: the item is not to blame
+            return Failed(error.message or error.code, error.retryable or node_side, error.code, node_fault=busy)
         if isinstance(error, WorkerFailure):
             return Failed(f"worker_unreachable: {error}", True, "worker_unreachable")
         return None

@@ -18,6 +18,8 @@ class Signals:
         self.hinted = threading.Event()
         #: the first fatal failure on the work thread
         self.fatal: BaseException | None = None
+        #: what the control plane advertises (its answers' ``features``), as last heard
+        self.features: frozenset[str] = frozenset()
         self._wake: Callable[[], None] | None = None
 
     def wake_with(self, wake: Callable[[], None] | None) -> None:

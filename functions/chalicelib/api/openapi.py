@@ -210,8 +210,13 @@ WORK_ITEM = closed(
                     "node_id": nullable(NODE_ID),
                     "reason": _TEXT,
                     "retryable": {"type": "boolean"},
+                    "node_fault": {
+                        "type": "boolean",
+                        "description": "present (true) when the node failed, not the item: the attempt was not counted",
+                    },
                     "at": _TIME,
-                }
+                },
+                ["attempt", "epoch", "node_id", "reason", "retryable", "at"],
             ),
         },
         "result": nullable(

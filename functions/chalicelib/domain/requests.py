@@ -200,8 +200,15 @@ class FailWork:
     epoch: int
     reason: str
     retryable: bool
+    #: the node failed, not the item: back to the queue without counting the attempt
+    node_fault: bool = False
 
 
 def fail_work(body: dict[str, Any]) -> FailWork:
     validate_with(body, work_protocol.FAIL_WORK)
-    return FailWork(epoch=body["epoch"], reason=body["reason"], retryable=body["retryable"])
+    return FailWork(
+        epoch=body["epoch"],
+        reason=body["reason"],
+        retryable=body["retryable"],
+        node_fault=body.get("node_fault", False),
+    )

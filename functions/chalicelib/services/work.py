@@ -53,6 +53,9 @@ CLAIM_ROUNDS = 4
 #: the agent downloads at once and uploads before completing).
 URL_SLACK_SECONDS = 300
 RESULT_URL_SECONDS = 3600
+#: Node faults an item goes back from without counting an attempt (its worker was busy, its GPU
+#: faulted); later ones count as ordinary retryable failures.
+MAX_NODE_FAULTS = 8
 #: Expired leases one sweep takes back (the rest wait for the next sweep).
 EXPIRED_PER_SWEEP = 200
 _WORK_ID = re.compile(protocol.WORK_ID_PATTERN)
@@ -411,7 +414,14 @@ def fail(
         item,
         epoch,
         lambda holder: _end_attempt(
-            stores, item, LeaseCheck.of(holder), request.reason, request.retryable, now, cause="agent"
+            stores,
+            item,
+            LeaseCheck.of(holder),
+            request.reason,
+            request.retryable,
+            now,
+            cause="agent",
+            node_fault=request.node_fault,
         ),
     )
     if ended.status == QUEUED:  # back in the queue: as claimable as a new submit
@@ -420,22 +430,36 @@ def fail(
 
 
 def _end_attempt(
-    stores: Stores, item: WorkItem, check: LeaseCheck, reason: str, retryable: bool, now: float, cause: str
+    stores: Stores,
+    item: WorkItem,
+    check: LeaseCheck,
+    reason: str,
+    retryable: bool,
+    now: float,
+    cause: str,
+    node_fault: bool = False,
 ) -> WorkItem:
     """Back to the queue while attempts remain and the failure is retryable; else dead. Every
-    reason is kept."""
+    reason is kept. A node fault (the node failed, not the item) goes back without counting the
+    attempt, up to ``MAX_NODE_FAULTS`` times an item: after that it counts, so a faulty node cannot
+    keep an item in play, or its errors growing, forever."""
+    faults = sum(1 for error in item.errors or [] if error.get("node_fault"))
+    uncounted = node_fault and faults < MAX_NODE_FAULTS
     error = {
         "attempt": item.attempts,
         "epoch": item.epoch,
         "node_id": item.node_id,
         "reason": reason[: protocol.MAX_REASON_CHARS],
-        "retryable": retryable,
+        "retryable": retryable or node_fault,
         "at": round(now, 3),
     }
-    again = retryable and item.attempts < item.max_attempts
+    if node_fault:
+        error["node_fault"] = True
+    again = uncounted or ((retryable or node_fault) and item.attempts < item.max_attempts)
     subject = {"work_id": item.work_id, "epoch": str(item.epoch), "to": QUEUED if again else DEAD, "cause": cause}
     if again:
-        return stores.work.requeue(item, check, error, now, Event("work.requeued", subject, now))
+        event = Event("work.requeued", subject, now)
+        return stores.work.requeue(item, check, error, now, event, counted=not uncounted)
     return stores.work.bury(item, check, error, now, Event("work.dead", subject, now))
 
 

@@ -48,11 +48,14 @@ def completed(result: dict[str, Any], now: float) -> Changes:
     return {"status": SUCCEEDED, "result": result, **_NO_LEASE, "finished_at": _ms(now), "updated_at": _ms(now)}
 
 
-def failed(item: WorkItem, error: dict[str, Any], again: bool, now: float) -> Changes:
-    """Back to the queue (``again``), or dead; the error appended to the item's errors."""
+def failed(item: WorkItem, error: dict[str, Any], again: bool, now: float, counted: bool = True) -> Changes:
+    """Back to the queue (``again``), or dead; the error appended to the item's errors. An attempt
+    that is not ``counted`` (the node failed, not the item) is taken back from ``attempts``."""
     changes: Changes = {"errors": [*(item.errors or []), error], **_NO_LEASE, "updated_at": _ms(now)}
     if again:
         changes.update(status=QUEUED, queued_at=_ms(now))
+        if not counted:
+            changes["attempts"] = max(0, item.attempts - 1)
     else:
         changes.update(status=DEAD, finished_at=_ms(now))
     return changes

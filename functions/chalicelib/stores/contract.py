@@ -241,8 +241,11 @@ class WorkStore(Protocol):
     def complete(self, item: WorkItem, holder: Holder, result: dict[str, Any], now: float, event: Event) -> WorkItem:
         """The holder's attempt succeeded with ``result``: the item is succeeded."""
 
-    def requeue(self, item: WorkItem, check: LeaseCheck, error: dict[str, Any], now: float, event: Event) -> WorkItem:
-        """The attempt failed and may be retried: back to the queue at ``now``."""
+    def requeue(
+        self, item: WorkItem, check: LeaseCheck, error: dict[str, Any], now: float, event: Event, counted: bool = True
+    ) -> WorkItem:
+        """The attempt failed and may be retried: back to the queue at ``now``; not ``counted``:
+        ``attempts`` goes back down by one (the node failed, not the item)."""
 
     def bury(self, item: WorkItem, check: LeaseCheck, error: dict[str, Any], now: float, event: Event) -> WorkItem:
         """The attempt failed for good: the item is dead."""

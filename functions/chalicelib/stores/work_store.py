@@ -238,8 +238,10 @@ class DynamoWorkStore:
     def complete(self, item: WorkItem, holder: Holder, result: dict[str, Any], now: float, event: Event) -> WorkItem:
         return self._write_lease(item, LeaseCheck.of(holder), changes.completed(result, now), event)
 
-    def requeue(self, item: WorkItem, check: LeaseCheck, error: dict[str, Any], now: float, event: Event) -> WorkItem:
-        return self._write_lease(item, check, changes.failed(item, error, True, now), event)
+    def requeue(
+        self, item: WorkItem, check: LeaseCheck, error: dict[str, Any], now: float, event: Event, counted: bool = True
+    ) -> WorkItem:
+        return self._write_lease(item, check, changes.failed(item, error, True, now, counted), event)
 
     def bury(self, item: WorkItem, check: LeaseCheck, error: dict[str, Any], now: float, event: Event) -> WorkItem:
         return self._write_lease(item, check, changes.failed(item, error, False, now), event)
