@@ -360,7 +360,9 @@ class Node:
     gpus: int
 
     def heartbeat(self) -> Any:
-        response = self.client.heartbeat(self.identity, gpus=self.gpus)
+        # as this release's agent reports a node: its slots too (one per GPU, all busy: the largest item)
+        slots = {"total": max(1, self.gpus), "busy": max(1, self.gpus), "schedulable": max(1, self.gpus)}
+        response = self.client.heartbeat(self.identity, gpus=self.gpus, slots=slots)
         if response.status_code != 200 or response.json().get("status") != "online":
             raise BenchFailure(f"a heartbeat answered {response.status_code}: {_support.brief(response.text)}")
         return response
@@ -946,6 +948,9 @@ def check(report: dict[str, Any]) -> list[str]:
             f"the node item with the channel's attributes is {sizes['connected_parked']} bytes: a heartbeat is"
             f" {sizes['heartbeat_write_units_connected_parked']} write units, not 1"
         )
+    for state in ("with_ticket", "fallback_with_ticket"):
+        if sizes[state] > WRITE_UNIT_BYTES:
+            problems.append(f"the node item {state.replace('_', ' ')} is {sizes[state]} bytes: over one write unit")
     for key, figures in report["measured"].items():
         if key.startswith("heartbeat_"):
             if figures["operations_per_run"] != {"UpdateItem": 1.0}:

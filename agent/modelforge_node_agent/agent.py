@@ -28,7 +28,12 @@ from collections.abc import Callable
 from typing import Any
 
 from modelforge_protocol.backoff import CAP, Backoff
-from modelforge_protocol.schemas import FEATURE_PUSH_CHANNEL, MAX_ANSWER_INTERVAL_SECONDS, MIN_ANSWER_INTERVAL_SECONDS
+from modelforge_protocol.schemas import (
+    FEATURE_PUSH_CHANNEL,
+    FEATURE_SLOTS,
+    MAX_ANSWER_INTERVAL_SECONDS,
+    MIN_ANSWER_INTERVAL_SECONDS,
+)
 from modelforge_protocol.versions import AGENT_PROTOCOL_VERSION
 
 from . import AGENT_VERSION
@@ -252,6 +257,8 @@ class Agent:
         }
         if self._channel is not None and FEATURE_PUSH_CHANNEL in self._features:
             body["push_channel"] = self._channel.report()
+        if self._work is not None and FEATURE_SLOTS in self._features:
+            body["slots"] = self._work.slot_report()
         return body
 
     # --- the push channel ----------------------------------------------------------------------

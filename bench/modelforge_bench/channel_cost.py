@@ -53,6 +53,8 @@ CONNECTED_ATTRIBUTES: dict[str, Any] = {
 }
 PARKED_ATTRIBUTES: dict[str, Any] = {"pk": _AT}  # parked_at
 TICKET_ATTRIBUTES: dict[str, Any] = {"tk": {"S": "0" * 64}, "tx": _AT}  # channel_ticket_sha256, _expires_at
+#: A node in fallback keeps its reason (cut to nodes.STORED_REASON_CHARS, 24) and no state.
+FALLBACK_ATTRIBUTES: dict[str, Any] = {"cr": {"S": "r" * 24}}  # channel_reason
 #: The answer block of a mint, as a heartbeat answer carries it.
 CHANNEL_BLOCK = {
     "channel": {
@@ -80,6 +82,8 @@ class NodeItemSizes:
     connected: int
     connected_parked: int
     with_ticket: int
+    #: in fallback with its reason, still asking for tickets (a proxy that blocks WebSockets)
+    fallback_with_ticket: int
 
     def as_dict(self) -> dict[str, int]:
         return {
@@ -87,6 +91,7 @@ class NodeItemSizes:
             "connected": self.connected,
             "connected_parked": self.connected_parked,
             "with_ticket": self.with_ticket,
+            "fallback_with_ticket": self.fallback_with_ticket,
             "heartbeat_write_units_connected_parked": write_units(self.connected_parked),
         }
 
@@ -97,7 +102,10 @@ def node_item_sizes(measured_item: dict[str, Any]) -> NodeItemSizes:
     parked = {**connected, **PARKED_ATTRIBUTES}
     # a ticket is minted while the node is not connected: its connection attributes are gone
     ticket = {**base, **PARKED_ATTRIBUTES, "cs": {"S": "connecting"}, **TICKET_ATTRIBUTES}
-    return NodeItemSizes(item_size(measured_item), item_size(connected), item_size(parked), item_size(ticket))
+    fallback = {**base, **FALLBACK_ATTRIBUTES, **TICKET_ATTRIBUTES}
+    return NodeItemSizes(
+        item_size(measured_item), item_size(connected), item_size(parked), item_size(ticket), item_size(fallback)
+    )
 
 
 def _invocations(count: float, handler: Usage) -> Usage:

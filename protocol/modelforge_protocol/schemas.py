@@ -197,6 +197,16 @@ PUSH_CHANNEL_REPORT = _obj(
     ["state", "need_ticket"],
 )
 
+#: A heartbeat's job slots (only to a control plane that lists the ``slots`` feature): how many the
+#: node has, how many run a job, and how many it may use now (on schedulable GPUs; in ``cpu``
+#: mode, all). ``busy`` and ``schedulable`` are at most ``total``.
+MAX_SLOTS = 64
+_SLOT_COUNT = {"type": "integer", "minimum": 0, "maximum": MAX_SLOTS}
+SLOTS_REPORT = _obj(
+    {"total": {"type": "integer", "minimum": 1, "maximum": MAX_SLOTS}, "busy": _SLOT_COUNT, "schedulable": _SLOT_COUNT},
+    ["total", "busy", "schedulable"],
+)
+
 HEARTBEAT = _obj(
     {
         "protocol_version": _PROTOCOL_VERSION,
@@ -207,6 +217,7 @@ HEARTBEAT = _obj(
             ["gpus"],
         ),
         "push_channel": PUSH_CHANNEL_REPORT,
+        "slots": SLOTS_REPORT,
     },
     ["protocol_version", "agent_version", "health", "telemetry"],
 )
@@ -255,6 +266,8 @@ def _answer(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
 FEATURE_PUSH_CHANNEL = "push_channel"
 #: ``node_fault`` in a fail request: the node failed, not the item (work.FAIL_WORK).
 FEATURE_NODE_FAULT = "node_fault"
+#: ``slots`` in a heartbeat: the node's job slots (SLOTS_REPORT).
+FEATURE_SLOTS = "slots"
 #: Channel tickets live this long (never more than 600 s: the issue's bound).
 CHANNEL_TICKET_SECONDS = 300
 CHANNEL_TICKET_PREFIX = "mfct_"

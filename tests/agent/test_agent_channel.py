@@ -177,6 +177,9 @@ class StubWork:
     def advertised(self, features: frozenset[str]) -> None:
         self.features = features
 
+    def slot_report(self) -> dict[str, int]:
+        return {"total": 1, "busy": 0, "schedulable": 1}
+
     def start(self, identity: Any, wake: Any = None) -> None:
         return None
 

@@ -222,6 +222,31 @@ def test_work_a_worker_with_two_slots_runs_two_items_at_once(tmp_path: Path) -> 
         assert {run["job_id"] for run in worker.runs} == {f"{item.work_id}:1" for item in items}
 
 
+def test_work_heartbeats_report_the_slots_only_to_a_control_plane_that_lists_them(tmp_path: Path) -> None:
+    gate = threading.Event()
+
+    def held(request: dict[str, Any]) -> tuple[int, Any]:
+        gate.wait(10)
+        return 200, {"result": echo_result(request["input"])}
+
+    status = status_answer(ECHO, OCR, features=["cancel"], slots=2)
+    with fake_worker(status, held) as worker, running_agent(tmp_path, worker.url) as running:
+        running.wait_heartbeats(2)
+        assert all("slots" not in body for body in running.heartbeats())  # not listed: never sent
+        running.work.features = ["slots"]
+        running.work.submit(ECHO_CAPABILITY, {"n": 1})
+        wait_until(
+            lambda: running.heartbeats()[-1].get("slots") == {"total": 2, "busy": 1, "schedulable": 2},
+            10,
+            "a heartbeat with one slot busy",
+        )
+        gate.set()
+        assert running.wait_outcomes(1) == ["succeeded"]
+        running.wait_heartbeats(2)
+        assert running.heartbeats()[-1]["slots"] == {"total": 2, "busy": 0, "schedulable": 2}
+    _assert_wire(running.plane)
+
+
 def test_work_a_worker_without_the_slots_feature_gets_one_run_at_a_time(tmp_path: Path) -> None:
     overlap = _Overlap(2, wait_seconds=0.3)
     with fake_worker(status_answer(ECHO, OCR), overlap.run) as worker, running_agent(tmp_path, worker.url) as running:

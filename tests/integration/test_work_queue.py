@@ -354,3 +354,16 @@ def test_claims_take_every_queued_item_whatever_its_queue_shard(stack, cp: Contr
     claimed = {cp.claim(node).json()["work_id"] for _ in range(5)}
     assert claimed == submitted
     assert cp.claim(node).status_code == 204
+
+
+def test_a_heartbeats_slots_reach_the_node_view_and_impossible_ones_are_refused(stack, cp: ControlPlane) -> None:  # type: ignore[no-untyped-def]
+    node = _online(cp)
+    assert cp.node(node.node_id)["slots"] is None  # never reported
+    slots = {"total": 4, "busy": 1, "schedulable": 3}
+    assert cp.heartbeat(node, slots=slots).status_code == 200
+    shown = cp.node(node.node_id)
+    assert shown["slots"] == slots
+    refused = cp.heartbeat(node, slots={"total": 4, "busy": 5, "schedulable": 3})
+    assert refused.status_code == 400 and refused.json()["error"]["code"] == "invalid_request", refused.text
+    assert "must not exceed total" in refused.json()["error"]["message"]
+    assert cp.node(node.node_id)["slots"] == slots

@@ -22,3 +22,9 @@ def test_nodes_list_channel_column_of_an_older_control_plane_is_a_dash() -> None
 def test_nodes_show_gives_the_fallback_reason() -> None:
     text = nodes_cli.describe(_node(channel="fallback", channel_reason="no channel connection"))
     assert "fallback no channel connection" in text
+
+
+def test_nodes_show_gives_the_slots_a_heartbeat_reported() -> None:
+    text = nodes_cli.describe(_node(slots={"total": 4, "busy": 1, "schedulable": 3}))
+    assert "4 (1 busy, 3 schedulable)" in text
+    assert "slots:                -" in nodes_cli.describe(_node(slots=None))  # an agent that does not report them

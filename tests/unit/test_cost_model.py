@@ -206,7 +206,9 @@ def test_channel_cost_node_month_counts_minutes_pings_reconnects_and_mints() -> 
     from modelforge_bench import channel_cost
 
     handler = model.Usage(api_requests=1, lambda_invocations=1, lambda_billed_ms=12, dynamodb_wru=1, log_bytes=400)
-    sizes = channel_cost.NodeItemSizes(measured=880, connected=960, connected_parked=980, with_ticket=1040)
+    sizes = channel_cost.NodeItemSizes(
+        measured=880, connected=960, connected_parked=980, with_ticket=1040, fallback_with_ticket=1000
+    )
     lines = channel_cost.node_month(handler, sizes)
     connections = channel_cost.connections_per_month()
     assert lines["connection minutes"].websocket_connection_minutes == 730 * 60
@@ -230,7 +232,9 @@ def test_channel_cost_per_item_wakes_two_parked_nodes_and_counts_their_parks() -
     from modelforge_bench import channel_cost
 
     empty_claim = model.Usage(api_requests=1, lambda_invocations=1, dynamodb_rru=1.5)
-    sizes = channel_cost.NodeItemSizes(measured=880, connected=960, connected_parked=980, with_ticket=1040)
+    sizes = channel_cost.NodeItemSizes(
+        measured=880, connected=960, connected_parked=980, with_ticket=1040, fallback_with_ticket=1000
+    )
     lines = channel_cost.per_item(empty_claim, sizes)
     assert lines["wake"].websocket_messages == 2 and lines["wake"].dynamodb_wru == 4
     assert lines["parks"].dynamodb_wru == 2 * 3 and lines["parks"].dynamodb_rru == 2 * 0.5

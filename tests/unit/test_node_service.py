@@ -64,6 +64,39 @@ def test_a_known_online_caller_costs_exactly_one_write_and_logs_nothing(stores: 
     assert stored.health == {"status": "ok"} and stored.agent_version == "1.3.0"
 
 
+def test_a_heartbeats_slots_are_kept_in_its_one_write_and_an_absent_report_keeps_the_last(stores: MemoryStores) -> None:
+    agent = _seed(stores)
+    slots = {"total": 8, "busy": 3, "schedulable": 7}
+    stores.journal.reset_counts()
+    nodes.heartbeat(stores, SETTINGS, agent.caller, typed.heartbeat(heartbeat_body(slots=slots)), NOW, _known(agent))
+    assert stores.journal.writes == 1 and stores.nodes.records[agent.node_id].slots == [8, 3, 7]
+    nodes.heartbeat(stores, SETTINGS, agent.caller, typed.heartbeat(heartbeat_body()), NOW + 1, _known(agent))
+    assert stores.nodes.records[agent.node_id].slots == [8, 3, 7]  # an older agent's heartbeat changes nothing
+
+
+@pytest.mark.parametrize(
+    "slots",
+    [
+        {"total": 2, "busy": 3, "schedulable": 2},
+        {"total": 2, "busy": 0, "schedulable": 3},
+        {"total": 0, "busy": 0, "schedulable": 0},
+        {"total": 65, "busy": 0, "schedulable": 0},
+        {"total": 2, "busy": 0},
+        {"total": 2, "busy": 0, "schedulable": 2, "gpus": 2},
+    ],
+    ids=["busy-over-total", "schedulable-over-total", "no-slot", "too-many", "missing", "unknown-field"],
+)
+def test_a_heartbeat_with_impossible_slots_is_refused_and_changes_nothing(
+    stores: MemoryStores, slots: dict[str, Any]
+) -> None:
+    agent = _seed(stores)
+    before = stores.nodes.records[agent.node_id]
+    with pytest.raises(Invalid) as refused:
+        nodes.heartbeat(stores, SETTINGS, agent.caller, typed.heartbeat(heartbeat_body(slots=slots)), NOW + 1)
+    assert refused.value.code == "invalid_request"
+    assert stores.nodes.records[agent.node_id] == before
+
+
 def test_telemetry_rows_are_stored_in_gpu_index_order(stores: MemoryStores) -> None:
     agent = _seed(stores)
     telemetry = gpu_telemetry(3)

@@ -97,6 +97,12 @@ class WorkRunner:
         with self._guard:
             return len(self._current)
 
+    def slot_report(self) -> dict[str, int]:
+        """The heartbeat's ``slots``: the worker's slots, those running a job, and those that may
+        take work now (all of them: per-GPU health does not take slots away yet)."""
+        total = self.slots
+        return {"total": total, "busy": min(self.busy_slots, total), "schedulable": total}
+
     def hint(self) -> None:
         """A heartbeat answer said ``work_waiting``: drain, if the worker can take work."""
         if self._view.claimable:

@@ -149,6 +149,12 @@ NODE_VIEW = closed(
         ),
         "channel": {"enum": ["connected", "fallback"], "description": "connected: a live push-channel connection"},
         "channel_reason": nullable({**_TEXT, "description": "why the node is in fallback (null when connected)"}),
+        "slots": nullable(
+            {
+                **closed({"total": _COUNT, "busy": _COUNT, "schedulable": _COUNT}),
+                "description": "its job slots as its last heartbeat reported them (null: not reported)",
+            }
+        ),
         "created_at": _TIME,
     }
 )

@@ -90,6 +90,7 @@ def node(details: NodeDetails, settings: Settings, now: float) -> dict[str, Any]
         "liveness_hold": liveness_hold(details.hold),
         "channel": channel_state,
         "channel_reason": channel_reason,
+        "slots": None if item.slots is None else dict(zip(("total", "busy", "schedulable"), item.slots, strict=True)),
         "created_at": iso(item.created_at),
     }
 

@@ -57,9 +57,10 @@ class Settings:
 
     @property
     def features(self) -> list[str]:
-        """What the answers advertise beyond protocol 1's base: ``node_fault``, and ``push_channel``
-        with a channel."""
-        return ["node_fault", "push_channel"] if self.channel_url else ["node_fault"]
+        """What the answers advertise beyond protocol 1's base: ``node_fault``, ``slots``, and
+        ``push_channel`` with a channel."""
+        base = ["node_fault", "slots"]
+        return [*base, "push_channel"] if self.channel_url else base
 
     def answer_interval(self, channel_connected: bool) -> int:
         """The heartbeat interval to answer a node: the channel's wake makes a connected node's

@@ -73,6 +73,8 @@ class Node:
     channel_reason: str | None = None
     #: since when the node is parked (idle, waiting for a wake on its channel)
     parked_at: float | None = None
+    #: its job slots as its last heartbeat reported them: [total, busy, schedulable]
+    slots: list[int] | None = None
 
 
 @dataclass
@@ -155,6 +157,8 @@ class Heartbeat:
     #: heartbeat's own update (None: none minted)
     channel_ticket_sha256: str | None = field(default=None, repr=False)
     channel_ticket_expires_at: float | None = None
+    #: the node's job slots as reported: [total, busy, schedulable] (None: not reported)
+    slots: list[int] | None = None
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from typing import Any
 from modelforge_protocol import work as work_protocol
 from modelforge_protocol.versions import Component
 
+from chalicelib.domain.errors import Invalid
 from chalicelib.domain.protocol_check import require_compatible
 from chalicelib.domain.validation import validate, validate_inventory, validate_with
 
@@ -137,6 +138,8 @@ class Heartbeat:
     telemetry: dict[str, Any]
     #: None: the agent did not report a channel (an agent older than the channel, or none advertised)
     push_channel: PushChannelReport | None = None
+    #: the node's job slots: [total, busy, schedulable] (None: not reported)
+    slots: list[int] | None = None
 
 
 def heartbeat(body: dict[str, Any]) -> Heartbeat:
@@ -151,7 +154,20 @@ def heartbeat(body: dict[str, Any]) -> Heartbeat:
         push_channel=None
         if report is None
         else PushChannelReport(state=report["state"], need_ticket=report["need_ticket"], reason=report.get("reason")),
+        slots=_slots(body.get("slots")),
     )
+
+
+def _slots(report: dict[str, int] | None) -> list[int] | None:
+    """``[total, busy, schedulable]``; busy and schedulable are never more than total."""
+    if report is None:
+        return None
+    total, busy, schedulable = report["total"], report["busy"], report["schedulable"]
+    if busy > total or schedulable > total:
+        raise Invalid(
+            "invalid_request", f"slots: busy ({busy}) and schedulable ({schedulable}) must not exceed total ({total})"
+        )
+    return [total, busy, schedulable]
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from chalicelib.stores.contract import Holder, Stores
 _TRANSITION_ATTEMPTS = 3
 #: The agent's fallback reason is kept to this many characters on the node: every heartbeat
 #: rewrites the node item, and an 8-GPU node's item must stay within 1 KB (docs/DISPATCH.md).
-STORED_REASON_CHARS = 32
+STORED_REASON_CHARS = 24
 #: The reported states worth a byte on the node: "connected" shows in the connection itself, and
 #: "fallback" in its reason; the others are stored (and a state not stored is removed).
 _STORED_STATES = ("connecting", "off")
@@ -90,6 +90,7 @@ def heartbeat(
         telemetry=_telemetry_rows(request),
         agent_version=request.agent_version,
         protocol_version=request.protocol_version,
+        slots=request.slots,
         **channel_fields,
     )
     holder = Holder(caller.node_id, caller.credential_sha256)

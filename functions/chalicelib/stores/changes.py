@@ -77,6 +77,8 @@ def heartbeat(heartbeat: Heartbeat, now: float) -> Changes:
         "agent_version": heartbeat.agent_version,
         "protocol_version": heartbeat.protocol_version,
     }
+    if heartbeat.slots is not None:  # the node's job slots, as reported (same update)
+        values["slots"] = heartbeat.slots
     if heartbeat.channel_reported:  # the agent reported its channel (same update, no extra write)
         values.update(channel_state=heartbeat.channel_state, channel_reason=heartbeat.channel_reason)
     if heartbeat.channel_ticket_sha256 is not None:  # a ticket minted for this answer replaces the last one

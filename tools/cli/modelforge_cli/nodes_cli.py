@@ -129,6 +129,7 @@ def describe(node: dict[str, Any]) -> str:
         ("duplicate of", ", ".join(node.get("duplicate_suspected") or []) or None),
         ("liveness hold", hold.get("reason") if isinstance(hold, dict) else None),
         ("channel", " ".join(str(part) for part in (node.get("channel"), node.get("channel_reason")) if part) or None),
+        ("slots", _slots(node.get("slots"))),
         ("created", tables.when(node.get("created_at"))),
         ("capabilities", ", ".join(inventory.get("capabilities") or []) or None),
         ("cpu", _cpu(inventory.get("cpu"))),
@@ -224,3 +225,10 @@ def run_revoke_credential(api: AdminApi, args: argparse.Namespace) -> int:
         "agent's state volume and start the agent with the new token."
     )
     return EXIT_OK
+
+
+def _slots(slots: Any) -> str | None:
+    """``4 (1 busy, 3 schedulable)``; None for a node whose agent does not report them."""
+    if not isinstance(slots, dict):
+        return None
+    return f"{slots.get('total')} ({slots.get('busy')} busy, {slots.get('schedulable')} schedulable)"
