@@ -320,6 +320,8 @@ def _node_detail_and_revoke(console: Console, node_id: str) -> None:
     detail = page.get_by_role("dialog", name="Node Console Node")
     expect(detail.get_by_text(node_id).first).to_be_visible()
     expect(detail.get_by_role("heading", name="Inventory")).to_be_visible()
+    # an agent without a runtime worker reports no job slots
+    expect(detail.get_by_text("Job slots")).to_be_visible()
     detail.get_by_role("button", name="Check readiness").click()
     expect(detail.get_by_role("status", name="Readiness")).to_have_text("Ready")
 

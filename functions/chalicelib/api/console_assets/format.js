@@ -43,6 +43,13 @@ export function yesNo(value) {
   return value ? "yes" : "no";
 }
 
+/** A node's job slots as its last heartbeat reported them: "4 (1 busy, 3 schedulable)". */
+export function slotsText(node) {
+  const slots = node.slots;
+  if (!slots) return "not reported";
+  return `${slots.total} (${slots.busy} busy, ${slots.schedulable} schedulable)`;
+}
+
 /** A node's push channel: "connected", or "fallback" and why (the heartbeat's hint delivers its work). */
 export function channelText(node) {
   if (!node.channel) return "–";

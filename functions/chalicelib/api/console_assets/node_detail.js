@@ -3,7 +3,7 @@
 import * as api from "./api.js";
 import { confirmAction, openModal } from "./dialogs.js";
 import { fill, h } from "./dom.js";
-import { bytes, channelText, yesNo } from "./format.js";
+import { bytes, channelText, slotsText, yesNo } from "./format.js";
 import { renderReadiness, verdictLine } from "./readiness.js";
 
 function facts(pairs) {
@@ -27,6 +27,7 @@ function summary(node) {
     ["Health", node.health ? `${node.health.status}${node.health.detail ? `: ${node.health.detail}` : ""}` : "not reported"],
     ["Duplicate identity", node.duplicate_suspected.length ? `suspected: ${node.duplicate_suspected.join(", ")}` : "none"],
     ["Push channel", channelText(node)],
+    ["Job slots", slotsText(node)],
     ["Enrollment", node.enrollment_id],
     ["Enrolled at", node.created_at],
   ]);
