@@ -167,3 +167,11 @@ def test_the_process_refuses_a_non_loopback_address_with_exit_2_and_one_line(tmp
     assert "MODELFORGE_WORKER_DEVICE must be one of auto, cpu, cuda" in record["message"]
     assert "Traceback" not in done.stderr
     assert list(tmp_path.iterdir()) == []  # nothing created: no socket, no artifact or quarantine root
+
+
+@pytest.mark.parametrize(("slots", "cores", "threads"), [(1, 16, None), (2, 2, 1), (3, 2, 1), (4, 16, 4), (3, 16, 5)])
+def test_slots_share_the_cores_among_their_onnxruntime_sessions(slots: int, cores: int, threads: int | None) -> None:
+    from modelforge_runtime_worker.main import slot_start
+
+    config = load_config({"MODELFORGE_WORKER_SLOTS": str(slots)})
+    assert slot_start(config, cores)["threads"] == threads

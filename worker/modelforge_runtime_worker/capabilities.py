@@ -134,10 +134,13 @@ class Ocr:
         device: str,
         decode_timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
         decode_memory_bytes: int = DEFAULT_MEMORY_BYTES,
+        threads: int | None = None,
     ) -> None:
         self.model_sha256: str | None = state.model_sha256
         #: the image decoder's child process: its time cap and memory limit (decoder.py)
         self._decode_timeout, self._decode_memory = decode_timeout_seconds, decode_memory_bytes
+        #: onnxruntime's intra-op threads per session (None: every core; slots.threads_per_slot)
+        self._threads = threads
         # before loading, the device it would use; after, the one it got
         self.device = "cuda" if device == "cuda" else "cpu"
         self.available = False
@@ -149,7 +152,7 @@ class Ocr:
     def _load(self, state: ArtifactState, artifacts: Artifacts, device: str) -> None:
         started = time.monotonic()
         try:
-            engine = OcrEngine(state.paths, device)
+            engine = OcrEngine(state.paths, device, self._threads)
         except ModelLoadFailed as failed:
             self.reason = failed.reason
             log.error(

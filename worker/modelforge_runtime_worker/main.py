@@ -36,7 +36,7 @@ from .config import DEFAULTS, LOG_LEVEL, WorkerConfig, load_config
 from .errors import ConfigurationInvalid, ListenFailed
 from .jobs import JobRunner
 from .server import Listener, WorkerApp
-from .slots import SlotDown, SlotProcesses
+from .slots import SlotDown, SlotProcesses, threads_per_slot
 
 log = logging.getLogger("modelforge.worker")
 
@@ -126,9 +126,12 @@ def serve(config: WorkerConfig, stop: threading.Event) -> int:
         listener.close()
 
 
-def slot_start(config: WorkerConfig) -> dict[str, Any]:
-    """What each slot process is told when it starts (its start frame)."""
+def slot_start(config: WorkerConfig, cores: int | None = None) -> dict[str, Any]:
+    """What each slot process is told when it starts (its start frame): ``cores`` (this process's
+    CPUs by default) are shared among the slots' onnxruntime sessions."""
+    cores = cores if cores is not None else len(os.sched_getaffinity(0))
     return {
+        "threads": threads_per_slot(config.slots, cores),
         "artifact_root": str(config.artifact_root),
         "quarantine_root": str(config.quarantine_root),
         "device": config.device,

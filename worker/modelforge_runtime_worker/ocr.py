@@ -112,9 +112,10 @@ class ModelLoadFailed(Exception):
 
 
 class OcrEngine:
-    """RapidOCR with the three models at ``paths`` (role -> file), on ``device`` (auto, cpu, cuda)."""
+    """RapidOCR with the three models at ``paths`` (role -> file), on ``device`` (auto, cpu, cuda);
+    ``threads``: onnxruntime's intra-op threads per session (None: its default, every core)."""
 
-    def __init__(self, paths: dict[str, Path], device: str) -> None:
+    def __init__(self, paths: dict[str, Path], device: str, threads: int | None = None) -> None:
         _warn_about_two_runtimes()
         try:
             import onnxruntime  # type: ignore[import-untyped]
@@ -140,6 +141,8 @@ class OcrEngine:
             # one search per shape, not an exhaustive one: image sizes vary from job to job
             "EngineConfig.onnxruntime.cuda_ep_cfg.cudnn_conv_algo_search": "HEURISTIC",
         }
+        if threads is not None:
+            params["EngineConfig.onnxruntime.intra_op_num_threads"] = threads
         _route_rapidocr_logs()
         try:
             engine = RapidOCR(params=params)

@@ -38,7 +38,14 @@ def load(start: dict[str, Any]) -> list[Capability]:
     """The slot's capabilities, from the start frame."""
     artifacts = Artifacts(Path(start["artifact_root"]), Path(start["quarantine_root"]), bundle_dir=bundled_models_dir())
     state = artifacts.prepare()
-    ocr = Ocr(state, artifacts, start["device"], start["decode_timeout_seconds"], start["decode_memory_bytes"])
+    ocr = Ocr(
+        state,
+        artifacts,
+        start["device"],
+        start["decode_timeout_seconds"],
+        start["decode_memory_bytes"],
+        start.get("threads"),
+    )
     return [ocr, Echo(), Sleep()]
 
 
