@@ -236,13 +236,15 @@ class _Claimer:
         """Read the node: 401 unless the caller holds its active credential, 409 unless online."""
         try:
             node = require_holder(self.stores.nodes.get(self.caller.node_id), self.caller)
-            _require_online(node, self.heartbeat_after)
+            view = ClaimView.of(node, self.now)
+            if not view.online(self.heartbeat_after):
+                raise _not_online()
         except (Unauthenticated, Conflict):
             if self.known is not None:
                 self.known.forget(self.key)  # its next request is read (and costs nothing) again
             raise
         self.node = node
-        return ClaimView.of(node, self.now)
+        return view
 
     def _capabilities(self) -> list[str]:
         return sorted(self.view.capabilities & set(protocol.CAPABILITIES))
@@ -307,13 +309,12 @@ class _Claimer:
         self.known.remember_view(self.key, self.view if self.view.parked_at is None else None)
 
 
-def _require_online(node: Node, heartbeat_after: float) -> None:
-    """The same test as the claim transaction's node check."""
-    if node.liveness != "online" or node.last_heartbeat_at is None or node.last_heartbeat_at <= heartbeat_after:
-        raise Conflict(
-            "node_not_online",
-            "work goes only to online nodes: send a heartbeat, then claim (the node's last heartbeat is too old)",
-        )
+def _not_online() -> Conflict:
+    """The refusal of a node that fails the claim transaction's liveness test (``ClaimView.online``)."""
+    return Conflict(
+        "node_not_online",
+        "work goes only to online nodes: send a heartbeat, then claim (the node's last heartbeat is too old)",
+    )
 
 
 def _candidates(stores: Stores, capabilities: list[str]) -> list[WorkItem]:
