@@ -19,7 +19,7 @@ from modelforge_runtime_worker.errors import InvalidInput
 from modelforge_runtime_worker.server import http_error
 from PIL import Image
 
-from tests.worker.worker_support import b64, text_png
+from tests.worker.worker_support import alive, b64, children_running, text_png
 
 EOI = b"\xff\xd9"
 SOS = b"\xff\xda"
@@ -98,9 +98,9 @@ def test_the_child_dies_with_its_parent(tmp_path: Path) -> None:
         os.kill(parent.pid, signal.SIGKILL)
         parent.wait(timeout=5)
         deadline = time.monotonic() + 5
-        while _alive(child) and time.monotonic() < deadline:
+        while alive(child) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not _alive(child), f"the decoder {child} outlived its parent"
+        assert not alive(child), f"the decoder {child} outlived its parent"
     finally:
         if parent.poll() is None:
             parent.kill()
@@ -109,26 +109,11 @@ def test_the_child_dies_with_its_parent(tmp_path: Path) -> None:
 def _wait_for_child(parent: int) -> int:
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                stat = (entry / "stat").read_text()
-                command = (entry / "cmdline").read_bytes()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == parent and b"modelforge_runtime_worker.decoder" in command:
-                return int(entry.name)
+        found = children_running(parent, "modelforge_runtime_worker.decoder")
+        if found:
+            return found[0]
         time.sleep(0.05)
     raise AssertionError("the decoder child never started")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 def _jpeg(image: Image.Image) -> bytes:

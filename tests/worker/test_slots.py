@@ -19,7 +19,7 @@ from modelforge_runtime_worker.client import Answer
 
 from tests.support.polling import wait_until
 from tests.worker.test_decoder import hostile_progressive_jpeg
-from tests.worker.worker_support import Worker, b64, start_worker, worker_env
+from tests.worker.worker_support import Worker, alive, b64, children_running, start_worker, worker_env
 
 JOB_TIMEOUT = 8
 
@@ -44,18 +44,7 @@ def worker(root: Path) -> Iterator[Worker]:
 
 def _slot_pids(worker: Worker) -> list[int]:
     """The pids of the worker's slot processes now (its children running slot_process)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            command = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if parent == worker.process.pid and b"modelforge_runtime_worker.slot_process" in command:
-            found.append(int(entry.name))
-    return sorted(found)
+    return children_running(worker.process.pid, "modelforge_runtime_worker.slot_process")
 
 
 def _run(worker: Worker, capability: str, payload: dict[str, Any], job_id: str | None = None) -> Answer:
@@ -161,16 +150,9 @@ def test_the_slot_processes_die_with_the_worker(root: Path) -> None:
         pids = _slot_pids(worker)
         assert len(pids) == 2
         os.kill(worker.process.pid, signal.SIGKILL)
-        wait_until(lambda: not any(_alive(pid) for pid in pids), 10, "the slot processes to end")
+        wait_until(lambda: not any(alive(pid) for pid in pids), 10, "the slot processes to end")
     finally:
         worker.stop(signal.SIGKILL)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def _busy_slot_pid(log: str) -> int:

@@ -77,3 +77,27 @@ def b64(data: bytes) -> str:
 def squash(text: str) -> str:
     """Case and spacing removed: what OCR is compared on."""
     return re.sub(r"\s+", "", text).upper()
+
+
+def children_running(parent: int, module: str) -> list[int]:
+    """The pids of ``parent``'s live children whose command line names ``module`` (from /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            command = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(fields[1]) == parent and fields[0] != "Z" and module.encode() in command:
+            found.append(int(entry.name))
+    return sorted(found)
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting to be reaped does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
