@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .schemas import MAX_CAPABILITIES, _answer, _obj
+from .schemas import MAX_CAPABILITIES, MAX_SLOTS, _answer, _obj
 
 #: What work can ask for. A node serves a capability when its inventory lists the name (the agent
 #: adds the ones its runtime worker reports available).
@@ -122,8 +122,9 @@ WORKER_FEATURE_CANCEL = "cancel"
 #: in its status how many are taken (``slots.busy``).
 WORKER_FEATURE_SLOTS = "slots"
 WORKER_FEATURES = (WORKER_FEATURE_CANCEL, WORKER_FEATURE_SLOTS)
-#: The most job slots a worker runs.
-MAX_WORKER_SLOTS = 64
+#: The most job slots a worker runs: the bound of a node's slots in its heartbeat, since a node's
+#: slots are its worker's (schemas.SLOTS_REPORT).
+MAX_WORKER_SLOTS = MAX_SLOTS
 #: A job's name, chosen by the agent (``<work_id>:<epoch>``): unique per claim.
 WORKER_JOB_ID = {"type": "string", "pattern": r"^[A-Za-z0-9._:-]{1,128}\Z"}
 #: What ``POST /v1/cancel`` says of the job: ``ended`` (it was running and has unwound: the worker
