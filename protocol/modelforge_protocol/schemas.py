@@ -25,6 +25,7 @@ ACCELERATOR_MODES = ("nvidia", "cpu", "auto")
 #: A node's hostname, as the agent reports it at enrollment (and as the console's settings check takes it).
 HOSTNAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}\Z"
 HEALTH_STATES = ("ok", "degraded", "unhealthy")
+GPU_UUID_PATTERN = r"^(GPU|MIG)-[0-9A-Za-z-]{8,96}\Z"
 
 _U64 = {"type": "integer", "minimum": 0, "maximum": 2**63 - 1}
 _SHORT_TEXT = {"type": "string", "minLength": 1, "maxLength": 128}
@@ -43,7 +44,7 @@ def _obj(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
 GPU_INVENTORY = _obj(
     {
         "index": {"type": "integer", "minimum": 0, "maximum": MAX_GPUS - 1},
-        "uuid": {"type": "string", "pattern": r"^(GPU|MIG)-[0-9A-Za-z-]{8,96}\Z"},
+        "uuid": {"type": "string", "pattern": GPU_UUID_PATTERN},
         "name": _SHORT_TEXT,
         "memory_total_bytes": _U64,
         "driver_version": _VERSION_TEXT,
@@ -66,6 +67,9 @@ INVENTORY = _obj(
             ["model", "logical_cores"],
         ),
         "memory_total_bytes": _U64,
+        #: present (and true) only on an agent running against a scripted NVML fake
+        #: (the agent's NVML simulation): its GPUs are not real
+        "simulated": {"const": True},
     },
     ["gpus", "capabilities", "cpu", "memory_total_bytes"],
 )
@@ -207,6 +211,44 @@ SLOTS_REPORT = _obj(
     ["total", "busy", "schedulable"],
 )
 
+#: Per-GPU health (issue 20). A GPU's state is the worst of its reasons; ``unknown`` means its health
+#: signals are not supported (a consumer GPU) or not decided (MIG), never that it is unhealthy.
+GPU_HEALTH_STATES = ("healthy", "degraded", "unschedulable", "failed", "unknown")
+#: The states whose GPUs take work (a slot each).
+SCHEDULABLE_GPU_STATES = ("healthy", "degraded", "unknown")
+#: What NVIDIA recommends doing about a reason (the Xid catalogue's "immediate action").
+GPU_ACTIONS = ("none", "restart_app", "drain_p2p", "drain_and_reset", "reset_gpu", "reboot", "rma", "unknown")
+MAX_GPU_REASONS = 8
+GPU_REASON_CODE_PATTERN = r"^[a-z][a-z0-9_]{0,39}\Z"
+#: A UTC time to the second, as the agent's clock read it: 2026-12-02T10:00:00Z
+UTC_SECOND_PATTERN = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z\Z"
+#: The kernel's boot id (/proc/sys/kernel/random/boot_id): a hard fault is latched per GPU and boot.
+BOOT_ID_PATTERN = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z"
+GPU_REASON = _obj(
+    {
+        "code": {"type": "string", "pattern": GPU_REASON_CODE_PATTERN},
+        "action": {"enum": list(GPU_ACTIONS)},
+        "since": {"type": "string", "pattern": UTC_SECOND_PATTERN},
+        "xid": {"type": "integer", "minimum": 0, "maximum": 65535},
+        #: the raw value behind the reason where it has one (an unknown recovery action, a count)
+        "value": {"type": "integer", "minimum": -(2**63), "maximum": 2**63 - 1},
+    },
+    ["code", "action", "since"],
+)
+GPU_HEALTH = _obj(
+    {
+        "uuid": {"type": "string", "pattern": GPU_UUID_PATTERN},
+        "state": {"enum": list(GPU_HEALTH_STATES)},
+        "reasons": {"type": "array", "items": GPU_REASON, "maxItems": MAX_GPU_REASONS},
+    },
+    ["uuid", "state", "reasons"],
+)
+#: The heartbeat's per-GPU health, sent when it changed (and on an agent's first heartbeat).
+GPU_HEALTH_REPORT = _obj(
+    {"gpus": {"type": "array", "items": GPU_HEALTH, "maxItems": MAX_GPUS}},
+    ["gpus"],
+)
+
 HEARTBEAT = _obj(
     {
         "protocol_version": _PROTOCOL_VERSION,
@@ -218,6 +260,8 @@ HEARTBEAT = _obj(
         ),
         "push_channel": PUSH_CHANNEL_REPORT,
         "slots": SLOTS_REPORT,
+        "boot_id": {"type": "string", "pattern": BOOT_ID_PATTERN},
+        "gpu_health": GPU_HEALTH_REPORT,
     },
     ["protocol_version", "agent_version", "health", "telemetry"],
 )
@@ -268,6 +312,10 @@ FEATURE_PUSH_CHANNEL = "push_channel"
 FEATURE_NODE_FAULT = "node_fault"
 #: ``slots`` in a heartbeat: the node's job slots (SLOTS_REPORT).
 FEATURE_SLOTS = "slots"
+#: ``boot_id`` and ``gpu_health`` in a heartbeat; the answer's ``drained`` and ``blocked_gpus``.
+FEATURE_GPU_HEALTH = "gpu_health"
+#: Why the control plane keeps a GPU from work: a latched hard fault, or an admin's drain.
+GPU_BLOCK_REASONS = ("latched", "drained")
 #: Channel tickets live this long (never more than 600 s: the issue's bound).
 CHANNEL_TICKET_SECONDS = 300
 CHANNEL_TICKET_PREFIX = "mfct_"
@@ -306,6 +354,20 @@ HEARTBEAT_ANSWER = _answer(
         "work_waiting": {"type": "boolean"},
         "features": _FEATURES,
         "channel": CHANNEL,
+        #: an admin drained the node: claim nothing new, finish what runs
+        "drained": {"type": "boolean"},
+        #: GPUs the control plane keeps from work, whatever the agent's own grade
+        "blocked_gpus": {
+            "type": "array",
+            "maxItems": MAX_GPUS,
+            "items": _answer(
+                {
+                    "uuid": {"type": "string", "pattern": GPU_UUID_PATTERN},
+                    "reason": {"type": "string", "pattern": r"^[a-z][a-z0-9_]{0,31}\Z"},
+                },
+                ["uuid", "reason"],
+            ),
+        },
     },
     ["status"],
 )

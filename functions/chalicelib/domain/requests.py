@@ -129,6 +129,27 @@ class PushChannelReport:
 
 
 @dataclass(frozen=True)
+class GpuReason:
+    """One reason behind a GPU's health state (schemas.GPU_REASON)."""
+
+    code: str
+    action: str
+    #: the agent's clock, to the second: 2026-12-02T10:00:00Z
+    since: str
+    xid: int | None = None
+    value: int | None = None
+
+
+@dataclass(frozen=True)
+class GpuHealthReport:
+    """One GPU's health as the agent graded it (schemas.GPU_HEALTH)."""
+
+    uuid: str
+    state: str
+    reasons: tuple[GpuReason, ...] = ()
+
+
+@dataclass(frozen=True)
 class Heartbeat:
     protocol_version: int
     agent_version: str
@@ -140,6 +161,10 @@ class Heartbeat:
     push_channel: PushChannelReport | None = None
     #: the node's job slots: [total, busy, schedulable] (None: not reported)
     slots: list[int] | None = None
+    #: the host's boot id (None: not reported): hard GPU faults are latched per GPU and boot
+    boot_id: str | None = None
+    #: every GPU's health when it changed (None: unchanged since the last report, or not reported)
+    gpu_health: tuple[GpuHealthReport, ...] | None = None
 
 
 def heartbeat(body: dict[str, Any]) -> Heartbeat:
@@ -155,7 +180,36 @@ def heartbeat(body: dict[str, Any]) -> Heartbeat:
         if report is None
         else PushChannelReport(state=report["state"], need_ticket=report["need_ticket"], reason=report.get("reason")),
         slots=_slots(body.get("slots")),
+        boot_id=body.get("boot_id"),
+        gpu_health=_gpu_health(body.get("gpu_health")),
     )
+
+
+def _gpu_health(report: dict[str, Any] | None) -> tuple[GpuHealthReport, ...] | None:
+    """Each GPU once; the schema has bounded every field."""
+    if report is None:
+        return None
+    gpus = tuple(
+        GpuHealthReport(
+            uuid=gpu["uuid"],
+            state=gpu["state"],
+            reasons=tuple(
+                GpuReason(
+                    code=reason["code"],
+                    action=reason["action"],
+                    since=reason["since"],
+                    xid=reason.get("xid"),
+                    value=reason.get("value"),
+                )
+                for reason in gpu["reasons"]
+            ),
+        )
+        for gpu in report["gpus"]
+    )
+    uuids = [gpu.uuid for gpu in gpus]
+    if len(set(uuids)) != len(uuids):
+        raise Invalid("invalid_request", "gpu_health: each GPU may appear once")
+    return gpus
 
 
 def _slots(report: dict[str, int] | None) -> list[int] | None:
