@@ -4,7 +4,7 @@ Each route is declared once: ``@endpoint(operations.NAME)`` registers the view a
 method and path, and the OpenAPI document is built from the operations the routes carry
 (``chalicelib/api/operations.py``). Routes parse the request into a typed request
 (``chalicelib/domain/requests.py``), call a service and shape the answer (``chalicelib/api/views.py``).
-Domain errors become JSON answers in one place (``_answer_errors``, by ``STATUS_OF``); nothing else
+Domain errors become JSON answers in one place (``chalicelib/api/error_answers.py``); nothing else
 reaches the caller.
 
 Cold start: this module imports the edge, the stores and the auth check. Each route imports its
@@ -14,7 +14,6 @@ requests it serves need (``tests/unit/test_cold_start_imports.py``; ``bench/cold
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 from collections.abc import Callable
@@ -23,20 +22,10 @@ from typing import TYPE_CHECKING, Any
 from chalice import Chalice, Rate, Response
 from chalicelib import instance
 from chalicelib.api import access_log, console, operations, paging
+from chalicelib.api.error_answers import answer_errors, http_status
 from chalicelib.api.operation import Operation, declare, declared
 from chalicelib.config.settings import SettingsError
-from chalicelib.domain.errors import (
-    Conflict,
-    DomainError,
-    Forbidden,
-    Gone,
-    Invalid,
-    NotFound,
-    RateLimited,
-    TooLarge,
-    Unauthenticated,
-    invalid_request,
-)
+from chalicelib.domain.errors import invalid_request
 from chalicelib.domain.validation import ascii_int, parse_json_object, validate, validate_query
 from chalicelib.services.auth import require_admin, require_node
 from modelforge_protocol import work as work_protocol
@@ -70,60 +59,13 @@ def _now() -> float:
     return time.time()
 
 
-#: The one mapping of domain errors to HTTP statuses (most specific kind first).
-STATUS_OF: tuple[tuple[type[DomainError], int], ...] = (
-    (TooLarge, 413),
-    (Invalid, 400),
-    (Unauthenticated, 401),
-    (Forbidden, 403),
-    (NotFound, 404),
-    (Conflict, 409),
-    (Gone, 410),
-    (RateLimited, 429),
-)
-
-
-def http_status(error: DomainError) -> int:
-    """The status of ``error``'s kind; a kind this table does not know is the caller's fault (400)."""
-    return next((status for kind, status in STATUS_OF if isinstance(error, kind)), 400)
-
-
-def _error_response(error: DomainError) -> Response:
-    headers: dict[str, str | list[str]] = {}
-    if isinstance(error, RateLimited):
-        headers["Retry-After"] = str(error.retry_after_seconds)
-    return Response(body=error.body(), status_code=http_status(error), headers=headers or None)
-
-
-def _answer_errors(view: Callable[..., Any]) -> Callable[..., Any]:
-    """Map every failure of a view to a JSON error answer, never a traceback."""
-
-    @functools.wraps(view)
-    def wrapped(**kwargs: Any) -> Any:
-        try:
-            return view(**kwargs)
-        except DomainError as error:
-            return _error_response(error)
-        except SettingsError as error:
-            log.error("configuration invalid", extra={"event": "configuration_invalid", "problems": error.problems})
-            return Response(body={"error": {"code": "configuration_invalid", "message": str(error)}}, status_code=500)
-        except Exception:
-            log.exception("unhandled error", extra={"event": "internal_error"})
-            return Response(
-                body={"error": {"code": "internal_error", "message": "internal error; see the control-plane log"}},
-                status_code=500,
-            )
-
-    return wrapped
-
-
-def endpoint(operation: Operation, *, answer_errors: bool = True) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def endpoint(operation: Operation, *, wrap_errors: bool = True) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register the view as the route of ``operation`` (its method and path), carrying the operation
-    for the OpenAPI document: the one declaration of a route. ``answer_errors=False`` (the console's
+    for the OpenAPI document: the one declaration of a route. ``wrap_errors=False`` (the console's
     static files) leaves failures to Chalice, as those routes always have."""
 
     def register(view: Callable[..., Any]) -> Callable[..., Any]:
-        handler = declare(_answer_errors(view) if answer_errors else view, operation)
+        handler = declare(answer_errors(view) if wrap_errors else view, operation)
         return app.route(operation.path, methods=[operation.method], content_types=["application/json"])(handler)
 
     return register
@@ -329,6 +271,56 @@ def revoke_node_credential(node_id: str) -> dict[str, Any]:
     return views.node(listing.with_inventory(inst.stores, node), inst.settings, now)
 
 
+def _node_answer(inst: instance.Instance, node_id: str, now: float) -> dict[str, Any]:
+    from chalicelib.api import views
+    from chalicelib.services import listing, nodes
+
+    return views.node(listing.with_inventory(inst.stores, nodes.get(inst.stores, node_id)), inst.settings, now)
+
+
+def _drain(node_id: str, drained: bool) -> dict[str, Any]:
+    from chalicelib.services import gpu_health
+
+    inst = _admin()
+    body = _body()
+    validate(body, "DRAIN")
+    now = _now()
+    gpu_health.drain(inst.stores, node_id, body.get("gpu_uuid"), drained, now)
+    return _node_answer(inst, node_id, now)
+
+
+@endpoint(operations.DRAIN_NODE)
+def drain_node(node_id: str) -> dict[str, Any]:
+    return _drain(node_id, True)
+
+
+@endpoint(operations.UNDRAIN_NODE)
+def undrain_node(node_id: str) -> dict[str, Any]:
+    return _drain(node_id, False)
+
+
+@endpoint(operations.CLEAR_GPU_FAULT)
+def clear_gpu_fault(node_id: str, gpu_uuid: str) -> dict[str, Any]:
+    from chalicelib.services import gpu_health
+
+    inst = _admin()
+    validate(_body(), "EMPTY")
+    now = _now()
+    gpu_health.clear(inst.stores, node_id, gpu_uuid, now)
+    return _node_answer(inst, node_id, now)
+
+
+@endpoint(operations.ACCEPT_NODE_GPUS)
+def accept_node_gpus(node_id: str) -> dict[str, Any]:
+    from chalicelib.services import gpu_health
+
+    inst = _admin()
+    validate(_body(), "EMPTY")
+    now = _now()
+    gpu_health.accept_gpus(inst.stores, node_id, now)
+    return _node_answer(inst, node_id, now)
+
+
 # --- agents ------------------------------------------------------------------------------
 
 
@@ -355,7 +347,7 @@ def enroll() -> Response:
 
 @endpoint(operations.HEARTBEAT)
 def heartbeat() -> dict[str, Any]:
-    from chalicelib.api import channel_edge
+    from chalicelib.api import agent_answer, channel_edge
     from chalicelib.domain import requests
     from chalicelib.services import nodes
 
@@ -363,13 +355,15 @@ def heartbeat() -> dict[str, Any]:
     caller = require_node(_request().headers)
     now = _now()
     result = nodes.heartbeat(inst.stores, inst.settings, caller, requests.heartbeat(_body()), now, inst.known_callers)
-    waiting = inst.work_hint.waiting(result.node.capabilities or (), inst.stores.work.any_queued, now)
+    drained = result.gpu is not None and result.gpu.drained
+    waiting = not drained and inst.work_hint.waiting(result.node.capabilities or (), inst.stores.work.any_queued, now)
     return {
         "node_id": caller.node_id,
         "status": result.node.liveness,
         "heartbeat_interval_seconds": inst.settings.answer_interval(result.node.channel_connection_id is not None),
         "work_waiting": waiting,
         **channel_edge.channel_answer(inst.settings, result.ticket),
+        **agent_answer.gpu_answer(result.gpu),
     }
 
 
@@ -448,7 +442,7 @@ def cancel_work(work_id: str) -> dict[str, Any]:
 # --- the web console (static files; it calls the admin API above from the same origin) ----
 
 
-@endpoint(operations.GET_CONSOLE, answer_errors=False)
+@endpoint(operations.GET_CONSOLE, wrap_errors=False)
 def console_page() -> Response:
     """The page at ``/console/``; ``/console`` is sent there, so that its files' relative URLs
     (and the API's, ``../api/v1/``) resolve under any stage prefix."""
@@ -457,7 +451,7 @@ def console_page() -> Response:
     return console.file_answer(console.page())
 
 
-@endpoint(operations.GET_CONSOLE_FILE, answer_errors=False)
+@endpoint(operations.GET_CONSOLE_FILE, wrap_errors=False)
 def console_asset(name: str) -> Response:
     return console.file_answer(console.find(name))
 

@@ -266,6 +266,19 @@ def read_all_health_signals(probe: GpuHealthProbe, gpus: Sequence[GpuInfo]) -> d
     return result
 
 
+def present_health_signals(
+    probe: GpuHealthProbe, inventory: Sequence[GpuInfo]
+) -> tuple[list[str], dict[str, HealthSignals | GpuLost]]:
+    """One heartbeat's read: the UUIDs NVML enumerates now, and the signals of each inventory GPU
+    that is present or lost. A GPU absent from both is left out, so grading reports it missing.
+    Raises ``NvmlUnavailable`` when NVML cannot enumerate at all.
+    """
+    present = probe.device_uuids()
+    reads = read_all_health_signals(probe, inventory)
+    kept = {uuid: read for uuid, read in reads.items() if uuid in present or isinstance(read, GpuLost)}
+    return present, kept
+
+
 def format_cuda_version(value: int) -> str:
     """NVML encodes the CUDA driver version as major*1000 + minor*10 (12080 -> "12.8")."""
     if value <= 0:

@@ -144,7 +144,12 @@ def sweep_index_partition(liveness: str, node_id: str) -> str | None:
 
 
 #: The modules the heartbeat route imports on its first call (a unit test keeps this equal to app.py).
-HEARTBEAT_ROUTE_IMPORTS = ("chalicelib.api.channel_edge", "chalicelib.domain.requests", "chalicelib.services.nodes")
+HEARTBEAT_ROUTE_IMPORTS = (
+    "chalicelib.api.agent_answer",
+    "chalicelib.api.channel_edge",
+    "chalicelib.domain.requests",
+    "chalicelib.services.nodes",
+)
 
 
 def load_heartbeat_path() -> None:

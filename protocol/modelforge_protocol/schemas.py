@@ -274,6 +274,9 @@ REPLACE_INVENTORY = _obj(
 #: An empty JSON object (or no body) for action endpoints such as revoke.
 EMPTY = _obj({}, [])
 
+#: An admin's drain or undrain: the whole node, or one of its GPUs (by UUID).
+DRAIN = _obj({"gpu_uuid": {"type": "string", "pattern": GPU_UUID_PATTERN}}, [])
+
 
 # --- answers the control plane gives the agent ---------------------------------------------------
 #
@@ -312,7 +315,8 @@ FEATURE_PUSH_CHANNEL = "push_channel"
 FEATURE_NODE_FAULT = "node_fault"
 #: ``slots`` in a heartbeat: the node's job slots (SLOTS_REPORT).
 FEATURE_SLOTS = "slots"
-#: ``boot_id`` and ``gpu_health`` in a heartbeat; the answer's ``drained`` and ``blocked_gpus``.
+#: ``boot_id`` and ``gpu_health`` in a heartbeat; the answer's ``drained``, ``blocked_gpus`` and
+#: ``recheck_gpus``.
 FEATURE_GPU_HEALTH = "gpu_health"
 #: Why the control plane keeps a GPU from work: a latched hard fault, or an admin's drain.
 GPU_BLOCK_REASONS = ("latched", "drained")
@@ -367,6 +371,12 @@ HEARTBEAT_ANSWER = _answer(
                 },
                 ["uuid", "reason"],
             ),
+        },
+        #: GPUs whose latched fault an admin cleared: re-check each before it takes work again
+        "recheck_gpus": {
+            "type": "array",
+            "maxItems": MAX_GPUS,
+            "items": {"type": "string", "pattern": GPU_UUID_PATTERN},
         },
     },
     ["status"],

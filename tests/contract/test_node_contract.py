@@ -251,3 +251,61 @@ def test_nodes_revoke_credential_node_gone_is_refused(backend: Backend) -> None:
     ours = _seeded(backend)
     backend.meanwhile_delete("nodes.revoke_credential", "nodes", ours.node_id)
     backend.refused(lambda: backend.stores.nodes.revoke_credential(ours.node_id, NOW, event()))
+
+
+# --- write_gpu_state ---------------------------------------------------------------------
+
+_BOOK = {
+    "boot_id": "b",
+    "reported": {},
+    "latches": {},
+    "rechecks": {},
+    "drained": True,
+    "drained_gpus": [],
+    "known": [],
+}
+
+
+def _with_inventory(backend: Backend, **fields: Any) -> Any:
+    ours = _seeded(backend)
+    backend.seed(inventory(ours.node_id, **fields))
+    return ours
+
+
+@pytest.mark.parametrize("as_agent", [True, False], ids=["agent", "admin"])
+def test_nodes_write_gpu_state_first_revision_is_written_with_the_block_bits(backend: Backend, as_agent: bool) -> None:
+    ours = _with_inventory(backend)
+    writer = holder(ours) if as_agent else None
+    backend.stores.nodes.write_gpu_state(ours.node_id, _BOOK, 1, 3, writer, event("gpu.state_changed"))
+    stored = backend.stores.nodes.get_inventory(ours.node_id)
+    assert (stored.gpu_state, stored.gpu_revision, stored.revision) == (_BOOK, 1, "rev-1")
+    assert backend.stores.nodes.get(ours.node_id).gpu_blocks == 3
+    assert backend.event_types() == ["gpu.state_changed"]
+    backend.stores.nodes.write_gpu_state(ours.node_id, {**_BOOK, "drained": False}, 2, 0, writer, event())
+    assert backend.stores.nodes.get(ours.node_id).gpu_blocks is None  # 0 removes the bits
+
+
+@pytest.mark.parametrize("revision", [1, 3], ids=["written_meanwhile", "skipped_one"])
+def test_nodes_write_gpu_state_at_another_revision_is_refused(backend: Backend, revision: int) -> None:
+    ours = _with_inventory(backend, gpu_state=_BOOK, gpu_revision=1)
+    backend.refused(lambda: backend.stores.nodes.write_gpu_state(ours.node_id, _BOOK, revision, 1, None, event()))
+
+
+@pytest.mark.parametrize("change", CREDENTIAL_MOVES)
+def test_nodes_write_gpu_state_by_an_agent_that_moved_is_refused(backend: Backend, change: dict[str, Any]) -> None:
+    ours = _with_inventory(backend)
+    backend.meanwhile("nodes.write_gpu_state", "nodes", ours.node_id, **change)
+    backend.refused(lambda: backend.stores.nodes.write_gpu_state(ours.node_id, _BOOK, 1, 1, holder(ours), event()))
+
+
+def test_nodes_write_gpu_state_without_an_inventory_is_refused(backend: Backend) -> None:
+    ours = _seeded(backend)
+    backend.refused(lambda: backend.stores.nodes.write_gpu_state(ours.node_id, _BOOK, 1, 1, None, event()))
+
+
+def test_nodes_replace_inventory_keeps_the_gpu_state(backend: Backend) -> None:
+    ours = _with_inventory(backend, gpu_state=_BOOK, gpu_revision=4)
+    replacement = inventory(ours.node_id, revision="rev-2")
+    backend.stores.nodes.replace_inventory(holder(ours), replacement, "rev-1", {"cpu"}, event())
+    stored = backend.stores.nodes.get_inventory(ours.node_id)
+    assert (stored.revision, stored.gpu_state, stored.gpu_revision) == ("rev-2", _BOOK, 4)

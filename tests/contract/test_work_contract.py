@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from chalicelib.domain.records import GPU_BLOCKED, NODE_DRAINED
 from chalicelib.stores.contract import LeaseCheck
 
 from tests.contract.records import HEARTBEAT_CUTOFF, NOW, event, holder, node, work
@@ -47,6 +48,14 @@ def _lease(backend: Backend, item: Any, claimant: Any, parked_at: float | None =
     )
 
 
+def test_work_lease_to_a_node_with_only_a_gpu_blocked_is_leased(backend: Backend) -> None:
+    """A latched or drained GPU leaves the node's other slots serving: the agent claims only for
+    slots it may use, and only a drained node is refused here."""
+    item, claimant = _queued_and_node(backend)
+    backend.meanwhile("work.lease", "nodes", claimant.node_id, gpu_blocks=GPU_BLOCKED)
+    assert _lease(backend, item, claimant).status == "leased"
+
+
 def test_work_lease_queued_item_online_holder_is_leased(backend: Backend) -> None:
     item, claimant = _queued_and_node(backend)
     written = _lease(backend, item, claimant)
@@ -69,6 +78,8 @@ def test_work_lease_queued_item_online_holder_is_leased(backend: Backend) -> Non
         ("nodes", {"capabilities": {"ocr", "cpu"}}),  # its inventory no longer lists the item's capability
         ("nodes", {"capabilities": None}),
         ("nodes", {"parked_at": NOW - 5}),  # parked since the claim's view was read
+        ("nodes", {"gpu_blocks": NODE_DRAINED}),  # an admin drained it
+        ("nodes", {"gpu_blocks": NODE_DRAINED | GPU_BLOCKED}),
     ],
     ids=[
         "status",
@@ -80,6 +91,8 @@ def test_work_lease_queued_item_online_holder_is_leased(backend: Backend) -> Non
         "capability_dropped",
         "no_capabilities",
         "parked",
+        "drained",
+        "drained_and_gpu_blocked",
     ],
 )
 def test_work_lease_moved_meanwhile_is_refused(backend: Backend, kind: str, change: dict[str, Any]) -> None:

@@ -15,7 +15,17 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from chalicelib.domain.errors import GuardFailed
-from chalicelib.domain.records import ONLINE_NODES, ControlItem, Enrollment, Event, Heartbeat, Inventory, Node, WorkItem
+from chalicelib.domain.records import (
+    NODE_DRAINED,
+    ONLINE_NODES,
+    ControlItem,
+    Enrollment,
+    Event,
+    Heartbeat,
+    Inventory,
+    Node,
+    WorkItem,
+)
 from chalicelib.stores import changes
 from chalicelib.stores.contract import CLAIM_CHANGES_PER_WRITE, PARTNERS_PER_WRITE, Holder, LeaseCheck, PageKey, Stores
 
@@ -207,8 +217,13 @@ class MemoryNodeStore(_Store[Node]):
             node = self._held_by(holder)
             stored = self.inventories.get(holder.node_id)
             _require((stored.revision if stored else None) == previous_revision, "inventory revision")
-            claimed = stored.claimed_uuids if stored else None
-            self.inventories[holder.node_id] = dataclasses.replace(copy.deepcopy(inventory), claimed_uuids=claimed)
+            kept = {
+                "claimed_uuids": stored.claimed_uuids if stored else None,
+                # as DynamoDB's update: the GPU state is not the inventory's to replace
+                "gpu_state": stored.gpu_state if stored else None,
+                "gpu_revision": stored.gpu_revision if stored else None,
+            }
+            self.inventories[holder.node_id] = dataclasses.replace(copy.deepcopy(inventory), **kept)
             node.capabilities = set(capabilities) or None
 
     def change_claims(
@@ -242,6 +257,17 @@ class MemoryNodeStore(_Store[Node]):
     def forget_duplicate_time(self, node_id: str, event: Event) -> None:
         no_partner = {"duplicate_suspected_at": None}
         self._update("forget_duplicate_time", node_id, lambda n: n.duplicate_partners is None, no_partner, event)
+
+    def write_gpu_state(
+        self, node_id: str, state: dict[str, Any], revision: int, blocks: int, holder: Holder | None, event: Event
+    ) -> None:
+        with self._writing("write_gpu_state", event):
+            node = self._held_by(holder) if holder is not None else self.records.get(node_id)
+            inventory = self.inventories.get(node_id)
+            _require(node is not None and inventory is not None, "node and inventory exist")
+            _require((inventory.gpu_revision or 0) == revision - 1, "gpu revision")
+            inventory.gpu_state, inventory.gpu_revision = copy.deepcopy(state), revision
+            self._change(node_id, changes.gpu_blocks_set(blocks))
 
     def revoke_credential(self, node_id: str, now: float, event: Event) -> None:
         revoked = changes.credential_revoked(now)
@@ -353,6 +379,7 @@ class MemoryWorkStore(_Store[WorkItem]):
                 and node.liveness == "online"
                 and item.capability in (node.capabilities or ())
                 and node.parked_at == parked_at
+                and not (node.gpu_blocks or 0) & NODE_DRAINED
                 else None
             )
             failed += [] if (beat or heartbeat_after) > heartbeat_after else ["node"]

@@ -206,15 +206,19 @@ def test_heartbeat_answer_advertises_push_channel_and_carries_a_ticket_when_aske
     agent = Agent()
     stores.nodes.seed(node_record(agent, last_heartbeat_at=time.time() - 5))
     status, answer = _heartbeat(agent, push_channel={"state": "connecting", "need_ticket": True})
-    assert status == 200 and answer["features"] == ["node_fault", "slots", "push_channel"]
+    assert status == 200 and answer["features"] == ["node_fault", "slots", "gpu_health", "push_channel"]
     block = answer["channel"]
     assert block["url"] == "wss://channel.example.com/live" and block["expires_at"].endswith("Z")
     assert credentials.sha256_hex(block["ticket"]) == stores.nodes.records[agent.node_id].channel_ticket_sha256
     status, answer = _heartbeat(agent, push_channel={"state": "connected", "need_ticket": False})
-    assert status == 200 and "channel" not in answer and answer["features"] == ["node_fault", "slots", "push_channel"]
+    assert (
+        status == 200
+        and "channel" not in answer
+        and answer["features"] == ["node_fault", "slots", "gpu_health", "push_channel"]
+    )
 
 
-def test_heartbeat_answer_without_a_channel_has_no_features(
+def test_heartbeat_answer_without_a_channel_advertises_no_push_channel(
     stores: MemoryStores, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import time
@@ -223,4 +227,7 @@ def test_heartbeat_answer_without_a_channel_has_no_features(
     agent = Agent()
     stores.nodes.seed(node_record(agent, last_heartbeat_at=time.time() - 5))
     status, answer = _heartbeat(agent)
-    assert status == 200 and "features" not in answer and "channel" not in answer
+    assert status == 200 and "channel" not in answer
+    # what the control plane accepts does not depend on the channel: an agent without one still
+    # reports slots and GPU health, and marks a busy worker as a node fault
+    assert answer["features"] == ["node_fault", "slots", "gpu_health"]

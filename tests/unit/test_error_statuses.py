@@ -1,14 +1,12 @@
-"""Domain errors carry no HTTP status: app.py alone maps each kind to one."""
+"""Domain errors carry no HTTP status: chalicelib/api/error_answers.py alone maps each kind to one."""
 
 from __future__ import annotations
 
 import inspect
 
 import pytest
+from chalicelib.api import error_answers as app
 from chalicelib.domain import errors
-from modelforge_local_stack.http_server import load_app
-
-app = load_app()
 
 KINDS = [
     kind
@@ -37,6 +35,6 @@ def test_no_domain_error_carries_an_http_status() -> None:
 
 
 def test_a_rate_limit_answer_carries_retry_after_in_the_body_and_the_header() -> None:
-    response = app._error_response(errors.RateLimited("inventory_rate_limited", "slow down", 42))
+    response = app.error_response(errors.RateLimited("inventory_rate_limited", "slow down", 42))
     assert response.status_code == 429 and response.headers["Retry-After"] == "42"
     assert response.body["error"]["retry_after_seconds"] == 42

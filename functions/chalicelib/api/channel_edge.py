@@ -24,12 +24,10 @@ log = logging.getLogger("modelforge.api")
 
 
 def channel_answer(settings: Settings, ticket: Ticket | None) -> dict[str, Any]:
-    """An agent answer's ``features`` (with a channel configured) and ``channel`` block (with a
+    """An agent answer's ``features`` and ``channel`` block (with a channel configured and a
     ticket minted for this answer): the only place a ticket is ever shown."""
-    if not settings.channel_url:
-        return {}
     answer: dict[str, Any] = {"features": settings.features}
-    if ticket is not None:
+    if settings.channel_url and ticket is not None:
         answer["channel"] = {"url": settings.channel_url, "ticket": ticket.secret, "expires_at": iso(ticket.expires_at)}
     return answer
 

@@ -121,6 +121,19 @@ MINTED_ENROLLMENT = {
 }
 
 _LIVENESS = {"enum": ["pending", "online", "stale", "offline"]}
+_GPU_HEALTH_VIEW = closed(
+    {
+        "uuid": portable(schemas.GPU_HEALTH["properties"]["uuid"]),
+        "state": {"enum": list(schemas.GPU_HEALTH_STATES), "description": "the worst of its grade and its latch"},
+        "reasons": {"type": "array", "items": portable(schemas.GPU_REASON)},
+        "latched": {"type": "boolean", "description": "a hard fault held until a new boot or an admin's clear"},
+        "recheck_pending": {"type": "boolean", "description": "cleared: the agent re-checks it before it takes work"},
+        "drained": {"type": "boolean", "description": "an admin drained this GPU"},
+        "missing": {"type": "boolean", "description": "reported before, absent now (accept-gpus forgets it)"},
+        "schedulable": {"type": "boolean", "description": "it may take work: its state, latch and drains allow it"},
+        "reported": {"type": "boolean", "description": "the agent reported its health (false: an older agent)"},
+    }
+)
 NODE_VIEW = closed(
     {
         "node_id": NODE_ID,
@@ -155,6 +168,9 @@ NODE_VIEW = closed(
                 "description": "its job slots as its last heartbeat reported them (null: not reported)",
             }
         ),
+        "drained": {"type": "boolean", "description": "an admin drained the node: it claims no new work"},
+        "gpu_health": {"type": "array", "items": _GPU_HEALTH_VIEW, "description": "each GPU's effective health"},
+        "simulated": {"type": "boolean", "description": "true: its GPUs come from an NVML simulation, not hardware"},
         "created_at": _TIME,
     }
 )
@@ -232,8 +248,8 @@ WORK_ITEM = closed(
 )
 
 
-#: The push channel's fields of the enroll and heartbeat answers: present when a channel is configured
-#: (``features``), and when a ticket was minted for this answer (``channel``); see DISPATCH.md.
+#: The enroll and heartbeat answers' ``features`` (what the control plane accepts beyond protocol 1's
+#: base), and ``channel`` when a ticket was minted for this answer; see DISPATCH.md.
 _PUSH_CHANNEL_FIELDS = {
     "features": portable(schemas.ENROLL_ANSWER["properties"]["features"]),
     "channel": closed({name: portable(value) for name, value in schemas.CHANNEL["properties"].items()}),
@@ -256,9 +272,13 @@ _HEARTBEAT_FIELDS = {
     "heartbeat_interval_seconds": {"type": "integer", "minimum": 1},
     "work_waiting": {"type": "boolean"},
 }
+#: Only for a node that something blocks (drained, latched or drained GPUs, pending re-checks).
+_GPU_ANSWER_FIELDS = {
+    name: portable(schemas.HEARTBEAT_ANSWER["properties"][name]) for name in ("drained", "blocked_gpus", "recheck_gpus")
+}
 HEARTBEAT_ANSWER = _both(
     schemas.HEARTBEAT_ANSWER,
-    closed({**_HEARTBEAT_FIELDS, **_PUSH_CHANNEL_FIELDS}, required=list(_HEARTBEAT_FIELDS)),
+    closed({**_HEARTBEAT_FIELDS, **_PUSH_CHANNEL_FIELDS, **_GPU_ANSWER_FIELDS}, required=list(_HEARTBEAT_FIELDS)),
 )
 INVENTORY_ANSWER = _both(schemas.INVENTORY_ANSWER, closed({"node_id": NODE_ID, "inventory": _INVENTORY_VIEW}))
 CLAIM_ANSWER = _both(
@@ -323,6 +343,7 @@ COMPONENT_SCHEMAS: dict[str, Any] = {
     "ReplaceInventory": portable(schemas.REPLACE_INVENTORY),
     "NodeAgentSettings": portable(schemas.NODE_AGENT_SETTINGS),
     "Empty": portable(schemas.EMPTY),
+    "Drain": portable(schemas.DRAIN),
     "SubmitWork": portable(work_protocol.SUBMIT_WORK),
     "RenewWork": portable(work_protocol.RENEW_WORK),
     "CompleteWork": portable(work_protocol.COMPLETE_WORK),
@@ -351,6 +372,7 @@ REQUEST_SCHEMA_SOURCES: dict[str, Any] = {
     "ReplaceInventory": schemas.REPLACE_INVENTORY,
     "NodeAgentSettings": schemas.NODE_AGENT_SETTINGS,
     "Empty": schemas.EMPTY,
+    "Drain": schemas.DRAIN,
     "SubmitWork": work_protocol.SUBMIT_WORK,
     "RenewWork": work_protocol.RENEW_WORK,
     "CompleteWork": work_protocol.COMPLETE_WORK,

@@ -226,6 +226,60 @@ REVOKE_NODE_CREDENTIAL = Operation(
     refusals={404: ("node_not_found",), 409: ("credential_already_revoked",)},
 )
 
+_GPU_PARAMETER = path_id("gpu_uuid", {"type": "string", "pattern": "^(GPU|MIG)-[0-9A-Za-z-]{8,96}$"}, "a GPU UUID")
+_NODE_GPU_VIEW = {200: Answer("the node, with each GPU's effective health", ref("Node"))}
+
+
+def _drain(path: str, name: str, summary: str) -> Operation:
+    return Operation(
+        "POST",
+        path,
+        name,
+        summary,
+        "nodes",
+        ADMIN,
+        request="Drain",
+        body_optional=True,
+        parameters=(_NODE_PARAMETER,),
+        answers=_NODE_GPU_VIEW,
+        refusals={404: ("node_not_found", "gpu_not_found"), 409: ("gpu_state_conflict",)},
+        description="Without a body the whole node; with `gpu_uuid`, that GPU. Running jobs finish; "
+        "doing it twice changes nothing.",
+    )
+
+
+DRAIN_NODE = _drain("/api/v1/admin/nodes/{node_id}/drain", "drainNode", "Stop new work on a node or one of its GPUs")
+UNDRAIN_NODE = _drain(
+    "/api/v1/admin/nodes/{node_id}/undrain", "undrainNode", "Let a drained node or GPU take work again"
+)
+CLEAR_GPU_FAULT = Operation(
+    "POST",
+    "/api/v1/admin/nodes/{node_id}/gpus/{gpu_uuid}/clear",
+    "clearGpuFault",
+    "Clear a GPU's latched hard fault after repair",
+    "nodes",
+    ADMIN,
+    request="Empty",
+    body_optional=True,
+    parameters=(_NODE_PARAMETER, _GPU_PARAMETER),
+    answers=_NODE_GPU_VIEW,
+    refusals={404: ("node_not_found", "gpu_not_found"), 409: ("gpu_fault_not_latched", "gpu_state_conflict")},
+    description="The agent re-checks the GPU before it takes work; a GPU still faulted is latched again.",
+)
+ACCEPT_NODE_GPUS = Operation(
+    "POST",
+    "/api/v1/admin/nodes/{node_id}/accept-gpus",
+    "acceptNodeGpus",
+    "Accept a node's current GPU set (forget GPUs removed on purpose)",
+    "nodes",
+    ADMIN,
+    request="Empty",
+    body_optional=True,
+    parameters=(_NODE_PARAMETER,),
+    answers=_NODE_GPU_VIEW,
+    refusals={404: ("node_not_found",), 409: ("gpu_state_conflict",)},
+)
+
 # --- agents ---------------------------------------------------------------------------------------
 
 ENROLL = Operation(

@@ -10,8 +10,17 @@ from modelforge_protocol.versions import ACCEPTED, IMAGE_TAG_VERSION, Component,
 from chalicelib.config.settings import Settings
 from chalicelib.domain import liveness
 from chalicelib.domain.channel_state import channel_of
-from chalicelib.domain.records import TELEMETRY_COLUMNS, ControlItem, Enrollment, Inventory, Node, WorkItem
+from chalicelib.domain.records import (
+    NODE_DRAINED,
+    TELEMETRY_COLUMNS,
+    ControlItem,
+    Enrollment,
+    Inventory,
+    Node,
+    WorkItem,
+)
 from chalicelib.domain.timestamps import iso
+from chalicelib.services import gpu_health
 from chalicelib.services.enrollments import public_state
 from chalicelib.services.listing import NodeDetails, ShownWork
 from chalicelib.services.node_agent_settings import SettingsCheck
@@ -91,6 +100,9 @@ def node(details: NodeDetails, settings: Settings, now: float) -> dict[str, Any]
         "channel": channel_state,
         "channel_reason": channel_reason,
         "slots": None if item.slots is None else dict(zip(("total", "busy", "schedulable"), item.slots, strict=True)),
+        "drained": bool((item.gpu_blocks or 0) & NODE_DRAINED),
+        "gpu_health": gpu_health.gpu_views(details.inventory),
+        "simulated": bool(details.inventory and details.inventory.inventory.get("simulated")),
         "created_at": iso(item.created_at),
     }
 

@@ -57,9 +57,9 @@ class Settings:
 
     @property
     def features(self) -> list[str]:
-        """What the answers advertise beyond protocol 1's base: ``node_fault``, ``slots``, and
-        ``push_channel`` with a channel."""
-        base = ["node_fault", "slots"]
+        """What the answers advertise beyond protocol 1's base: ``node_fault``, ``slots``,
+        ``gpu_health``, and ``push_channel`` with a channel."""
+        base = ["node_fault", "slots", "gpu_health"]
         return [*base, "push_channel"] if self.channel_url else base
 
     def answer_interval(self, channel_connected: bool) -> int:

@@ -1,6 +1,6 @@
 """Domain errors: what went wrong, in the domain's words, with a stable code and no HTTP status.
 
-``app.py`` alone maps each kind to its HTTP status (``app.STATUS_OF``). A message never contains a
+``chalicelib/api/error_answers.py`` alone maps each kind to its HTTP status (``STATUS_OF``). A message never contains a
 secret or an echo of what the caller sent.
 """
 

@@ -75,6 +75,10 @@ class Node:
     parked_at: float | None = None
     #: its job slots as its last heartbeat reported them: [total, busy, schedulable]
     slots: list[int] | None = None
+    #: what keeps work from the node besides liveness (services/gpu_health.py): GPU_BLOCKED when a
+    #: GPU is latched, drained or awaits a re-check (its heartbeat answer then reads the GPU state),
+    #: plus NODE_DRAINED when an admin drained the node (its claims are refused); None: neither
+    gpu_blocks: int | None = None
 
 
 @dataclass
@@ -91,6 +95,12 @@ class Inventory:
     #: per-node rate limit of replacements: the current window's start and count
     rate_window_start: float | None = None
     rate_window_count: int | None = None
+    #: per-GPU health as the control plane keeps it (services/gpu_health.GpuBook's JSON): written
+    #: only when it changes, never by a steady heartbeat
+    gpu_state: dict[str, Any] | None = None
+    #: one more with every write of ``gpu_state``: guards the next (an admin's clear and an agent's
+    #: report never overwrite each other)
+    gpu_revision: int | None = None
 
 
 @dataclass
@@ -183,6 +193,10 @@ class Event:
 
 #: Column order of Node.telemetry rows: every field of the protocol's GPU telemetry.
 TELEMETRY_COLUMNS = GPU_TELEMETRY_FIELDS
+
+#: Node.gpu_blocks bits.
+GPU_BLOCKED = 1
+NODE_DRAINED = 2
 
 #: The names of the control table's items.
 MASS_STALE_HOLD = "mass_stale_hold"

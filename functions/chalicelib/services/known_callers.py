@@ -20,7 +20,7 @@ import collections
 import threading
 from dataclasses import dataclass
 
-from chalicelib.domain.records import Node
+from chalicelib.domain.records import NODE_DRAINED, Node
 
 #: About 300 bytes an entry with its view: 20,000 entries stay under 10 MB of a Lambda instance's
 #: memory.
@@ -42,10 +42,15 @@ class ClaimView:
     liveness: str
     last_heartbeat_at: float | None
     read_at: float
+    #: an admin drained the node: it takes no new work (the claim transaction checks it too)
+    drained: bool = False
 
     @classmethod
     def of(cls, node: Node, now: float) -> ClaimView:
-        return cls(frozenset(node.capabilities or ()), node.parked_at, node.liveness, node.last_heartbeat_at, now)
+        drained = bool((node.gpu_blocks or 0) & NODE_DRAINED)
+        return cls(
+            frozenset(node.capabilities or ()), node.parked_at, node.liveness, node.last_heartbeat_at, now, drained
+        )
 
     def online(self, heartbeat_after: float) -> bool:
         """The claim transaction's liveness test, on the view."""

@@ -14,7 +14,7 @@ from chalicelib.domain import liveness, requests
 from chalicelib.domain.errors import Conflict, GuardFailed, RateLimited, conflict, not_found
 from chalicelib.domain.records import TELEMETRY_COLUMNS, Event, Heartbeat, Inventory, Node
 from chalicelib.domain.validation import require_unique
-from chalicelib.services import channel, dispatch, duplicate_identity
+from chalicelib.services import channel, dispatch, duplicate_identity, gpu_health
 from chalicelib.services.auth import NodeCaller, require_holder
 from chalicelib.services.known_callers import KnownCallers
 from chalicelib.stores.contract import Holder, Stores
@@ -49,6 +49,8 @@ class HeartbeatResult:
     transitioned_from: str | None
     #: a channel ticket minted for this answer (written by the heartbeat's own update), or None
     ticket: channel.Ticket | None = None
+    #: what the answer says of drains, blocked GPUs and re-checks (None: nothing blocks the node)
+    gpu: gpu_health.GpuAnswer | None = None
 
 
 def _channel_fields(settings: Settings, request: requests.Heartbeat, now: float) -> tuple[dict[str, Any], Any]:
@@ -94,22 +96,41 @@ def heartbeat(
         **channel_fields,
     )
     holder = Holder(caller.node_id, caller.credential_sha256)
-    known = known if known is not None else KnownCallers(capacity=1)
+    recorded = _recorded(stores, caller, holder, beat, now, known if known is not None else KnownCallers(capacity=1))
+    return HeartbeatResult(
+        recorded.node, recorded.transitioned_from, ticket, _gpu_answer(stores, holder, request, recorded.node, now)
+    )
+
+
+def _recorded(
+    stores: Stores, caller: NodeCaller, holder: Holder, beat: Heartbeat, now: float, known: KnownCallers
+) -> HeartbeatResult:
     key = (caller.node_id, caller.credential_sha256)
     if key in known:
         try:
-            return HeartbeatResult(stores.nodes.record_heartbeat(holder, beat, now), None, ticket)
+            return HeartbeatResult(stores.nodes.record_heartbeat(holder, beat, now), None)
         except GuardFailed:
             known.forget(key)  # revoked, or no longer online: read to answer precisely
     node = require_holder(stores.nodes.get(caller.node_id), caller)
     known.remember(key)
     for _ in range(_TRANSITION_ATTEMPTS):
         try:
-            recorded = _record(stores, holder, node, beat, now)
-            return HeartbeatResult(recorded.node, recorded.transitioned_from, ticket)
+            return _record(stores, holder, node, beat, now)
         except GuardFailed:
             node = require_holder(stores.nodes.get(caller.node_id), caller)  # moved meanwhile: judge again
     raise Conflict("heartbeat_conflict", "the node changed concurrently; retry the heartbeat")
+
+
+def _gpu_answer(
+    stores: Stores, holder: Holder, request: requests.Heartbeat, node: Node, now: float
+) -> gpu_health.GpuAnswer | None:
+    """A GPU report is recorded (one read; a write only when it changed); a node with something
+    blocked gets its answer from a read. Any other heartbeat costs nothing more."""
+    if request.gpu_health is not None:
+        return gpu_health.report(stores, holder, request.boot_id, request.gpu_health, now)
+    if node.gpu_blocks:
+        return gpu_health.delivered(stores, holder, now)
+    return None
 
 
 def _record(stores: Stores, holder: Holder, node: Node, beat: Heartbeat, now: float) -> HeartbeatResult:

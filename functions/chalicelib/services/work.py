@@ -247,6 +247,9 @@ class _Claimer:
         return view
 
     def _capabilities(self) -> list[str]:
+        """What the node may claim now: nothing while an admin drains it."""
+        if self.view.drained:
+            return []
         return sorted(self.view.capabilities & set(protocol.CAPABILITIES))
 
     def _lease_queued(self) -> WorkItem | None:

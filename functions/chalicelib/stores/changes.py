@@ -135,6 +135,15 @@ def inventory_replaced(inventory: Inventory) -> Changes:
     }
 
 
+def gpu_state_written(state: dict[str, Any], revision: int) -> Changes:
+    return {"gpu_state": state, "gpu_revision": revision}
+
+
+def gpu_blocks_set(blocks: int) -> Changes:
+    """The node's block bits (records.GPU_BLOCKED, NODE_DRAINED); 0 removes the attribute."""
+    return {"gpu_blocks": blocks or None}
+
+
 def credential_revoked(now: float) -> Changes:
     return {"credential_state": "revoked", "credential_revoked_at": _ms(now)}
 

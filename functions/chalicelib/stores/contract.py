@@ -108,6 +108,14 @@ class NodeStore(Protocol):
     def revoke_credential(self, node_id: str, now: float, event: Event) -> None:
         """Revoke the node's credential at ``now`` if it is active (GuardFailed otherwise)."""
 
+    def write_gpu_state(
+        self, node_id: str, state: dict[str, Any], revision: int, blocks: int, holder: Holder | None, event: Event
+    ) -> None:
+        """One transaction: the node's GPU state (its inventory's ``gpu_state``) at ``revision`` if
+        the stored revision is ``revision - 1`` (none stored for 1), and the node's block bits
+        (0 removes them). With a ``holder`` (the agent's own report), the node must also hold that
+        active credential; without (an admin's change), it must exist. GuardFailed otherwise."""
+
     def change_liveness(
         self, node_id: str, source: str, target: str, silent_since: float, now: float, event: Event
     ) -> None:

@@ -156,6 +156,8 @@ class NodeModel(Model):
     parked_at = NumberAttribute(null=True, attr_name="pk")
     #: the job slots its last heartbeat reported, [total, busy, schedulable] (compact: 1 KB budget)
     slots = PackedSlotsAttribute(null=True, attr_name="sl")
+    #: GPU_BLOCKED | NODE_DRAINED bits (records.Node.gpu_blocks), present only when non-zero
+    gpu_blocks = NumberAttribute(null=True, attr_name="gb")
     by_liveness = LivenessIndex()
     by_channel = ConnectionIndex()
 
@@ -175,6 +177,9 @@ class InventoryModel(Model):
     #: per-node rate limit of replacements: the current window's start and count
     rate_window_start = NumberAttribute(null=True)
     rate_window_count = NumberAttribute(null=True)
+    #: per-GPU health, latches, drains and re-checks (services/gpu_health.py), and its revision
+    gpu_state = CompactJSONAttribute(null=True)
+    gpu_revision = NumberAttribute(null=True)
 
 
 class GpuClaimModel(Model):

@@ -393,6 +393,37 @@ class DynamoNodeStore:
             self._event(event, [update_change(NodeModel, node_id, values)]),
         )
 
+    def write_gpu_state(
+        self, node_id: str, state: dict[str, Any], revision: int, blocks: int, holder: Holder | None, event: Event
+    ) -> None:
+        values = changes.gpu_state_written(state, revision)
+        node_values = changes.gpu_blocks_set(blocks)
+        unchanged_since_read = (
+            InventoryModel.gpu_revision.does_not_exist()
+            if revision == 1
+            else InventoryModel.gpu_revision == revision - 1
+        )
+        node_condition = (
+            holds_credential(holder.credential_sha256) if holder is not None else NodeModel.node_id.exists()
+        )
+        outbox = self._event(
+            event, [update_change(InventoryModel, node_id, values), update_change(NodeModel, node_id, node_values)]
+        )
+
+        def build(transaction: TransactWrite) -> None:
+            transaction.update(
+                NodeModel(node_id), actions=update_actions(NodeModel, node_values), condition=node_condition
+            )
+            transaction.update(
+                InventoryModel(node_id),
+                actions=update_actions(InventoryModel, values),
+                condition=InventoryModel.node_id.exists() & unchanged_since_read,
+            )
+            # mutation-equivalent: a new event id (time, counter, random bits) never exists; kept against overwrite
+            transaction.save(outbox, condition=OutboxModel.event_id.does_not_exist())
+
+        run_transaction(build)
+
     # --- the push channel (ephemeral: not logged) ----------------------------------------
 
     def connect_channel(self, node_id: str, ticket_sha256: str, connection_id: str, now: float) -> None:

@@ -33,7 +33,7 @@ from pynamodb.exceptions import DoesNotExist
 from pynamodb.transactions import TransactWrite
 
 from chalicelib.domain.errors import GuardFailed
-from chalicelib.domain.records import Event, WorkItem
+from chalicelib.domain.records import NODE_DRAINED, Event, WorkItem
 from chalicelib.stores import changes
 from chalicelib.stores.contract import Holder, LeaseCheck, PageKey
 from chalicelib.stores.item_records import item_of, record_of
@@ -227,6 +227,8 @@ class DynamoWorkStore:
             # claim un-parks it after the lease by that stamp)
             & NodeModel.capabilities.contains(item.capability)
             & park_state
+            # and no admin drained it (GPU_BLOCKED alone leaves claims to the agent's slots)
+            & (NodeModel.gpu_blocks.does_not_exist() | (NodeModel.gpu_blocks < NODE_DRAINED))
         )
         # still queued, and nobody claimed it since we read it
         still_queued = (WorkModel.status == changes.QUEUED) & (WorkModel.epoch == item.epoch)
