@@ -40,11 +40,8 @@ class TelemetryUnavailable(GpuError):
 
 
 class GpuLost(NvmlUnavailable, TelemetryUnavailable):
-    """NVML answered ``NVML_ERROR_GPU_IS_LOST``: the GPU fell off the bus (failed, reboot).
-
-    It subclasses both older errors, so every caller written before health existed keeps its
-    behaviour (an inventory or telemetry failure), while health code catches it first.
-    """
+    """NVML answered ``NVML_ERROR_GPU_IS_LOST``: the GPU fell off the bus (failed, reboot). It
+    subclasses both older errors, so callers written before health keep their behaviour."""
 
     def __init__(self, message: str, index: int | None = None) -> None:
         super().__init__(message)
@@ -112,7 +109,7 @@ NVML_ERROR_FUNCTION_NOT_FOUND: Final = 13
 NVML_ERROR_GPU_IS_LOST: Final = 15
 
 #: Field ids for ``nvmlDeviceGetFieldValues`` (nvml.h ``NVML_FI_DEV_*``).
-FI_ECC_UNCORRECTED_VOLATILE: Final = 4  # NVML_FI_DEV_ECC_DBE_VOL_TOTAL: double-bit (uncorrected), volatile
+FI_ECC_UNCORRECTED: Final = 4  # NVML_FI_DEV_ECC_DBE_VOL_TOTAL: double-bit (uncorrected), volatile
 FI_REMAPPED_PENDING: Final = 144  # NVML_FI_DEV_REMAPPED_PENDING
 FI_REMAPPED_FAILURE: Final = 145  # NVML_FI_DEV_REMAPPED_FAILURE
 #: NVML_FI_DEV_GET_GPU_RECOVERY_ACTION. Older pynvml releases do not name it, so the number is
@@ -120,12 +117,7 @@ FI_REMAPPED_FAILURE: Final = 145  # NVML_FI_DEV_REMAPPED_FAILURE
 #: = 230``, the field that replaces the deprecated 226/227 reset fields), matching NVIDIA's
 #: k8s-test-infra mock NVML (``pkg/gpu/mocknvml``: ``healthGPURecoveryActionField = 230``).
 FI_GPU_RECOVERY_ACTION: Final = 230
-HEALTH_FIELD_IDS: Final = (
-    FI_ECC_UNCORRECTED_VOLATILE,
-    FI_REMAPPED_PENDING,
-    FI_REMAPPED_FAILURE,
-    FI_GPU_RECOVERY_ACTION,
-)
+HEALTH_FIELD_IDS: Final = (FI_ECC_UNCORRECTED, FI_REMAPPED_PENDING, FI_REMAPPED_FAILURE, FI_GPU_RECOVERY_ACTION)
 
 #: nvmlClocksEventReason* bits (the same bits as the older nvmlClocksThrottleReason*).
 CLOCK_HW_SLOWDOWN: Final = 0x08
@@ -135,17 +127,11 @@ CLOCK_HW_THERMAL: Final = 0x40
 EVENT_XID_CRITICAL: Final = 0x08
 #: NVML_NVLINK_MAX_LINKS in current headers; the link loop also stops at the first refused link.
 NVLINK_MAX_LINKS: Final = 36
-NVML_ECC_UNCORRECTED: Final = 1  # NVML_MEMORY_ERROR_TYPE_UNCORRECTED
-NVML_ECC_VOLATILE: Final = 0  # NVML_VOLATILE_ECC
 
 
 class NotRead(Enum):
-    """Why a health signal has no value: the GPU or driver does not offer it, or reading it failed.
-
-    Neither is unhealthy. ``UNSUPPORTED`` (NOT_SUPPORTED, FunctionNotFound, a pynvml without the
-    wrapper) is what consumer GPUs answer; ``FAILED`` is any other NVML error, and grading says
-    the signal is unknown rather than invent a value.
-    """
+    """Why a health signal has no value; neither is unhealthy. ``UNSUPPORTED``: NOT_SUPPORTED,
+    FunctionNotFound or a pynvml without the wrapper (consumer GPUs); ``FAILED``: any other error."""
 
     UNSUPPORTED = "not_supported"
     FAILED = "read_failed"
@@ -206,10 +192,8 @@ class XidEvent:
 
 @dataclass(frozen=True)
 class XidRegistration:
-    """What ``register_xid_events`` did per GPU. A GPU without event support is noted, not fatal.
-
-    ``lost_indexes`` are GPUs that answered GpuIsLost before their UUID could be read.
-    """
+    """What ``register_xid_events`` did per GPU (no event support is noted, not fatal); ``lost_indexes``
+    answered GpuIsLost before their UUID could be read."""
 
     registered: tuple[str, ...] = ()
     unsupported: tuple[str, ...] = ()
@@ -252,9 +236,8 @@ def read_health_signals(probe: GpuHealthProbe, index: int) -> HealthSignals:
 
 
 def read_all_health_signals(probe: GpuHealthProbe, gpus: Sequence[GpuInfo]) -> dict[str, HealthSignals | GpuLost]:
-    """Signals of each GPU by UUID: a lost GPU maps to its ``GpuLost``; a GPU without a handle to
-    signals that are all ``READ_FAILED`` (graded unknown, never healthy and never failed).
-    """
+    """Signals of each GPU by UUID: a lost GPU maps to its ``GpuLost``, a GPU without a handle to
+    signals all ``READ_FAILED`` (graded unknown: never healthy, never failed)."""
     result: dict[str, HealthSignals | GpuLost] = {}
     for gpu in gpus:
         try:
@@ -270,9 +253,7 @@ def present_health_signals(
     probe: GpuHealthProbe, inventory: Sequence[GpuInfo]
 ) -> tuple[list[str], dict[str, HealthSignals | GpuLost]]:
     """One heartbeat's read: the UUIDs NVML enumerates now, and the signals of each inventory GPU
-    that is present or lost. A GPU absent from both is left out, so grading reports it missing.
-    Raises ``NvmlUnavailable`` when NVML cannot enumerate at all.
-    """
+    present or lost (one absent from both is left out: graded missing). Raises ``NvmlUnavailable``."""
     present = probe.device_uuids()
     reads = read_all_health_signals(probe, inventory)
     kept = {uuid: read for uuid, read in reads.items() if uuid in present or isinstance(read, GpuLost)}
@@ -313,10 +294,7 @@ def _raise_if_lost(error: BaseException, index: int | None, what: str) -> None:
 
 
 def _not_read(error: BaseException, index: int, what: str) -> NotRead:
-    """What a failed health read means: lost raises, unsupported is ``UNSUPPORTED``, else ``READ_FAILED``.
-
-    AttributeError is a pynvml release without that wrapper: the signal is unsupported here.
-    """
+    """A failed health read: lost raises, unsupported (AttributeError: no pynvml wrapper) or other."""
     _raise_if_lost(error, index, what)
     if isinstance(error, AttributeError) or _error_code(error) in (
         NVML_ERROR_NOT_SUPPORTED,
@@ -445,22 +423,15 @@ class PynvmlProbe:
         for index in range(count):
             try:
                 uuids.append(_text(nvml.nvmlDeviceGetUUID(self._handle(index))))
-            except GpuLost:
-                continue  # reported through its own health read
-            except GpuError as error:
-                raise NvmlUnavailable(str(error)) from error
             except Exception as error:
-                if _error_code(error) == NVML_ERROR_GPU_IS_LOST:
-                    continue
+                if isinstance(error, GpuLost) or _error_code(error) == NVML_ERROR_GPU_IS_LOST:
+                    continue  # reported through its own health read
                 raise NvmlUnavailable(f"cannot read the UUID of GPU {index}: {_describe(error)}") from error
         return uuids
 
     def health_fields(self, index: int) -> HealthFields:
-        """One ``nvmlDeviceGetFieldValues`` batch; each value's own nvmlReturn decides it.
-
-        A driver without the batch call (FunctionNotFound) falls back to the single reads that
-        exist for ECC and row remapping; the recovery action has no other read, so it is unsupported.
-        """
+        """One ``nvmlDeviceGetFieldValues`` batch; each value's own nvmlReturn decides it. Without the
+        batch call (FunctionNotFound), single reads for ECC and row remapping; no recovery action."""
         nvml, handle = self._module(), self._handle(index)
         try:
             values = nvml.nvmlDeviceGetFieldValues(handle, list(HEALTH_FIELD_IDS))
@@ -471,7 +442,7 @@ class PynvmlProbe:
         read = {field: self._field(values[position], index) for position, field in enumerate(HEALTH_FIELD_IDS)}
         pending, failure = read[FI_REMAPPED_PENDING], read[FI_REMAPPED_FAILURE]
         return HealthFields(
-            ecc_uncorrected_volatile=_as_int(read[FI_ECC_UNCORRECTED_VOLATILE]),
+            ecc_uncorrected_volatile=_as_int(read[FI_ECC_UNCORRECTED]),
             remap_pending=pending if isinstance(pending, NotRead) else bool(pending),
             remap_failure=failure if isinstance(failure, NotRead) else bool(failure),
             recovery_action=_as_int(read[FI_GPU_RECOVERY_ACTION]),
@@ -492,7 +463,7 @@ class PynvmlProbe:
         pending: bool | NotRead
         failure: bool | NotRead
         try:
-            ecc = int(nvml.nvmlDeviceGetTotalEccErrors(handle, NVML_ECC_UNCORRECTED, NVML_ECC_VOLATILE))
+            ecc = int(nvml.nvmlDeviceGetTotalEccErrors(handle, 1, 0))  # UNCORRECTED, VOLATILE_ECC
         except Exception as error:
             ecc = _not_read(error, index, "ECC errors")
         try:
@@ -515,9 +486,8 @@ class PynvmlProbe:
             return _not_read(error, index, "clock throttle reasons")
 
     def nvlink_states(self, index: int) -> tuple[bool, ...] | NotRead:
-        """Each link's state, in link order, until the first link NVML refuses (NOT_SUPPORTED or
-        INVALID_ARGUMENT: past the last link). No link at all is ``UNSUPPORTED`` (a PCIe GPU).
-        """
+        """Each link's state in link order, until the first link NVML refuses (NOT_SUPPORTED or
+        INVALID_ARGUMENT: past the last link). No link at all is ``UNSUPPORTED`` (a PCIe GPU)."""
         nvml, handle = self._module(), self._handle(index)
         states: list[bool] = []
         for link in range(NVLINK_MAX_LINKS):
@@ -556,11 +526,8 @@ class PynvmlProbe:
             try:
                 handle = self._handle(index)
                 uuid = _text(nvml.nvmlDeviceGetUUID(handle))
-            except GpuLost:
-                lost_indexes.append(index)
-                continue
             except Exception as error:
-                if _error_code(error) == NVML_ERROR_GPU_IS_LOST:
+                if isinstance(error, GpuLost) or _error_code(error) == NVML_ERROR_GPU_IS_LOST:
                     lost_indexes.append(index)
                     continue
                 raise XidEventsFailed(f"cannot read GPU {index} to register events: {_describe(error)}") from error
