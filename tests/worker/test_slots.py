@@ -112,6 +112,31 @@ def test_a_cancelled_job_is_killed_with_its_process_and_answers_cancelled(worker
     _both_ready(worker)
 
 
+def test_a_slot_restarted_by_a_job_keeps_its_new_process_for_the_jobs_after(worker: Worker) -> None:
+    """A slot whose process died while idle is started again by its next job's thread. The new
+    process outlives that thread (a child forked by a thread gets its parent-death signal when
+    that thread ends), so the jobs after find it loaded and waiting."""
+    _both_ready(worker)
+    killed = _slot_pids(worker)
+    for pid in killed:
+        os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: not any(alive(pid) for pid in killed), 10, "the slot processes to end")
+    _both_busy_once(worker)  # each slot's job starts its new process, waits for it, runs in it
+    restarted, seen = _slot_pids(worker), len(worker.output())
+    assert len(restarted) == 2
+    _both_busy_once(worker)
+    _both_busy_once(worker)
+    assert _slot_pids(worker) == restarted
+    assert '"event": "slot_started"' not in worker.output()[seen:]
+
+
+def _both_busy_once(worker: Worker) -> None:
+    jobs = [_in_thread(lambda: _run(worker, "diagnostic.sleep", {"seconds": 0.5})) for _ in range(2)]
+    for thread, answers in jobs:
+        thread.join(30)
+        assert answers[0].status == 200
+
+
 def test_a_slot_whose_process_dies_mid_job_fails_that_job_only(worker: Worker) -> None:
     _both_ready(worker)
     running, outcome = _in_thread(lambda: _run(worker, "diagnostic.sleep", {"seconds": 300}, "work_k:1"))

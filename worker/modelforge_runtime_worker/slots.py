@@ -57,6 +57,45 @@ def threads_per_slot(slots: int, cores: int) -> int | None:
     return max(1, cores // slots)
 
 
+class _Spawner:
+    """Starts the slot processes, all from one thread that lives as long as the worker.
+
+    A slot's process dies with its parent (``child_process.die_with_parent``: ``PR_SET_PDEATHSIG``),
+    and Linux sends that signal when the *thread* that forked the child ends, not the process. A
+    slot restarted by a job's thread (after a kill, or on its first job) would be killed again the
+    moment that job's thread ended, and every later job would have to start it anew. Forked from
+    this thread, which never ends before the worker does, a slot's process lives until it is
+    killed or the worker ends."""
+
+    def __init__(self) -> None:
+        self._requests: queue.Queue[tuple[list[str], dict[str, Any], queue.Queue[Any]]] = queue.Queue()
+        self._guard = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def popen(self, command: list[str], **options: Any) -> subprocess.Popen[bytes]:
+        with self._guard:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._serve, name="slot-spawner", daemon=True)
+                self._thread.start()
+        reply: queue.Queue[Any] = queue.Queue(maxsize=1)
+        self._requests.put((command, options, reply))
+        started = reply.get()
+        if isinstance(started, BaseException):
+            raise started
+        return started  # type: ignore[no-any-return]
+
+    def _serve(self) -> None:
+        while True:
+            command, options, reply = self._requests.get()
+            try:
+                reply.put(subprocess.Popen(command, **options))  # noqa: S603 - our own interpreter and module, no shell
+            except BaseException as error:  # noqa: BLE001 - handed to the caller
+                reply.put(error)
+
+
+_SPAWNER = _Spawner()
+
+
 class SlotDown(Exception):
     """The slot's process did not become ready (it exited, or took longer than ``READY_SECONDS``)."""
 
@@ -101,7 +140,7 @@ class SlotProcess:
                 return
             self._ready.clear()
             answers: queue.Queue[dict[str, Any] | None] = queue.Queue()
-            process = subprocess.Popen(  # noqa: S603 - our own interpreter and module, no shell
+            process = _SPAWNER.popen(
                 [sys.executable, "-m", "modelforge_runtime_worker.slot_process"],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
