@@ -285,8 +285,8 @@ def test_enroll_a_cpu_agent_from_the_console_until_it_is_ready(
         wait_until(ready, 30, "the wizard to say Ready", interval=0.5, detail=agent_log.read_text)
         expect(wizard.get_by_text(f"Node {node_id}", exact=False)).to_be_visible()
         results = wizard.get_by_role("table", name="Readiness checks").get_by_role("row").all()[1:]
-        # the seven checks and push_channel (which passes in fallback too)
-        assert len(results) == 8 and all(result.get_by_role("cell").first.inner_text() == "Pass" for result in results)
+        # the seven checks, push_channel (which passes in fallback too) and gpu_health (no GPUs)
+        assert len(results) == 9 and all(result.get_by_role("cell").first.inner_text() == "Pass" for result in results)
         wizard.get_by_role("heading", name="Node readiness").evaluate("(heading) => heading.scrollIntoView()")
         console.screenshot("readiness")
 
@@ -632,4 +632,48 @@ def test_the_hardware_table_shows_gpus_telemetry_duplicates_and_the_current_job(
     assert cells[8] == f"suspected: {twin.node_id}"
     assert cells[9] == "cuda, diagnostic.echo"
     assert cells[10] == f"diagnostic.echo {work_id} (attempt 1)"
+    console.log.assert_clean([ADMIN_TOKEN])
+
+
+def test_a_latched_gpu_fault_shows_on_the_node_page_and_clear_gpu_fault_clears_it(console: Console) -> None:
+    api = console.api
+    inventory = {**gpu_inventory(2), "capabilities": ["cuda", "diagnostic.echo"]}
+    inventory["gpus"] = [
+        {**gpu, "uuid": f"GPU-c0n5013{index}-0000-4000-8000-000000000000"}
+        for index, gpu in enumerate(inventory["gpus"])
+    ]
+    identity = AgentIdentity()
+    enrolled = api.enroll(
+        api.mint(display_name="Faulty GPU")["token"], identity, accelerator_mode="nvidia", inventory=inventory
+    )
+    assert enrolled.status_code == 201, enrolled.text
+    faulty, healthy = (gpu["uuid"] for gpu in inventory["gpus"])
+    xid = {"code": "xid_48", "action": "reset_gpu", "xid": 48, "since": "2026-12-02T10:00:00Z"}
+    grades = [
+        {"uuid": faulty, "state": "unschedulable", "reasons": [xid]},
+        {"uuid": healthy, "state": "healthy", "reasons": []},
+    ]
+    beat = api.heartbeat(identity, gpus=2, boot_id="0b0b0b0b-0000-4000-8000-00000000c0de", gpu_health={"gpus": grades})
+    assert beat.status_code == 200 and beat.json()["blocked_gpus"] == [{"uuid": faulty, "reason": "latched"}], beat.text
+
+    console.open()
+    console.sign_in()
+    page = console.page
+    page.get_by_role("button", name="Faulty GPU").click()
+    detail = page.get_by_role("dialog", name="Node Faulty GPU")
+    table = detail.get_by_role("table", name="GPU health")
+    faulty_row = table.get_by_role("row").filter(has=page.get_by_role("cell", name=faulty, exact=True))
+    expect(faulty_row).to_have_count(1)
+    cells = [str(text) for text in faulty_row.get_by_role("cell").all_inner_texts()]
+    assert cells[:4] == [faulty, "unschedulable", "no", "latched"]
+    assert cells[4] == "xid_48 (Xid 48): reset_gpu since 2026-12-02T10:00:00Z"
+    console.screenshot("gpu-health")
+    # only the latched GPU has the button
+    expect(table.get_by_role("button")).to_have_count(1)
+    table.get_by_role("button", name=f"Clear GPU fault {faulty}").click()
+    expect(detail.get_by_text(f"The fault of {faulty} was cleared")).to_be_visible()
+    gpus = {gpu["uuid"]: gpu for gpu in api.node(identity.node_id or "")["gpu_health"]}
+    assert (gpus[faulty]["latched"], gpus[faulty]["recheck_pending"]) == (False, True)
+    expect(table.get_by_role("button")).to_have_count(0)
+    detail.get_by_role("button", name="Close").click()
     console.log.assert_clean([ADMIN_TOKEN])

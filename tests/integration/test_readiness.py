@@ -40,6 +40,7 @@ def test_readiness_of_a_healthy_cpu_node_is_ready_with_every_check_named(cp: Con
         "identity_unique",
         "worker",
         "push_channel",
+        "gpu_health",
     ]
     assert all(check["ok"] and check["next_step"] is None for check in answer["checks"])
     # the test's node opens no channel: in fallback, and ready all the same

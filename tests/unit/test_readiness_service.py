@@ -9,7 +9,7 @@ import pytest
 from chalicelib.domain import requests as typed
 from chalicelib.domain.errors import NotFound
 from chalicelib.domain.records import Event
-from chalicelib.services import enrollments, nodes, readiness
+from chalicelib.services import enrollments, gpu_health, nodes, readiness
 
 from tests.support.memory_stores import MemoryStores, memory_stores
 from tests.unit.service_bodies import (
@@ -34,6 +34,7 @@ CHECKS = [
     "identity_unique",
     "worker",
     "push_channel",
+    "gpu_health",
 ]
 
 
@@ -240,3 +241,56 @@ def test_the_worker_check_follows_what_the_agent_says_of_its_worker(
     check = next(c for c in readiness.check(stores, SETTINGS, agent.node_id, NOW).checks if c.name == "worker")
     assert check.ok is ok and says in check.detail
     assert (check.next_step is None) if step is None else (step in (check.next_step or ""))
+
+
+# --- gpu_health -----------------------------------------------------------------------------------
+
+
+def _gpu_check(stores: MemoryStores, agent: Agent) -> readiness.Check:
+    result = readiness.check(stores, SETTINGS, agent.node_id, NOW)
+    return next(check for check in result.checks if check.name == "gpu_health")
+
+
+def test_gpu_health_names_each_gpus_state_and_passes_while_every_gpu_takes_work(stores: MemoryStores) -> None:
+    agent = _ready_gpu_node(stores)
+    check = _gpu_check(stores, agent)
+    uuids = gpu_health.inventory_uuids(stores.nodes.get_inventory(agent.node_id))
+    assert check.ok and check.detail == "; ".join(f"{uuid}: unknown" for uuid in uuids)  # not reported yet
+
+
+def test_gpu_health_fails_on_a_latched_gpu_with_its_action_and_the_clear_command(stores: MemoryStores) -> None:
+    agent = _ready_gpu_node(stores)
+    first, second = gpu_health.inventory_uuids(stores.nodes.get_inventory(agent.node_id))
+    grades = [
+        {
+            "uuid": first,
+            "state": "unschedulable",
+            "reasons": [{"code": "xid_48", "action": "reset_gpu", "xid": 48, "since": "2026-12-02T10:00:00Z"}],
+        },
+        {"uuid": second, "state": "healthy", "reasons": []},
+    ]
+    body = heartbeat_body(2, boot_id="0b0b0b0b-0000-4000-8000-000000000001", gpu_health={"gpus": grades})
+    nodes.heartbeat(stores, SETTINGS, agent.caller, typed.heartbeat(body), NOW - 4)
+    check = _gpu_check(stores, agent)
+    assert not check.ok
+    assert (
+        f"{first}: unschedulable (latched), action reset_gpu" in check.detail and f"{second}: healthy" in check.detail
+    )
+    assert (
+        check.next_step
+        == f"{first}: reset_gpu, then modelforge nodes clear-gpu {agent.node_id} {first} (a reboot clears it too)"
+    )
+
+
+def test_gpu_health_fails_on_a_drained_node(stores: MemoryStores) -> None:
+    agent = _ready_gpu_node(stores)
+    gpu_health.drain(stores, agent.node_id, None, True, NOW - 3)
+    check = _gpu_check(stores, agent)
+    assert (check.ok, check.next_step) == (False, f"modelforge nodes undrain {agent.node_id}")
+
+
+def test_gpu_health_of_a_cpu_node_passes(stores: MemoryStores) -> None:
+    agent = enroll_agent(stores, now=NOW - 30)
+    nodes.heartbeat(stores, SETTINGS, agent.caller, typed.heartbeat(heartbeat_body(0)), NOW - 5)
+    check = _gpu_check(stores, agent)
+    assert (check.ok, check.detail) == (True, "no GPUs")

@@ -31,6 +31,7 @@ ASSETS: dict[str, str] = {
     "format.js": "text/javascript; charset=utf-8",
     "hardware.js": "text/javascript; charset=utf-8",
     "node_detail.js": "text/javascript; charset=utf-8",
+    "gpu_health.js": "text/javascript; charset=utf-8",
     "readiness.js": "text/javascript; charset=utf-8",
     "signin.js": "text/javascript; charset=utf-8",
     "styles.css": "text/css; charset=utf-8",

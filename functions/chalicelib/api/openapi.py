@@ -184,6 +184,7 @@ READINESS_CHECKS = (
     "identity_unique",
     "worker",
     "push_channel",
+    "gpu_health",
 )
 READINESS = closed(
     {

@@ -15,9 +15,9 @@ from chalicelib.config.settings import Settings
 from chalicelib.domain import liveness
 from chalicelib.domain.channel_state import CONNECTED, channel_of
 from chalicelib.domain.errors import not_found
-from chalicelib.domain.records import Inventory, Node
+from chalicelib.domain.records import NODE_DRAINED, Inventory, Node
 from chalicelib.domain.timestamps import iso
-from chalicelib.services import duplicate_identity, enrollments
+from chalicelib.services import duplicate_identity, enrollments, gpu_health
 from chalicelib.stores.contract import Stores
 
 HEARTBEAT_HINT = "check the agent log for ConnectError on POST /api/v1/agent/heartbeat"
@@ -71,6 +71,42 @@ def _push_channel(node: Node, settings: Settings) -> Check:
     """Never fails: a node in fallback claims on the heartbeat's hint (it only waits longer)."""
     state, reason = channel_of(node, bool(settings.channel_url))
     return _check("push_channel", True, CONNECTED if state == CONNECTED else f"fallback: {reason}", "")
+
+
+def _gpu_health(node: Node, inventory: Inventory | None) -> Check:
+    """Every GPU takes work (healthy, degraded or unknown, neither latched, drained nor missing), and
+    the node is not drained. The detail names each GPU's state and NVIDIA's recommended action."""
+    simulated = (
+        " (simulated GPUs: an NVML simulation, not hardware)"
+        if inventory and inventory.inventory.get("simulated")
+        else ""
+    )
+    if (node.gpu_blocks or 0) & NODE_DRAINED:
+        return _check(
+            "gpu_health", False, f"an admin drained the node{simulated}", f"modelforge nodes undrain {node.node_id}"
+        )
+    views = gpu_health.gpu_views(inventory)
+    if not views:
+        return _check("gpu_health", True, f"no GPUs{simulated}", "")
+    parts, steps = [], []
+    for view in views:
+        actions = sorted({reason["action"] for reason in view["reasons"]} - {"none"})
+        held = [name for name in ("latched", "drained", "missing") if view[name]]
+        parts.append(
+            f"{view['uuid']}: {view['state']}"
+            + (f" ({', '.join(held)})" if held else "")
+            + (f", action {'/'.join(actions)}" if actions else "")
+        )
+        if view["missing"]:
+            steps.append(f"{view['uuid']} is missing: reseat it, or modelforge nodes accept-gpus {node.node_id}")
+        elif view["drained"]:
+            steps.append(f"modelforge nodes undrain {node.node_id} --gpu {view['uuid']}")
+        elif not view["schedulable"]:
+            steps.append(
+                f"{view['uuid']}: {'/'.join(actions) or 'inspect it'}, then modelforge nodes clear-gpu "
+                f"{node.node_id} {view['uuid']} (a reboot clears it too)"
+            )
+    return _check("gpu_health", not steps, "; ".join(parts) + simulated, "; ".join(steps))
 
 
 def _inventory_age(node: Node, inventory: Inventory | None, settings: Settings, now: float) -> Check:
@@ -198,6 +234,7 @@ def check(stores: Stores, settings: Settings, target_id: str, now: float) -> Rea
         _identity_unique(stores, node, inventory, settings, now),
         _worker(node),
         _push_channel(node, settings),
+        _gpu_health(node, inventory),
     ]
     status = liveness.derive(node.last_heartbeat_at, now, settings.stale_after_seconds, settings.offline_after_seconds)
     return Readiness(node_id=node.node_id, enrollment_id=node.enrollment_id, checks=checks, status=status)

@@ -1,4 +1,5 @@
-"""`modelforge nodes list|show|readiness|revoke-credential`: the enrolled nodes."""
+"""`modelforge nodes list|show|readiness|revoke-credential` (and, from ``nodes_gpu_cli``, drain, undrain,
+clear-gpu and accept-gpus): the enrolled nodes."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import argparse
 import sys
 from typing import Any
 
-from . import readiness_cli, tables
+from . import nodes_gpu_cli, readiness_cli, tables
 from .admin_api import EXIT_NO, EXIT_OK, AdminApi, CommandFailed, add_command, add_connection_options, segment
 
 PATH = "/api/v1/admin/nodes"
@@ -67,6 +68,7 @@ def register(commands: Any) -> None:
     revoke.add_argument("--yes", "-y", action="store_true", help="revoke without asking for confirmation")
     add_connection_options(revoke)
     revoke.set_defaults(admin_handler=run_revoke_credential)
+    nodes_gpu_cli.register(sub)
 
 
 def _gpus(node: dict[str, Any]) -> Any:
@@ -130,6 +132,8 @@ def describe(node: dict[str, Any]) -> str:
         ("liveness hold", hold.get("reason") if isinstance(hold, dict) else None),
         ("channel", " ".join(str(part) for part in (node.get("channel"), node.get("channel_reason")) if part) or None),
         ("slots", _slots(node.get("slots"))),
+        ("drained", "yes: it takes no new work (modelforge nodes undrain)" if node.get("drained") else None),
+        ("simulated", "yes: its GPUs come from an NVML simulation, not hardware" if node.get("simulated") else None),
         ("created", tables.when(node.get("created_at"))),
         ("capabilities", ", ".join(inventory.get("capabilities") or []) or None),
         ("cpu", _cpu(inventory.get("cpu"))),
@@ -158,6 +162,9 @@ def describe(node: dict[str, Any]) -> str:
                 ]
             )
         text += "\n\n" + tables.table(["GPU", "NAME", "MEMORY", "UTIL", "TEMP", "POWER", "UUID"], rows)
+    health_table = nodes_gpu_cli.gpu_table(node)
+    if health_table:
+        text += "\n\n" + health_table
     return text
 
 

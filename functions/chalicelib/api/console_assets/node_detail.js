@@ -1,8 +1,9 @@
-// A node's detail: identity, inventory, readiness, and revoking its credential (confirmed first).
+// A node's detail: identity, inventory, GPU health, readiness, and revoking its credential (confirmed first).
 
 import * as api from "./api.js";
 import { confirmAction, openModal } from "./dialogs.js";
 import { fill, h } from "./dom.js";
+import { gpuHealth } from "./gpu_health.js";
 import { bytes, channelText, slotsText, yesNo } from "./format.js";
 import { renderReadiness, verdictLine } from "./readiness.js";
 
@@ -28,6 +29,8 @@ function summary(node) {
     ["Duplicate identity", node.duplicate_suspected.length ? `suspected: ${node.duplicate_suspected.join(", ")}` : "none"],
     ["Push channel", channelText(node)],
     ["Job slots", slotsText(node)],
+    ["Drained", node.drained ? "yes: it takes no new work" : "no"],
+    ["Simulated", node.simulated ? "yes: its GPUs come from an NVML simulation, not hardware" : "no"],
     ["Enrollment", node.enrollment_id],
     ["Enrolled at", node.created_at],
   ]);
@@ -119,6 +122,16 @@ export function openNodeDetail(nodeId, { onClosed }) {
       summary(node),
       h("h3", {}, "Inventory"),
       inventory(node),
+      h("h3", {}, "GPU health"),
+      gpuHealth(node, {
+        onChanged: (changed, text) => {
+          show(changed);
+          message.textContent = text;
+        },
+        onError: (error) => {
+          problem.textContent = error.message;
+        },
+      }),
       h("h3", {}, "Readiness"),
       h("div", { class: "actions" }, readiness),
       verdict,
