@@ -71,6 +71,7 @@ def test_worker_app_run_valid_request_returns_the_result() -> None:
         (errors.InvalidInput("m"), 422, False),
         (errors.JobFailed("m"), 500, False),
         (errors.WorkerBusy("m"), 503, True),
+        (errors.GpuSlotsFull("m"), 503, True),
         (errors.ShuttingDown("m"), 503, True),
         (errors.JobTimedOut("m"), 504, True),
     ],

@@ -200,13 +200,13 @@ def test_http_status_advertises_cancel_and_says_when_it_is_busy(
 ) -> None:
     _, client = served
     body = client.status().body
-    assert body["features"] == ["cancel", "slots"] and body["busy"] is False
-    assert body["slots"] == {"total": 1, "busy": 0}
+    assert body["features"] == ["cancel", "slots", "gpu_slots"] and body["busy"] is False
+    assert body["slots"] == {"total": 1, "busy": 0, "gpus": []}
     thread = threading.Thread(target=lambda: client.run("gate", {}, "work_1:1"), daemon=True)
     thread.start()
     assert gate.entered.wait(10)
     busy = WorkerClient(client.address).status().body
-    assert busy["busy"] is True and busy["slots"] == {"total": 1, "busy": 1}
+    assert busy["busy"] is True and busy["slots"] == {"total": 1, "busy": 1, "gpus": []}
     gate.opened.set()
     thread.join(5)
 

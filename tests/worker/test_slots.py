@@ -64,14 +64,14 @@ def _status(worker: Worker) -> dict[str, Any]:
 
 def _both_ready(worker: Worker) -> None:
     """Both slots answer a job (a restarting slot takes its next job once it is up)."""
-    wait_until(lambda: _status(worker)["slots"] == {"total": 2, "busy": 0}, 30, "both slots to be free")
+    wait_until(lambda: _status(worker)["slots"] == {"total": 2, "busy": 0, "gpus": []}, 30, "both slots to be free")
     for _ in range(2):
         assert _run(worker, "diagnostic.echo", {"n": 1}).status == 200
 
 
 def test_the_status_says_how_many_slots_and_lists_the_feature(worker: Worker) -> None:
     status = _status(worker)
-    assert status["slots"] == {"total": 2, "busy": 0} and "slots" in status["features"]
+    assert status["slots"] == {"total": 2, "busy": 0, "gpus": []} and "slots" in status["features"]
     assert len(_slot_pids(worker)) == 2
 
 
@@ -120,7 +120,7 @@ def test_a_slot_restarted_by_a_job_keeps_its_new_process_for_the_jobs_after(work
     killed = _slot_pids(worker)
     for pid in killed:
         os.kill(pid, signal.SIGKILL)
-    wait_until(lambda: not any(alive(pid) for pid in killed), 10, "the slot processes to end")
+    wait_until(lambda: all(_ended(pid) for pid in killed), 10, "the slot processes to end")
     _both_busy_once(worker)  # each slot's job starts its new process, waits for it, runs in it
     restarted, seen = _slot_pids(worker), len(worker.output())
     assert len(restarted) == 2
@@ -128,6 +128,17 @@ def test_a_slot_restarted_by_a_job_keeps_its_new_process_for_the_jobs_after(work
     _both_busy_once(worker)
     assert _slot_pids(worker) == restarted
     assert '"event": "slot_started"' not in worker.output()[seen:]
+
+
+def _ended(pid: int) -> bool:
+    """Whether ``pid`` has ended so far that its parent can reap it: a zombie with no thread left
+    (a killed process's leader is a zombie while its other threads still exit, and cannot be
+    reaped until they have)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return True
+    return not alive(pid) and "\nThreads:\t1\n" in status
 
 
 def _both_busy_once(worker: Worker) -> None:

@@ -66,8 +66,8 @@ def test_status(worker: Worker) -> None:
         "worker_version": RELEASE,
         "healthy": True,
         "busy": False,
-        "slots": {"total": 1, "busy": 0},
-        "features": ["cancel", "slots"],
+        "slots": {"total": 1, "busy": 0, "gpus": []},
+        "features": ["cancel", "slots", "gpu_slots"],
         "capabilities": [
             {
                 "name": "ocr",

@@ -1,14 +1,16 @@
 """What the worker's HTTP API serves, in the worker's own terms: its status, one run checked
-against the protocol's ``WORKER_RUN_REQUEST`` schema, and the cancel of a run by the id its caller
-gave it (``WORKER_CANCEL_REQUEST``). Refusals are ``RunError``s; the HTTP layer (``server.py``)
-gives them their status codes."""
+against the protocol's ``WORKER_RUN_REQUEST`` schema (with ``gpu_uuid``: ``RUN_REQUEST``), and the
+cancel of a run by the id its caller gave it (``WORKER_CANCEL_REQUEST``). Refusals are
+``RunError``s; the HTTP layer (``server.py``) gives them their status codes."""
 
 from __future__ import annotations
 
+import copy
 import threading
 from typing import Any, NamedTuple
 
 from jsonschema import Draft202012Validator
+from modelforge_protocol.schemas import GPU_UUID_PATTERN
 from modelforge_protocol.work import WORKER_CANCEL_REQUEST, WORKER_FEATURES, WORKER_RUN_REQUEST
 
 from . import WORKER_PROTOCOL_VERSION, WORKER_VERSION
@@ -16,8 +18,18 @@ from .capabilities import Capability, describe, refuse_unavailable
 from .errors import InvalidInput, InvalidRequest, ShuttingDown, UnknownCapability
 from .jobs import JobRunner
 
-_FIELDS = frozenset(WORKER_RUN_REQUEST["properties"])
-_RUN_REQUEST = Draft202012Validator(WORKER_RUN_REQUEST)
+#: ``gpu_slots``: ``POST /v1/run`` takes a ``gpu_uuid`` (the job runs in that GPU's own slot, whose
+#: process sees only that GPU: ``slots.py``), and the status's ``slots.gpus`` lists the GPU slots.
+#: An agent sends ``gpu_uuid`` only to a worker that lists it. (Not yet in
+#: ``modelforge_protocol.work``, which the worker may not change here: to move there, with the field.)
+WORKER_FEATURE_GPU_SLOTS = "gpu_slots"
+FEATURES = tuple(dict.fromkeys((*WORKER_FEATURES, WORKER_FEATURE_GPU_SLOTS)))
+#: The protocol's ``WORKER_RUN_REQUEST`` with the optional ``gpu_uuid`` of the feature ``gpu_slots``
+#: (an NVML UUID, ``GPU-...`` or ``MIG-...``).
+RUN_REQUEST: dict[str, Any] = copy.deepcopy(WORKER_RUN_REQUEST)
+RUN_REQUEST["properties"].setdefault("gpu_uuid", {"type": "string", "pattern": GPU_UUID_PATTERN})
+_FIELDS = frozenset(RUN_REQUEST["properties"])
+_RUN_REQUEST = Draft202012Validator(RUN_REQUEST)
 _CANCEL_REQUEST = Draft202012Validator(WORKER_CANCEL_REQUEST)
 #: How long a cancel waits for its job to unwind before it answers ``ending``.
 CANCEL_WAIT_SECONDS = 1.0
@@ -77,8 +89,8 @@ class WorkerApp:
             "worker_version": WORKER_VERSION,
             "healthy": not self.stopping and all(entry["available"] for entry in listed),
             "busy": self.jobs.busy,
-            "slots": {"total": self.jobs.slots, "busy": self.jobs.slots_busy},
-            "features": list(WORKER_FEATURES),
+            "slots": {"total": self.jobs.slots, "busy": self.jobs.slots_busy, "gpus": self.jobs.gpu_slots},
+            "features": list(FEATURES),
             "capabilities": listed,
         }
 
@@ -97,7 +109,7 @@ class WorkerApp:
             raise refuse_unavailable(capability)
         if self.stopping:
             raise ShuttingDown("the worker is stopping")
-        return {"result": self.jobs.run(capability, request["input"], request.get("job_id"))}
+        return {"result": self.jobs.run(capability, request["input"], request.get("job_id"), request.get("gpu_uuid"))}
 
     def cancel(self, request: Any) -> dict[str, Any]:
         """Stop the running job of ``request["job_id"]``: ``{"job_id", "state"}`` once it has
@@ -123,6 +135,11 @@ def _refuse_the_envelope(broken: list[Violation], request: Any) -> None:
         raise InvalidRequest(f"unknown fields: {', '.join(sorted(set(request) - _FIELDS))}")
     if any(violation.path[:1] == ("job_id",) for violation in broken):
         raise InvalidRequest(_JOB_ID_RULE)
+    if any(violation.path[:1] == ("gpu_uuid",) for violation in broken):
+        raise InvalidRequest(_GPU_UUID_RULE)
 
 
 _JOB_ID_RULE = "job_id must be a string of 1 to 128 characters from A-Z a-z 0-9 . _ : -"
+_GPU_UUID_RULE = (
+    "gpu_uuid must be a GPU's UUID as NVML names it: GPU- or MIG- and 8 to 96 characters from A-Z a-z 0-9 -"
+)

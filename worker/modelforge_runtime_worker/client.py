@@ -88,10 +88,12 @@ class WorkerClient:
     def status(self) -> Answer:
         return self.request("GET", "/v1/status")
 
-    def run(self, capability: str, payload: Any, job_id: str | None = None) -> Answer:
+    def run(self, capability: str, payload: Any, job_id: str | None = None, gpu_uuid: str | None = None) -> Answer:
         request = {"capability": capability, "input": payload}
         if job_id is not None:
             request["job_id"] = job_id
+        if gpu_uuid is not None:
+            request["gpu_uuid"] = gpu_uuid
         return self.request("POST", "/v1/run", json.dumps(request).encode())
 
     def cancel(self, job_id: str) -> Answer:

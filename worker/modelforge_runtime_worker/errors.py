@@ -50,6 +50,15 @@ class WorkerBusy(RunError):
     retryable = True
 
 
+class GpuSlotsFull(RunError):
+    """A job for one more GPU than the worker keeps slots for (``jobs.JobRunner.max_gpu_slots``):
+    a GPU slot is kept once made, so the same request succeeds only after the worker restarts, or
+    on another node."""
+
+    code = "gpu_slots_full"
+    retryable = True
+
+
 class ShuttingDown(RunError):
     code = "shutting_down"
     retryable = True

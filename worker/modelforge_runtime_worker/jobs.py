@@ -8,6 +8,12 @@ aborted run has unwound, so two jobs never share a slot. Where the job runs is t
 given: in this process (tests), or in the slot's own process, which the abort kills
 (``slots.SlotProcesses.execute``: the worker's way).
 
+Two pools of slots, never mixed. The pool of ``slots`` (``MODELFORGE_WORKER_SLOTS``), numbered
+0..slots-1, takes every job that names no GPU, as it always has. A job that names a GPU by its
+UUID (``gpu_uuid``) runs only in that GPU's own slot, keyed by the UUID: made on its first job,
+kept after, one job at a time (a second job for it is ``WorkerBusy``, whatever the pool does), and
+at most ``max_gpu_slots`` of them (a job for one more GPU is ``GpuSlotsFull``).
+
 A cancel (``cancel(job_id)``) aborts the running job of that id the same way; its caller gets
 ``Cancelled`` once the job has unwound (at its deadline at the latest), so the answer of a
 cancelled run means the worker is free. A cancel that finds no job of that id remembers the id
@@ -26,10 +32,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from modelforge_protocol.work import WORKER_CANCEL_STATES
+from modelforge_protocol.work import MAX_WORKER_SLOTS, WORKER_CANCEL_STATES
 
 from .capabilities import Capability
-from .errors import Cancelled, JobFailed, JobTimedOut, RunError, ShuttingDown, WorkerBusy
+from .errors import Cancelled, GpuSlotsFull, JobFailed, JobTimedOut, RunError, ShuttingDown, WorkerBusy
 from .ocr import Cancel, JobCancelled
 
 log = logging.getLogger("modelforge.worker")
@@ -39,11 +45,13 @@ ENDED, ENDING, NOT_RUNNING = WORKER_CANCEL_STATES
 REMEMBERED_CANCELS = 64
 
 
+#: A slot: a number in the pool, or the UUID of the GPU whose own slot it is.
+SlotKey = int | str
 #: Runs a job: (slot, capability, input, abort switch) -> result.
-Execute = Callable[[int, Capability, dict[str, Any], Cancel], dict[str, Any]]
+Execute = Callable[[SlotKey, Capability, dict[str, Any], Cancel], dict[str, Any]]
 
 
-def in_this_process(slot: int, capability: Capability, payload: dict[str, Any], cancel: Cancel) -> dict[str, Any]:
+def in_this_process(slot: SlotKey, capability: Capability, payload: dict[str, Any], cancel: Cancel) -> dict[str, Any]:
     return capability.run(payload, cancel)
 
 
@@ -52,7 +60,7 @@ class _Running:
     job: int
     job_id: str | None
     capability: str
-    slot: int
+    slot: SlotKey
     cancel: Cancel = field(default_factory=Cancel)
     ended: threading.Event = field(default_factory=threading.Event)
     #: set by ``cancel``: the caller asked for the stop, its run answers ``Cancelled``
@@ -60,22 +68,34 @@ class _Running:
 
 
 class JobRunner:
-    def __init__(self, timeout_seconds: float, slots: int = 1, execute: Execute = in_this_process) -> None:
+    def __init__(
+        self,
+        timeout_seconds: float,
+        slots: int = 1,
+        execute: Execute = in_this_process,
+        max_gpu_slots: int = MAX_WORKER_SLOTS,
+    ) -> None:
         if slots < 1:
             raise ValueError("a worker has at least one slot")
         self.timeout_seconds = timeout_seconds
         self.slots = slots
+        self.max_gpu_slots = max_gpu_slots
         self._execute = execute
         self._guard = threading.Condition()
         #: slot -> the job running in it
-        self._running: dict[int, _Running] = {}
+        self._running: dict[SlotKey, _Running] = {}
+        #: the GPUs that have a slot, in the order of their first job
+        self._gpus: list[str] = []
         self._stopping = False
         self._sequence = 0
         self._cancelled_early: OrderedDict[str, None] = OrderedDict()
 
-    def run(self, capability: Capability, payload: dict[str, Any], job_id: str | None = None) -> dict[str, Any]:
-        """``capability``'s result for ``payload``, or a ``RunError``."""
-        running = self._begin(capability, job_id)
+    def run(
+        self, capability: Capability, payload: dict[str, Any], job_id: str | None = None, gpu_uuid: str | None = None
+    ) -> dict[str, Any]:
+        """``capability``'s result for ``payload``, or a ``RunError``; in the slot of the GPU
+        ``gpu_uuid`` when given, else in the pool."""
+        running = self._begin(capability, job_id, gpu_uuid)
         outcome: dict[str, Any] = {}
         started = time.monotonic()
 
@@ -125,20 +145,36 @@ class JobRunner:
             raise JobTimedOut(f"the job ran over {self.timeout_seconds:g} s and was aborted")
         return _answer(running, capability, outcome)
 
-    def _begin(self, capability: Capability, job_id: str | None) -> _Running:
+    def _begin(self, capability: Capability, job_id: str | None, gpu_uuid: str | None) -> _Running:
         with self._guard:
             if job_id is not None and job_id in self._cancelled_early:
                 del self._cancelled_early[job_id]
                 raise Cancelled(f"job {job_id} was cancelled before it started")
-            free = next((slot for slot in range(self.slots) if slot not in self._running), None)
-            if free is None:
-                what = "another job is running" if self.slots == 1 else f"all {self.slots} slots are running jobs"
-                raise WorkerBusy(f"{what}; retry when one is done")
+            free = self._free_slot(gpu_uuid)
             if self._stopping:
                 raise ShuttingDown("the worker is stopping")
+            if gpu_uuid is not None and gpu_uuid not in self._gpus:
+                self._gpus.append(gpu_uuid)
             self._sequence += 1
             running = self._running[free] = _Running(self._sequence, job_id, capability.name, free)
             return running
+
+    def _free_slot(self, gpu_uuid: str | None) -> SlotKey:
+        """The slot a job takes (under the guard): a free one of the pool, or the GPU's own."""
+        if gpu_uuid is not None:
+            if gpu_uuid in self._running:
+                raise WorkerBusy(f"the slot of GPU {gpu_uuid} is running a job; retry when it is done")
+            if gpu_uuid not in self._gpus and len(self._gpus) >= self.max_gpu_slots:
+                raise GpuSlotsFull(
+                    f"this worker already has slots for {self.max_gpu_slots} GPUs, the most it keeps;"
+                    f" {gpu_uuid} gets none until the worker restarts"
+                )
+            return gpu_uuid
+        free = next((slot for slot in range(self.slots) if slot not in self._running), None)
+        if free is None:
+            what = "another job is running" if self.slots == 1 else f"all {self.slots} slots are running jobs"
+            raise WorkerBusy(f"{what}; retry when one is done")
+        return free
 
     def _release(self, running: _Running) -> None:
         with self._guard:
@@ -175,14 +211,21 @@ class JobRunner:
 
     @property
     def busy(self) -> bool:
-        """Every slot is running a job (a run now would be refused ``WorkerBusy``)."""
-        with self._guard:
-            return len(self._running) >= self.slots
+        """Every slot of the pool is running a job (a run without a GPU now would be refused
+        ``WorkerBusy``)."""
+        return self.slots_busy >= self.slots
 
     @property
     def slots_busy(self) -> int:
+        """The pool's slots running a job (GPU slots not counted)."""
         with self._guard:
-            return len(self._running)
+            return sum(1 for slot in self._running if isinstance(slot, int))
+
+    @property
+    def gpu_slots(self) -> list[dict[str, Any]]:
+        """``[{"uuid", "busy"}]``: each GPU slot there is, in the order of its first job."""
+        with self._guard:
+            return [{"uuid": uuid, "busy": uuid in self._running} for uuid in self._gpus]
 
 
 def _answer(running: _Running, capability: Capability, outcome: dict[str, Any]) -> dict[str, Any]:

@@ -5,8 +5,8 @@ Order on every start, each step able to stop it before the next: the whole confi
 there or the path is not a socket), the artifact root checked against its manifest (exit 4 when
 it cannot be created or written), the job slots started (``MODELFORGE_WORKER_SLOTS`` processes,
 each loading the models from files it verified itself: ``slots.py``; exit 1 if one does not come
-up), then serving. The worker logs one line, ``worker listening on <address>, capabilities: ...``,
-when it serves.
+up; a GPU's own slot starts on the first run that names that GPU), then serving. The worker logs
+one line, ``worker listening on <address>, capabilities: ...``, when it serves.
 
 SIGTERM/SIGINT: stop accepting, abort the running jobs (they get 503 ``shutting_down``), end the
 slot processes, remove the unix socket and exit 0 within a few seconds.

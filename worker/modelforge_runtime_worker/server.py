@@ -38,6 +38,7 @@ from .config import LISTEN, Listen
 from .errors import (
     Cancelled,
     CapabilityUnavailable,
+    GpuSlotsFull,
     InvalidInput,
     InvalidRequest,
     JobFailed,
@@ -68,6 +69,7 @@ STATUS: dict[type[RunError], int] = {
     InvalidInput: 422,
     JobFailed: 500,
     WorkerBusy: 503,
+    GpuSlotsFull: 503,
     ShuttingDown: 503,
     JobTimedOut: 504,
 }

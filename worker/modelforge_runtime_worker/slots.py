@@ -12,22 +12,47 @@ deadline plus the kill, and a crash or a kill in one slot never touches another.
 A slot whose process died while it ran a job (a crash, an out-of-memory kill) answers that job
 ``job_failed`` and starts again. The first job a restarting slot gets waits for it to be ready
 (within the job's deadline).
+
+**GPU slots.** Besides the pool of ``MODELFORGE_WORKER_SLOTS`` slots, started with the worker, a
+job may name a GPU by its UUID (``gpu_uuid``): it runs in that GPU's own slot, whose process is
+started with ``CUDA_VISIBLE_DEVICES=<the UUID>`` and so sees that GPU only (as CUDA's device 0).
+The slot is made on the GPU's first job (the job waits for it to load its models, within its
+deadline), kept after, and killed and started again like the pool's slots, on the same GPU.
+
+**The environment of a slot's process** is built, never inherited whole (``slot_environment``):
+what it needs to start the interpreter and load its libraries, and ``CUDA_VISIBLE_DEVICES``. Its
+settings come in its start frame, so no secret the worker's own environment may hold (an admin
+token, cloud credentials) reaches a process that handles untrusted input.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import signal
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any
+
+from modelforge_protocol.work import MAX_WORKER_SLOTS
 
 from .capabilities import Capability
 from .child_process import signal_name
-from .errors import CapabilityUnavailable, InvalidInput, InvalidRequest, JobFailed, RunError, UnknownCapability
+from .errors import (
+    CapabilityUnavailable,
+    GpuSlotsFull,
+    InvalidInput,
+    InvalidRequest,
+    JobFailed,
+    RunError,
+    ShuttingDown,
+    UnknownCapability,
+)
+from .jobs import SlotKey
 from .ocr import Cancel, JobCancelled
 from .slot_frames import FrameError, read_frame, write_frame
 
@@ -39,6 +64,25 @@ KILL_GRACE_SECONDS = 1.0
 READY_SECONDS = 300.0
 #: How often a waiting job looks at its abort switch.
 POLL_SECONDS = 0.05
+#: What a slot's process keeps of the worker's environment: what finds the interpreter, its packages
+#: and the CUDA libraries, the locale, a home and a temporary folder. Nothing else.
+SLOT_ENVIRONMENT = (
+    "PATH",
+    "HOME",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TZ",
+    "TMPDIR",
+    "PYTHONHOME",
+    "PYTHONPATH",
+    "LD_LIBRARY_PATH",
+    "CUDA_CACHE_PATH",
+    "CUDA_MODULE_LOADING",
+)
+CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
+#: What the pool's slots also keep, to see the GPUs the worker sees, as they always have.
+_POOL_ENVIRONMENT = (CUDA_VISIBLE_DEVICES, "CUDA_DEVICE_ORDER")
 _ERRORS: dict[str, type[RunError]] = {
     InvalidInput.code: InvalidInput,
     InvalidRequest.code: InvalidRequest,
@@ -55,6 +99,22 @@ def threads_per_slot(slots: int, cores: int) -> int | None:
     if slots <= 1:
         return None
     return max(1, cores // slots)
+
+
+def slot_environment(gpu_uuid: str | None, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of a slot's process: ``SLOT_ENVIRONMENT`` from the worker's (``environ``),
+    and for the slot of a GPU ``CUDA_VISIBLE_DEVICES=<its UUID>``; a slot of the pool keeps the
+    worker's own ``CUDA_VISIBLE_DEVICES`` and ``CUDA_DEVICE_ORDER``, if set."""
+    environ = os.environ if environ is None else environ
+    if gpu_uuid is None:
+        kept = (*SLOT_ENVIRONMENT, *_POOL_ENVIRONMENT)
+        return {name: environ[name] for name in kept if name in environ}
+    env = {name: environ[name] for name in SLOT_ENVIRONMENT if name in environ}
+    # The UUID, never an index: CUDA numbers the devices fastest first (its CUDA_DEVICE_ORDER
+    # default), NVML and nvidia-smi by PCI bus id, so wherever the two orders differ (mixed GPUs,
+    # some MIG layouts) CUDA's device N is another GPU than NVML's N. A UUID names one GPU in both.
+    env[CUDA_VISIBLE_DEVICES] = gpu_uuid
+    return env
 
 
 class _Spawner:
@@ -117,12 +177,14 @@ class Described:
 
 
 class SlotProcess:
-    """The worker's side of one slot's process."""
+    """The worker's side of one slot's process: ``key`` is its number in the pool, or the UUID of
+    its GPU, which decides the environment of its process (``slot_environment``)."""
 
-    def __init__(self, index: int, start: dict[str, Any], ready_seconds: float = READY_SECONDS) -> None:
-        self.index = index
+    def __init__(self, key: SlotKey, start: dict[str, Any], ready_seconds: float = READY_SECONDS) -> None:
+        self.key = key
         self._start = start
         self._ready_seconds = ready_seconds
+        self._env = slot_environment(key if isinstance(key, str) else None)
         self._guard = threading.Lock()
         self._process: subprocess.Popen[bytes] | None = None
         self._answers: queue.Queue[dict[str, Any] | None] = queue.Queue()
@@ -144,17 +206,18 @@ class SlotProcess:
                 [sys.executable, "-m", "modelforge_runtime_worker.slot_process"],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
+                env=self._env,
             )
             self._process, self._answers = process, answers
         assert process.stdin is not None and process.stdout is not None
         threading.Thread(
-            target=self._read, args=(process, answers), name=f"slot-{self.index}-reader", daemon=True
+            target=self._read, args=(process, answers), name=f"slot-{self.key}-reader", daemon=True
         ).start()
         try:
             write_frame(process.stdin, {"type": "start", **self._start})
         except (OSError, FrameError):
             return  # it died at once: the reader says so
-        log.debug("slot process started", extra={"event": "slot_started", "slot": self.index, "pid": process.pid})
+        log.debug("slot process started", extra={"event": "slot_started", "slot": self.key, "pid": process.pid})
 
     def _read(self, process: subprocess.Popen[bytes], answers: queue.Queue[dict[str, Any] | None]) -> None:
         assert process.stdout is not None
@@ -170,7 +233,7 @@ class SlotProcess:
             # file), or broke the protocol (its job then fails and the slot starts again)
             answers.put(None)
         except Exception:  # noqa: BLE001 - a reader thread must never die silently
-            log.exception("slot reader failed", extra={"event": "slot_reader_failed", "slot": self.index})
+            log.exception("slot reader failed", extra={"event": "slot_reader_failed", "slot": self.key})
             answers.put(None)
 
     def wait_ready(self, seconds: float, cancel: Cancel | None = None) -> None:
@@ -183,9 +246,9 @@ class SlotProcess:
                 raise JobCancelled()
             if process is None or process.poll() is not None:
                 code = None if process is None else process.returncode
-                raise SlotDown(f"slot {self.index}'s process ended before it was ready (exit {code})")
+                raise SlotDown(f"slot {self.key}'s process ended before it was ready (exit {code})")
             if time.monotonic() > deadline:
-                raise SlotDown(f"slot {self.index}'s process was not ready after {seconds:g} s")
+                raise SlotDown(f"slot {self.key}'s process was not ready after {seconds:g} s")
 
     def restart(self) -> None:
         """Kill the slot's process and start a new one."""
@@ -236,12 +299,12 @@ class SlotProcess:
             raise JobFailed(f"{capability} could not run: {down} (the slot is starting again)") from None
         process, answers = self._process, self._answers
         if process is None or process.stdin is None:
-            raise JobFailed(f"{capability} could not run: slot {self.index} has no process")
+            raise JobFailed(f"{capability} could not run: slot {self.key} has no process")
         try:
             write_frame(process.stdin, {"type": "run", "capability": capability, "input": payload})
         except (OSError, FrameError):
             self.restart()
-            raise JobFailed(f"{capability} could not run: slot {self.index}'s process went away") from None
+            raise JobFailed(f"{capability} could not run: slot {self.key}'s process went away") from None
         while True:
             try:
                 frame = answers.get(timeout=POLL_SECONDS)
@@ -259,8 +322,8 @@ class SlotProcess:
                 self.restart()
                 how = f"signal {signal_name(-code)}" if code < 0 else f"exit {code}"
                 log.error(
-                    f"slot {self.index}'s process ended while it ran a job ({how})",
-                    extra={"event": "slot_crashed", "slot": self.index, "capability": capability},
+                    f"slot {self.key}'s process ended while it ran a job ({how})",
+                    extra={"event": "slot_crashed", "slot": self.key, "capability": capability},
                 )
                 raise JobFailed(f"{capability} failed: its process ended while it ran ({how})")
             return _result(frame, capability)
@@ -278,11 +341,25 @@ def _result(frame: dict[str, Any], capability: str) -> dict[str, Any]:
 
 
 class SlotProcesses:
-    """All the worker's slots. ``execute`` is what ``jobs.JobRunner`` calls to run a job in one."""
+    """All the worker's slots: the pool's (``slots``) and the GPUs' (``gpu_slots``, made on each
+    GPU's first job, at most ``max_gpu_slots``). ``execute`` is what ``jobs.JobRunner`` calls to run
+    a job in one."""
 
-    def __init__(self, count: int, start: dict[str, Any], ready_seconds: float = READY_SECONDS) -> None:
+    def __init__(
+        self,
+        count: int,
+        start: dict[str, Any],
+        ready_seconds: float = READY_SECONDS,
+        max_gpu_slots: int = MAX_WORKER_SLOTS,
+    ) -> None:
         self.slots = [SlotProcess(index, start, ready_seconds) for index in range(count)]
+        #: GPU UUID -> its slot
+        self.gpu_slots: dict[str, SlotProcess] = {}
+        self._start = start
         self._ready_seconds = ready_seconds
+        self._max_gpu_slots = max_gpu_slots
+        self._guard = threading.Lock()
+        self._stopping = False
 
     def start(self) -> list[Described]:
         """Start every slot and wait until all are ready; the capabilities they run (SlotDown if a
@@ -294,9 +371,31 @@ class SlotProcesses:
         assert self.slots[0].capabilities is not None
         return [Described(entry) for entry in self.slots[0].capabilities]
 
-    def execute(self, slot: int, capability: Capability, payload: dict[str, Any], cancel: Cancel) -> dict[str, Any]:
-        return self.slots[slot].run(capability.name, payload, cancel)
+    def execute(self, slot: SlotKey, capability: Capability, payload: dict[str, Any], cancel: Cancel) -> dict[str, Any]:
+        process = self.gpu_slot(slot) if isinstance(slot, str) else self.slots[slot]
+        return process.run(capability.name, payload, cancel)
+
+    def gpu_slot(self, gpu_uuid: str) -> SlotProcess:
+        """The slot of the GPU ``gpu_uuid``, made and started on its first job (``JobRunner`` bounds
+        how many there are first; this bound is the backstop)."""
+        with self._guard:
+            if self._stopping:
+                raise ShuttingDown("the worker is stopping")
+            slot = self.gpu_slots.get(gpu_uuid)
+            if slot is None:
+                if len(self.gpu_slots) >= self._max_gpu_slots:
+                    raise GpuSlotsFull(f"this worker already has slots for {self._max_gpu_slots} GPUs")
+                slot = self.gpu_slots[gpu_uuid] = SlotProcess(gpu_uuid, self._start, self._ready_seconds)
+                slot.start()
+                log.info(
+                    f"slot for GPU {gpu_uuid} started",
+                    extra={"event": "gpu_slot_created", "gpu_uuid": gpu_uuid, "pid": slot.pid},
+                )
+            return slot
 
     def stop(self) -> None:
-        for slot in self.slots:
+        with self._guard:
+            self._stopping = True
+            every = [*self.slots, *self.gpu_slots.values()]
+        for slot in every:
             slot.stop()
