@@ -74,6 +74,25 @@ def test_deployable_liveness_thresholds_always_have_offline_above_stale() -> Non
             )
 
 
+def test_the_deployed_stack_never_allows_simulated_nodes() -> None:
+    """MODELFORGE_ALLOW_SIMULATED_NODES is in no deployed function's environment (nor the Chalice
+    stages'), so the deployed control plane keeps its default: simulated nodes are refused."""
+    from modelforge_local_stack.infra import merge_template
+
+    template = merge_template()
+    functions = {
+        name: resource["Properties"]["Environment"]["Variables"]
+        for name, resource in template["Resources"].items()
+        if "Environment" in resource.get("Properties", {})
+    }
+    assert "APIHandler" in functions
+    for name, variables in functions.items():
+        assert "MODELFORGE_ALLOW_SIMULATED_NODES" not in variables, name
+    config = json.loads((Path(__file__).resolve().parents[2] / "functions" / ".chalice" / "config.json").read_text())
+    for stage in config["stages"].values():
+        assert "MODELFORGE_ALLOW_SIMULATED_NODES" not in stage.get("environment_variables", {})
+
+
 @pytest.fixture(scope="module")
 def packaged() -> Path:
     return packaging.packaged()  # once per session: tests/integration/test_aws_stack.py reads it too

@@ -66,7 +66,7 @@ _ERROR_FIELDS = {
                 "message": _TEXT,
                 "problems": {"type": "array", "items": _TEXT, "description": "invalid_request: each problem found"},
                 "verdict": {"enum": [verdict.value for verdict in Verdict], "description": "protocol_incompatible"},
-                "next_step": {**_TEXT, "description": "protocol_incompatible: what to do"},
+                "next_step": {**_TEXT, "description": "protocol_incompatible, simulated_node_refused: what to do"},
                 "retry_after_seconds": {"type": "integer", "minimum": 1, "description": "rate limits"},
             },
             "required": ["code", "message"],

@@ -297,11 +297,14 @@ ENROLL = Operation(
     refusals={
         **_AGENT_BODY,
         401: ("enrollment_token_unknown",),
+        403: ("simulated_node_refused",),
         409: ("enrollment_token_consumed",),
         410: ("enrollment_token_expired", "enrollment_token_revoked"),
     },
     description="Authenticated by the enrollment token in the body; the credential and idempotency key are "
-    "the agent's own, persisted before it calls.",
+    "the agent's own, persisted before it calls. An inventory that says simulated (an agent on an NVML "
+    "simulation) is refused with 403 simulated_node_refused, before anything is written (the token stays "
+    "usable), unless the control plane's MODELFORGE_ALLOW_SIMULATED_NODES is true.",
 )
 
 HEARTBEAT = Operation(
@@ -325,7 +328,14 @@ REPLACE_INVENTORY = Operation(
     NODE,
     request="ReplaceInventory",
     answers={200: Answer("replaced", ref("InventoryAnswer"))},
-    refusals={**_AGENT_BODY, 409: ("inventory_conflict",), 429: ("inventory_rate_limited",)},
+    refusals={
+        **_AGENT_BODY,
+        403: ("simulated_node_refused",),
+        409: ("inventory_conflict",),
+        429: ("inventory_rate_limited",),
+    },
+    description="A simulated inventory is refused with 403 simulated_node_refused, before anything is written, "
+    "unless the control plane's MODELFORGE_ALLOW_SIMULATED_NODES is true.",
 )
 
 # --- admin: work ----------------------------------------------------------------------------------

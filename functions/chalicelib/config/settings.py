@@ -54,6 +54,9 @@ class Settings:
     #: dispatch, so it keeps the shorter interval agents had before the channel (never above
     #: heartbeat_interval_seconds)
     fallback_heartbeat_interval_seconds: int = 15
+    #: accept nodes whose inventory says ``simulated`` (an agent on a scripted NVML fake): a
+    #: development control plane's choice, never the deployed stack's default
+    allow_simulated_nodes: bool = False
 
     @property
     def features(self) -> list[str]:
@@ -222,6 +225,8 @@ def _resource_names(reader: Reader, problems: list[str]) -> dict[str, str]:
     return names
 
 
+#: true: enroll and inventory accept a simulated node (false, the default: 403 simulated_node_refused)
+ALLOW_SIMULATED_NODES_VAR = "MODELFORGE_ALLOW_SIMULATED_NODES"
 CHANNEL_URL_VAR = "MODELFORGE_CHANNEL_URL"
 CHANNEL_MANAGEMENT_URL_VAR = "MODELFORGE_CHANNEL_MANAGEMENT_URL"
 
@@ -278,6 +283,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     inventory_rate = _read_int(reader, "MODELFORGE_INVENTORY_RATE_LIMIT")
     fallback_interval = _read_int(reader, "MODELFORGE_FALLBACK_HEARTBEAT_INTERVAL_SECONDS")
     channel_url, channel_management_url = _channel(reader, problems)
+    allow_simulated = reader.flag(ALLOW_SIMULATED_NODES_VAR, False)
     if stale and stale <= interval:
         problems.append(
             "MODELFORGE_NODE_STALE_AFTER_SECONDS must exceed MODELFORGE_HEARTBEAT_INTERVAL_SECONDS "
@@ -298,4 +304,5 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         channel_url=channel_url,
         channel_management_url=channel_management_url,
         fallback_heartbeat_interval_seconds=fallback_interval,
+        allow_simulated_nodes=allow_simulated,
     )

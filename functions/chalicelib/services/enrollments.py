@@ -20,7 +20,7 @@ from chalicelib.domain.errors import (
     not_found,
 )
 from chalicelib.domain.records import Enrollment, Event, Inventory, Node
-from chalicelib.services import channel, duplicate_identity
+from chalicelib.services import channel, duplicate_identity, simulated_nodes
 from chalicelib.stores.contract import Stores
 
 PENDING, CONSUMED, REVOKED, EXPIRED = "pending", "consumed", "revoked", "expired"
@@ -138,6 +138,9 @@ def enroll(stores: Stores, settings: Settings, request: requests.Enroll, now: fl
     enrollment = stores.enrollments.get(enrollment_id)
     if enrollment is None or not hmac.compare_digest(enrollment.token_sha256, token_sha256):
         raise _token_unknown()
+    # a simulated node is refused once its token is known and before anything is written, so the
+    # token stays usable (by the same host without its simulation, say)
+    simulated_nodes.require_allowed(settings, request.inventory)
     if public_state(enrollment, now) != PENDING:
         replayed = _replay(stores, enrollment, idempotency_sha256, credential_sha256)
         if replayed:

@@ -14,7 +14,7 @@ from chalicelib.domain import liveness, requests
 from chalicelib.domain.errors import Conflict, GuardFailed, RateLimited, conflict, not_found
 from chalicelib.domain.records import TELEMETRY_COLUMNS, Event, Heartbeat, Inventory, Node
 from chalicelib.domain.validation import require_unique
-from chalicelib.services import channel, dispatch, duplicate_identity, gpu_health
+from chalicelib.services import channel, dispatch, duplicate_identity, gpu_health, simulated_nodes
 from chalicelib.services.auth import NodeCaller, require_holder
 from chalicelib.services.known_callers import KnownCallers
 from chalicelib.stores.contract import Holder, Stores
@@ -155,9 +155,12 @@ def replace_inventory(
 
     The caller is read and checked before anything is written (an unknown caller costs one read,
     never a transaction). Each node may replace its inventory ``settings.inventory_rate_limit``
-    times per window, so one node cannot write unlimited state-log objects.
+    times per window, so one node cannot write unlimited state-log objects. A simulated inventory
+    is refused (403) unless the settings allow simulated nodes, after the caller check and before
+    any write.
     """
     node = require_holder(stores.nodes.get(caller.node_id), caller)
+    simulated_nodes.require_allowed(settings, request.inventory)
     uuids = duplicate_identity.gpu_uuids(request.inventory)
     for _ in range(_TRANSITION_ATTEMPTS):
         previous = stores.nodes.get_inventory(caller.node_id)

@@ -157,6 +157,14 @@ class LocalStack:
         return self._channel
 
     @property
+    def allow_simulated_nodes(self) -> bool:
+        """Whether this control plane accepts simulated nodes (``--allow-simulated-nodes``, or
+        MODELFORGE_ALLOW_SIMULATED_NODES in the environment); read once started."""
+        from chalicelib import instance
+
+        return instance.settings().allow_simulated_nodes
+
+    @property
     def aws_endpoint_url(self) -> str:
         if self.emulator is not None:
             return self.emulator.endpoint_url

@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from .local_stack import LocalOptions, LocalStack
 
 EXIT_OK, EXIT_ERROR, EXIT_CONFIG = 0, 1, 2
+#: The control plane's setting --allow-simulated-nodes sets (chalicelib.config.settings reads it).
+ALLOW_SIMULATED_NODES_VAR = "MODELFORGE_ALLOW_SIMULATED_NODES"
 #: How often the foreground process looks at its agent and worker.
 SUPERVISE_SECONDS = 0.5
 
@@ -87,6 +89,13 @@ def add_arguments(up: argparse.ArgumentParser) -> None:
         type=positive_int,
         default=256,
         help="API connections served at once; more are answered 503 server_busy (default 256)",
+    )
+    up.add_argument(
+        "--allow-simulated-nodes",
+        action="store_true",
+        help="accept nodes whose agent runs on an NVML simulation (their inventory says simulated) by setting "
+        f"{ALLOW_SIMULATED_NODES_VAR}=true for this control plane; without it they are refused with 403 "
+        "simulated_node_refused (default off, as in the deployed stack)",
     )
     _add_channel_arguments(up)
     up.add_argument(
@@ -199,6 +208,7 @@ def run(args: argparse.Namespace) -> int:
         connection_timeout_seconds=args.connection_timeout,
         max_connections=args.max_connections,
         admin_token_file=args.admin_token_file,
+        extra_env={ALLOW_SIMULATED_NODES_VAR: "true"} if args.allow_simulated_nodes else {},
         **channel,
     )
     if args.with_worker is not None and len(str(args.with_worker.resolve() / "worker.sock")) > 100:
@@ -266,6 +276,12 @@ def _print_ready(stack: LocalStack, options: LocalOptions) -> None:
         print(token_line, flush=True)
     if stack.restored is not None and options.data_dir is not None:
         print(stack.restored.describe(options.data_dir), flush=True)
+    if stack.allow_simulated_nodes:
+        print(
+            f"simulated nodes accepted ({ALLOW_SIMULATED_NODES_VAR}=true): a node on an NVML simulation enrolls, "
+            "and its views say simulated",
+            flush=True,
+        )
     if stack.channel is not None:
         channel = stack.channel
         print(f"push channel at {channel.channel_url} (management API {channel.management_url})", flush=True)
