@@ -43,6 +43,7 @@ from .config import NO_IDENTITY_NO_TOKEN, AgentConfig
 from .control_plane import ENROLL, HEARTBEAT, INVENTORY, ControlPlaneClient, TransientFailure
 from .failures import ConfigurationInvalid, IdentityRefused
 from .gpu_source import GpuSource
+from .gpu_watch import GpuWatch
 from .identity import Identity, StateVolume, new_identity
 from .inventory import host_inventory
 from .work import WorkRunner
@@ -83,6 +84,7 @@ class Agent:
         jitter: Callable[[], float],
         work: WorkRunner | None = None,
         channel: Channel | None = None,
+        gpu_watch: GpuWatch | None = None,
     ) -> None:
         self._config = config
         self._client = client
@@ -94,6 +96,9 @@ class Agent:
         self._inventory_not_before = float("-inf")
         self._work = work
         self._channel = channel
+        self._gpu_watch = gpu_watch
+        if work is not None and gpu_watch is not None:
+            work.use_gpus(gpu_watch)
         #: the ``features`` of the last answer (an older control plane lists none)
         self._features: frozenset[str] = frozenset()
         #: the worker was polled just before enrolling: the first heartbeat uses that status
@@ -112,6 +117,8 @@ class Agent:
         except Stopped:
             return
         finally:
+            if self._gpu_watch is not None:
+                self._gpu_watch.close()
             if self._channel is not None:
                 self._channel.close()
             if self._work is not None:
@@ -165,6 +172,8 @@ class Agent:
         inventory_sent_at = 0.0
         if interval is not None:  # just enrolled: the enrollment carried the inventory
             sent_inventory, inventory_sent_at = self._inventory(), self._clock()
+        if self._gpu_watch is not None:
+            self._gpu_watch.start()
         if self._work is not None:
             self._work.start(identity, wake=getattr(self._stop, "set", None))
         if self._channel is not None:
@@ -185,6 +194,7 @@ class Agent:
             self.heartbeats_sent += 1
             interval = _interval(answer)
             self._read_channel(answer)
+            self._read_gpu_answer(answer)
             came_online = answer.get("status") == "online" and status != "online"
             status = answer.get("status")
             connected = self._channel is not None and self._channel.state == CONNECTED
@@ -235,8 +245,12 @@ class Agent:
     def _inventory(self) -> dict[str, Any]:
         view = self._work.view if self._work is not None else None
         if view is None:
-            return host_inventory(self._gpus.devices())
-        return host_inventory(self._gpus.devices(), worker_capabilities=view.available)
+            inventory = host_inventory(self._gpus.devices())
+        else:
+            inventory = host_inventory(self._gpus.devices(), worker_capabilities=view.available)
+        if self._config.nvml_simulation is not None:
+            inventory["simulated"] = True  # its GPUs come from a scripted NVML fake: it says so everywhere
+        return inventory
 
     def _health(self) -> dict[str, Any]:
         view = self._work.view if self._work is not None else None
@@ -259,7 +273,14 @@ class Agent:
             body["push_channel"] = self._channel.report()
         if self._work is not None and FEATURE_SLOTS in self._features:
             body["slots"] = self._work.slot_report()
+        if self._gpu_watch is not None:
+            body.update(self._gpu_watch.heartbeat_part(self._features))
         return body
+
+    def _read_gpu_answer(self, answer: dict[str, Any]) -> None:
+        """Drains, blocked GPUs and re-checks: a change of what may take work re-plans the slots."""
+        if self._gpu_watch is not None and self._gpu_watch.answered(answer) and self._work is not None:
+            self._work.replan()
 
     # --- the push channel ----------------------------------------------------------------------
 

@@ -61,6 +61,9 @@ class AgentConfig:
     log_format: str = "json"
     #: ``on`` or ``off`` (``MODELFORGE_AGENT_PUSH_CHANNEL``)
     push_channel: str = "on"
+    #: a scripted NVML fake's scenario (MODELFORGE_AGENT_NVML_SIMULATION, honoured only with
+    #: MODELFORGE_AGENT_ALLOW_SIMULATION=true): the node's GPUs are simulated and it says so
+    nvml_simulation: Path | None = None
 
     @property
     def url_host(self) -> str:
@@ -164,6 +167,31 @@ def _tls(reader: Reader, problems: list[str]) -> tuple[bool, Path | None, str | 
     return verify, ca, address
 
 
+SIMULATION = "MODELFORGE_AGENT_NVML_SIMULATION"
+ALLOW_SIMULATION = "MODELFORGE_AGENT_ALLOW_SIMULATION"
+
+
+def _simulation(reader: Reader, mode: str, problems: list[str]) -> Path | None:
+    """The scenario file, when simulation is asked for and allowed; never a silent fallback to real
+    NVML (nor from it): asking without allowing is a configuration error."""
+    raw = reader.text(SIMULATION)
+    allowed = reader.flag(ALLOW_SIMULATION, False)
+    if not raw:
+        return None
+    if not allowed:
+        problems.append(
+            f"{SIMULATION} is set but {ALLOW_SIMULATION} is not true: a simulated node reports GPUs that do not "
+            f"exist; set {ALLOW_SIMULATION}=true for a demo or a test, or unset {SIMULATION}"
+        )
+        return None
+    if mode == "cpu":
+        problems.append(f"{SIMULATION} simulates NVIDIA GPUs: MODELFORGE_AGENT_ACCELERATOR_MODE must be nvidia or auto")
+    path = Path(raw)
+    if not path.is_file():
+        problems.append(f"{SIMULATION} is not a readable file: {raw}")
+    return path
+
+
 def load_config(env: Mapping[str, str]) -> AgentConfig:
     reader = Reader(env)
     problems = reader.problems
@@ -192,6 +220,7 @@ def load_config(env: Mapping[str, str]) -> AgentConfig:
         problems.append(f"{LOG_FORMAT} must be {' or '.join(LOG_FORMATS)}")
     worker_url = _worker_url(reader, problems)
     push_channel = reader.choice(PUSH_CHANNEL, "on", PUSH_CHANNEL_SETTINGS)
+    simulation = _simulation(reader, mode, problems)
     if problems:
         raise ConfigurationInvalid(problems)
     return AgentConfig(
@@ -212,6 +241,7 @@ def load_config(env: Mapping[str, str]) -> AgentConfig:
         worker_url=worker_url,
         log_format=log_format or "json",
         push_channel=push_channel,
+        nvml_simulation=simulation,
     )
 
 

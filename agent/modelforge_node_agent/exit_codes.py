@@ -76,6 +76,13 @@ def _refusal(refusal: Refused) -> Exit:
             f"enrollment refused: {_TOKEN_REFUSALS[refusal.code]}; ask an admin for a new token "
             "and set MODELFORGE_AGENT_ENROLLMENT_TOKEN",
         )
+    if refusal.code == "simulated_node_refused":
+        return Exit(
+            IDENTITY_REFUSED,
+            "the control plane refuses simulated nodes: unset MODELFORGE_AGENT_NVML_SIMULATION to report the host's "
+            "real GPUs, or use a development control plane started with MODELFORGE_ALLOW_SIMULATED_NODES=true "
+            f"(HTTP {refusal.status} {refusal.code} on {refusal.method} {refusal.path})",
+        )
     if refusal.status in (401, 403):
         refused = f"HTTP {refusal.status} {refusal.code} on {refusal.method} {refusal.path}"
         return Exit(IDENTITY_REFUSED, f"{_CREDENTIAL_REFUSALS.get(refusal.code, _CREDENTIAL_REFUSED)} ({refused})")

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from enum import Enum
 from types import ModuleType
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, runtime_checkable
 
 _LIBRARY_HINT = (
     "libnvidia-ml.so.1 could not be loaded; on a container host, run with the NVIDIA Container "
@@ -202,6 +202,7 @@ class XidRegistration:
     lost_indexes: tuple[int, ...] = ()
 
 
+@runtime_checkable
 class GpuHealthProbe(GpuProbe, Protocol):
     """``GpuProbe`` plus the health reads. Each read returns ``NotRead`` for a signal it cannot
     give; only ``GpuLost`` (and ``TelemetryUnavailable`` when the GPU has no handle at all) raise.

@@ -344,6 +344,17 @@ class HealthTracker:
         with self._lock:
             return sorted(self._last.values(), key=lambda gpu: gpu.uuid)
 
+    def hard_latched(self) -> set[str]:
+        """GPUs with a latched event (an Xid, GpuIsLost) that makes them unschedulable or failed,
+        as of the event: what the work loop checks while a job runs on one, without waiting for
+        the next heartbeat's grade."""
+        with self._lock:
+            return {
+                uuid
+                for uuid, memory in self._memory.items()
+                if any(held.finding.state in ("unschedulable", "failed") for held in memory.latched.values())
+            }
+
     def schedulable_uuids(self) -> list[str]:
         """GPUs that take a slot now: schedulable states, MIG-enabled GPUs excluded."""
         with self._lock:

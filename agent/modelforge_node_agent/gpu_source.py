@@ -45,6 +45,11 @@ class NvidiaGpus:
     def close(self) -> None:
         close_probe(self._probe, self._timeout)
 
+    @property
+    def probe(self) -> GpuProbe:
+        """The preflight's NVML session (per-GPU health reads through it too)."""
+        return self._probe
+
 
 class NoGpus:
     """A CPU node: no NVML, no GPUs, no GPU telemetry (none invented)."""

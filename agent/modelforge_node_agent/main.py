@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 
 from modelforge_logging import jsonlog
 from modelforge_protocol import environment
@@ -27,9 +28,11 @@ from .agent import Agent
 from .config import INSECURE_SWITCH, AgentConfig, load_config, load_preflight_config, log_format_of
 from .control_plane import ControlPlaneClient
 from .failures import ConfigurationInvalid
-from .gpu import GpuProbe, PynvmlProbe
-from .gpu_source import open_gpus
+from .gpu import GpuHealthProbe, GpuProbe, PynvmlProbe
+from .gpu_source import NoGpus, NvidiaGpus, open_gpus
+from .gpu_watch import GpuWatch, read_boot_id
 from .identity import StateVolume, root_filesystem_warning
+from .nvml_simulation import ScriptedProbe
 from .preflight import PreflightFailed, run_preflight
 from .transport import base_url, build_session
 from .work import for_config
@@ -53,6 +56,23 @@ def _warn_about_environment(config: AgentConfig) -> None:
         log.warning(warning, extra={"event": "state_volume_not_durable", "path": str(config.state_volume)})
 
 
+def _simulated(scenario: Path) -> Callable[[], GpuProbe]:
+    """The scripted NVML fake of ``MODELFORGE_AGENT_NVML_SIMULATION`` (allowed: config checked it)."""
+    log.warning(
+        f"SIMULATED GPUS: this agent runs against the NVML simulation {scenario}, not the host's GPUs; "
+        "its inventory says simulated: true",
+        extra={"event": "nvml_simulated", "scenario": str(scenario)},
+    )
+    return lambda: ScriptedProbe(scenario)
+
+
+def gpu_watch_of(gpus: NvidiaGpus | NoGpus, timeout_seconds: float) -> GpuWatch:
+    """Per-GPU health through the preflight's NVML session (a CPU node: its boot id only)."""
+    if isinstance(gpus, NvidiaGpus) and isinstance(gpus.probe, GpuHealthProbe):
+        return GpuWatch(gpus.probe, gpus.devices(), timeout_seconds, boot_id=read_boot_id())
+    return GpuWatch(None, [], timeout_seconds, boot_id=read_boot_id())
+
+
 def run_agent(
     config: AgentConfig,
     *,
@@ -65,12 +85,23 @@ def run_agent(
     try:
         state.prepare()
         _warn_about_environment(config)
+        if config.nvml_simulation is not None:
+            probe_factory = _simulated(config.nvml_simulation)
         gpus = open_gpus(config.accelerator_mode, probe_factory, config.preflight_timeout_seconds)
         client = ControlPlaneClient(build_session(config), base_url(config), config.request_timeout_seconds)
         work = for_config(config) if config.worker_url is not None else None
         push = channel.for_config(config)
         agent = Agent(
-            config, client, state, gpus, stop=stop, clock=time.monotonic, jitter=random.random, work=work, channel=push
+            config,
+            client,
+            state,
+            gpus,
+            stop=stop,
+            clock=time.monotonic,
+            jitter=random.random,
+            work=work,
+            channel=push,
+            gpu_watch=gpu_watch_of(gpus, config.preflight_timeout_seconds),
         )
     except Exception as fatal:
         return exit_codes.report(fatal)

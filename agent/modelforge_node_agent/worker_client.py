@@ -298,14 +298,22 @@ class WorkerClient:
         return _judged(answer)
 
     def run(
-        self, capability: str, payload: dict[str, Any], cutter: Cutter | None = None, job_id: str | None = None
+        self,
+        capability: str,
+        payload: dict[str, Any],
+        cutter: Cutter | None = None,
+        job_id: str | None = None,
+        gpu_uuid: str | None = None,
     ) -> dict[str, Any]:
         """The result of running ``payload``; ``WorkerRefused`` when the worker answers an error,
         ``WorkerFailure`` when there is no usable answer (``cutter`` ends the call early).
-        ``job_id`` (only to a worker that ``cancels``) names the job for ``cancel``."""
+        ``job_id`` (only to a worker that ``cancels``) names the job for ``cancel``; ``gpu_uuid``
+        (only to a worker with ``gpu_slots``) is the GPU it runs on."""
         request: dict[str, Any] = {"capability": capability, "input": payload}
         if job_id is not None:
             request["job_id"] = job_id
+        if gpu_uuid is not None:
+            request["gpu_uuid"] = gpu_uuid
         body = json.dumps(request, separators=(",", ":"), ensure_ascii=False)
         status, raw = self._exchange(
             "POST", RUN_PATH, body.encode("utf-8"), self._run_timeout, MAX_RUN_ANSWER_BYTES, cutter

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .schemas import MAX_CAPABILITIES, MAX_SLOTS, _answer, _obj
+from .schemas import GPU_UUID_PATTERN, MAX_CAPABILITIES, MAX_SLOTS, _answer, _obj
 
 #: What work can ask for. A node serves a capability when its inventory lists the name (the agent
 #: adds the ones its runtime worker reports available).
@@ -121,6 +121,10 @@ WORKER_FEATURE_CANCEL = "cancel"
 #: ``slots``: the worker runs up to ``slots.total`` jobs at once, each in its own process, and says
 #: in its status how many are taken (``slots.busy``).
 WORKER_FEATURE_SLOTS = "slots"
+#: ``gpu_slots``: ``POST /v1/run`` takes a ``gpu_uuid``, and the job runs in that GPU's own slot (a
+#: process started with ``CUDA_VISIBLE_DEVICES=<uuid>``). An agent sends ``gpu_uuid`` only to a
+#: worker that lists it.
+WORKER_FEATURE_GPU_SLOTS = "gpu_slots"
 WORKER_FEATURES = (WORKER_FEATURE_CANCEL, WORKER_FEATURE_SLOTS)
 #: The most job slots a worker runs: the bound of a node's slots in its heartbeat, since a node's
 #: slots are its worker's (schemas.SLOTS_REPORT).
@@ -135,7 +139,13 @@ WORKER_CANCEL_STATES = ("ended", "ending", "not_running")
 #: ``POST /v1/run`` (what the agent asks its worker): the capability to run, its input and, to a
 #: worker with the ``cancel`` feature, the job's id.
 WORKER_RUN_REQUEST = _obj(
-    {"capability": {"type": "string", "minLength": 1}, "input": {"type": "object"}, "job_id": WORKER_JOB_ID},
+    {
+        "capability": {"type": "string", "minLength": 1},
+        "input": {"type": "object"},
+        "job_id": WORKER_JOB_ID,
+        #: the GPU the job runs on (``gpu_slots``): its NVML UUID, never an index
+        "gpu_uuid": {"type": "string", "pattern": GPU_UUID_PATTERN},
+    },
     ["capability", "input"],
 )
 #: ``POST /v1/cancel``: stop the job of this id.

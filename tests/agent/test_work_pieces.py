@@ -343,7 +343,14 @@ class ScriptedWorker(WorkerClient):
         capability = WorkerCapability("diagnostic.sleep", True, None)
         return WorkerStatus(OK, "ok", (capability,), healthy=True, features=self._features)
 
-    def run(self, capability: str, payload: dict[str, Any], cutter: Any = None, job_id: str | None = None) -> Any:
+    def run(
+        self,
+        capability: str,
+        payload: dict[str, Any],
+        cutter: Any = None,
+        job_id: str | None = None,
+        gpu_uuid: Any = None,
+    ) -> Any:
         self.runs.append((capability, payload, job_id))
         self.started.set()
         assert self.released.wait(10), "a test never released its worker"

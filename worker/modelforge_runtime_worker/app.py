@@ -5,29 +5,27 @@ cancel of a run by the id its caller gave it (``WORKER_CANCEL_REQUEST``). Refusa
 
 from __future__ import annotations
 
-import copy
 import threading
 from typing import Any, NamedTuple
 
 from jsonschema import Draft202012Validator
-from modelforge_protocol.schemas import GPU_UUID_PATTERN
-from modelforge_protocol.work import WORKER_CANCEL_REQUEST, WORKER_FEATURES, WORKER_RUN_REQUEST
+from modelforge_protocol.work import (
+    WORKER_CANCEL_REQUEST,
+    WORKER_FEATURE_GPU_SLOTS,
+    WORKER_FEATURES,
+    WORKER_RUN_REQUEST,
+)
 
 from . import WORKER_PROTOCOL_VERSION, WORKER_VERSION
 from .capabilities import Capability, describe, refuse_unavailable
 from .errors import InvalidInput, InvalidRequest, ShuttingDown, UnknownCapability
 from .jobs import JobRunner
 
-#: ``gpu_slots``: ``POST /v1/run`` takes a ``gpu_uuid`` (the job runs in that GPU's own slot, whose
-#: process sees only that GPU: ``slots.py``), and the status's ``slots.gpus`` lists the GPU slots.
-#: An agent sends ``gpu_uuid`` only to a worker that lists it. (Not yet in
-#: ``modelforge_protocol.work``, which the worker may not change here: to move there, with the field.)
-WORKER_FEATURE_GPU_SLOTS = "gpu_slots"
+#: ``gpu_slots`` (modelforge_protocol.work): ``POST /v1/run`` takes a ``gpu_uuid`` (the job runs in
+#: that GPU's own slot, whose process sees only that GPU: ``slots.py``), and the status's
+#: ``slots.gpus`` lists the GPU slots.
 FEATURES = tuple(dict.fromkeys((*WORKER_FEATURES, WORKER_FEATURE_GPU_SLOTS)))
-#: The protocol's ``WORKER_RUN_REQUEST`` with the optional ``gpu_uuid`` of the feature ``gpu_slots``
-#: (an NVML UUID, ``GPU-...`` or ``MIG-...``).
-RUN_REQUEST: dict[str, Any] = copy.deepcopy(WORKER_RUN_REQUEST)
-RUN_REQUEST["properties"].setdefault("gpu_uuid", {"type": "string", "pattern": GPU_UUID_PATTERN})
+RUN_REQUEST: dict[str, Any] = WORKER_RUN_REQUEST
 _FIELDS = frozenset(RUN_REQUEST["properties"])
 _RUN_REQUEST = Draft202012Validator(RUN_REQUEST)
 _CANCEL_REQUEST = Draft202012Validator(WORKER_CANCEL_REQUEST)

@@ -22,8 +22,11 @@ import threading
 import time
 from collections.abc import Callable
 
+from modelforge_protocol.work import WORKER_FEATURE_GPU_SLOTS
+
 from ..control_plane import WORK_CLAIM, ControlPlaneClient
 from ..failures import CONTROL_PLANE_FAILURES, Kind, classify
+from ..gpu_watch import GpuWatch
 from ..identity import Identity
 from ..worker_client import WorkerClient, WorkerStatus
 from .claimed import Lease, default_renew_interval
@@ -35,6 +38,9 @@ from .transfers import PresignedObjects
 from .worker_view import WorkerView
 
 log = logging.getLogger("modelforge.agent")
+
+#: A work thread's slot: a GPU's UUID when jobs run per GPU, else the worker slot's number.
+Slot = int | str
 
 #: How often the work thread looks at the stop signal and the lease while the worker runs.
 POLL_SECONDS = 0.05
@@ -56,14 +62,24 @@ class WorkRunner:
         self._signals = Signals(stop)
         self._view = WorkerView(worker)
         self._station = Station(
-            client, worker, objects, self._view, self._signals, timing or Timing(), renew_interval, poll_seconds
+            client,
+            worker,
+            objects,
+            self._view,
+            self._signals,
+            timing or Timing(),
+            renew_interval,
+            poll_seconds,
+            self._gpu_faults,
         )
-        #: slot -> its work thread, started as the worker's slot count is learnt
-        self._threads: dict[int, threading.Thread] = {}
+        #: per-GPU health and the GPUs that may take work (None: slots are the worker's alone)
+        self._gpus: GpuWatch | None = None
+        #: slot -> its work thread; a slot is a GPU's UUID when jobs run per GPU, else its number
+        self._threads: dict[Slot, threading.Thread] = {}
         self._guard = threading.Lock()
         #: slot -> the job it runs, and the run it stopped waiting for (its lease was lost)
-        self._current: dict[int, Job] = {}
-        self._abandoned: dict[int, RunCall] = {}
+        self._current: dict[Slot, Job] = {}
+        self._abandoned: dict[Slot, RunCall] = {}
         self._identity: Identity | None = None
         #: how each job ended, in order (``succeeded``, ``failed``, ``lease_lost``, ...)
         self.outcomes: list[str] = []
@@ -86,11 +102,45 @@ class WorkRunner:
         self._start_threads()
         return view
 
-    @property
-    def slots(self) -> int:
-        """The worker's slots, as last polled (1 until it was)."""
+    def use_gpus(self, gpus: GpuWatch) -> None:
+        """Run jobs per GPU (one slot each, ``CUDA_VISIBLE_DEVICES`` on the worker) where the worker
+        lists ``gpu_slots``; take no new work on a drained node either way."""
+        self._gpus = gpus
+
+    def _per_gpu(self) -> bool:
+        view = self._view.current
+        return (
+            self._gpus is not None
+            and self._gpus.has_gpus
+            and view is not None
+            and WORKER_FEATURE_GPU_SLOTS in view.features
+        )
+
+    def _gpu_faults(self) -> set[str]:
+        return self._gpus.hard_faulted() if self._gpus is not None else set()
+
+    def slot_ids(self) -> list[Slot]:
+        """The slots that may take a job now: each usable GPU's, or the worker's numbered slots;
+        none while the node is drained."""
+        if self._gpus is not None and self._gpus.drained:
+            return []
+        if self._per_gpu():
+            assert self._gpus is not None
+            return list(self._gpus.usable_gpus())
+        return list(range(self._worker_slots()))
+
+    def _worker_slots(self) -> int:
         view = self._view.current
         return max(1, view.slots) if view is not None else 1
+
+    @property
+    def slots(self) -> int:
+        """The node's slots: one per GPU that has one (jobs per GPU), else the worker's, as last
+        polled (1 until it was)."""
+        if self._per_gpu():
+            assert self._gpus is not None
+            return max(1, len(self._gpus.slot_gpus()))
+        return self._worker_slots()
 
     @property
     def busy_slots(self) -> int:
@@ -98,10 +148,10 @@ class WorkRunner:
             return len(self._current)
 
     def slot_report(self) -> dict[str, int]:
-        """The heartbeat's ``slots``: the worker's slots, those running a job, and those that may
-        take work now (all of them: per-GPU health does not take slots away yet)."""
+        """The heartbeat's ``slots``: the node's slots, those running a job, and those that may
+        take work now (on usable GPUs, and none while drained)."""
         total = self.slots
-        return {"total": total, "busy": min(self.busy_slots, total), "schedulable": total}
+        return {"total": total, "busy": min(self.busy_slots, total), "schedulable": min(len(self.slot_ids()), total)}
 
     def hint(self) -> None:
         """A heartbeat answer said ``work_waiting``: drain, if the worker can take work."""
@@ -130,17 +180,21 @@ class WorkRunner:
         self._signals.wake_with(wake)
         self._start_threads()
 
+    def replan(self) -> None:
+        """What may take work changed (a GPU's health, a drain): start a thread for each new slot
+        (one whose slot went away ends after its job: ``_drain``), and claim if work waits."""
+        self._start_threads()
+
     def _start_threads(self) -> None:
-        """A work thread for each slot the worker has (one whose slot the worker no longer has
-        ends after its job: ``_drain``)."""
+        """A work thread for each slot that may take work (one whose slot went ends after its job:
+        ``_drain``)."""
         if self._identity is None or self._signals.stopping():
             return
         with self._guard:
-            for slot in range(self.slots):
+            for slot in self.slot_ids():
                 if slot not in self._threads:
-                    thread = threading.Thread(
-                        target=self._loop, args=(slot,), name=f"modelforge-work-{slot}", daemon=True
-                    )
+                    name = f"modelforge-work-{slot if isinstance(slot, int) else slot[:12]}"
+                    thread = threading.Thread(target=self._loop, args=(slot,), name=name, daemon=True)
                     self._threads[slot] = thread
                     thread.start()
 
@@ -157,9 +211,9 @@ class WorkRunner:
 
     # --- the work threads ----------------------------------------------------------------------
 
-    def _loop(self, slot: int) -> None:
+    def _loop(self, slot: Slot) -> None:
         try:
-            while slot < self.slots:
+            while slot in self.slot_ids():
                 self._signals.hinted.wait()
                 if self._signals.stopping():
                     return
@@ -171,11 +225,11 @@ class WorkRunner:
                 if self._threads.get(slot) is threading.current_thread():
                     del self._threads[slot]
 
-    def _drain(self, slot: int) -> None:
+    def _drain(self, slot: Slot) -> None:
         identity = self._identity
         assert identity is not None
         while not self._signals.stopping():
-            if slot >= self.slots:  # the worker has fewer slots now: this one ends
+            if slot not in self.slot_ids():  # fewer slots now (a GPU faulted or was drained): this one ends
                 return
             if not self._view.claimable:
                 self._signals.hinted.clear()
@@ -186,7 +240,7 @@ class WorkRunner:
             lease = self._claim(identity)
             if lease is None:
                 return
-            job = Job(self._station, lease, identity)
+            job = Job(self._station, lease, identity, slot if isinstance(slot, str) else None)
             with self._guard:
                 self._current[slot] = job
             try:
@@ -202,7 +256,7 @@ class WorkRunner:
             if not keep_draining:
                 return
 
-    def _worker_free(self, slot: int) -> bool:
+    def _worker_free(self, slot: Slot) -> bool:
         """Wait for a run this slot stopped waiting for (its lease was lost) to end on the worker."""
         with self._guard:
             call = self._abandoned.get(slot)

@@ -59,11 +59,15 @@ class Station:
     timing: Timing
     renew_interval: Callable[[float], float]
     poll_seconds: float
+    #: the GPUs that faulted (a job running on one is stopped and failed as the node's fault)
+    gpu_faults: Callable[[], set[str]] = set
 
 
 class Job:
-    def __init__(self, station: Station, lease: Lease, identity: Identity) -> None:
+    def __init__(self, station: Station, lease: Lease, identity: Identity, gpu_uuid: str | None = None) -> None:
         self._station, self._lease = station, lease
+        #: the GPU whose slot runs the job (None: a worker slot not tied to a GPU)
+        self._gpu_uuid = gpu_uuid
         interval = max(0.01, station.renew_interval(lease.lease_seconds))
         self._keeper = LeaseKeeper(station.client, identity, lease, interval, station.signals, station.timing)
         self._settler = Settler(station.client, identity, station.signals, station.timing)
@@ -134,9 +138,11 @@ class Job:
     def _run(self, payload: dict[str, Any]) -> dict[str, Any] | Failed:
         station, lease = self._station, self._lease
         job_id = f"{lease.work_id}:{lease.epoch}" if station.view.cancels else None
-        call = RunCall(station.worker, lease.capability, payload, job_id)
+        call = RunCall(station.worker, lease.capability, payload, job_id, self._gpu_uuid)
         call.start()
         while not station.timing.wait(call.done, station.poll_seconds):
+            if self._gpu_uuid is not None and self._gpu_uuid in station.gpu_faults():
+                return self._gpu_failed(call)
             if self._keeper.lost.is_set():
                 self._cancel(call, self._keeper.lost_code or "lease_lost")
                 self.abandoned = call  # until the worker has unwound it: the next claim waits
@@ -155,6 +161,20 @@ class Job:
             return failed
         assert call.result is not None
         return call.result
+
+    def _gpu_failed(self, call: RunCall) -> Failed:
+        """The job's GPU faulted mid-job (an Xid that needs a reset or a reboot, the GPU lost):
+        stop the job, and fail it as the node's failure, so the item goes back uncounted."""
+        self._cancel(call, "gpu_fault")
+        call.abort()
+        log.warning(
+            f"work {self._lease.work_id}: GPU {self._gpu_uuid} faulted while it ran the job; the job was stopped "
+            "and the item goes back to the queue",
+            extra={"event": "work_gpu_fault", **self._lease.fields(), "gpu_uuid": self._gpu_uuid},
+        )
+        return Failed(
+            f"gpu_fault: GPU {self._gpu_uuid} faulted while it ran the job", True, "gpu_fault", node_fault=True
+        )
 
     def _cancel(self, call: RunCall, why: str) -> None:
         """Tell the worker to stop the job (when it can be told); logged either way."""

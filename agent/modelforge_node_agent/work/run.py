@@ -26,19 +26,29 @@ NODE_CANNOT_SERVE = frozenset(
 )
 
 
-#: The worker's answer when every slot is taken: the agent claimed for a slot it did not have.
+#: The worker's answers when it has no slot for the job: every slot is taken (the agent claimed for a
+#: slot it did not have), or it keeps slots for as many GPUs as it may. The node's own fault, never
+#: the item's: it goes back without counting an attempt.
 WORKER_BUSY = "worker_busy"
+NO_SLOT = frozenset({WORKER_BUSY, "gpu_slots_full"})
 
 
 class RunCall:
     def __init__(
-        self, worker: WorkerClient, capability: str, payload: dict[str, Any], job_id: str | None = None
+        self,
+        worker: WorkerClient,
+        capability: str,
+        payload: dict[str, Any],
+        job_id: str | None = None,
+        gpu_uuid: str | None = None,
     ) -> None:
         self.done = threading.Event()
         self.result: dict[str, Any] | None = None
         self.error: WorkerRefused | WorkerFailure | None = None
         #: the job's name on the worker (None: the worker cannot cancel, the call only stops waiting)
         self.job_id = job_id
+        #: the GPU the job runs on (only to a worker with ``gpu_slots``)
+        self.gpu_uuid = gpu_uuid
         self._worker = worker
         self._cutter = Cutter()
         self._thread = threading.Thread(
@@ -58,7 +68,7 @@ class RunCall:
 
     def _run(self, capability: str, payload: dict[str, Any]) -> None:
         try:
-            self.result = self._worker.run(capability, payload, self._cutter, self.job_id)
+            self.result = self._worker.run(capability, payload, self._cutter, self.job_id, self.gpu_uuid)
         except (WorkerRefused, WorkerFailure) as error:
             self.error = error
         except Exception as error:  # noqa: BLE001 - reported as a worker failure, retryable
@@ -74,7 +84,7 @@ class RunCall:
         error = self.error
         if isinstance(error, WorkerRefused):
             node_side = error.code in NODE_CANNOT_SERVE
-            busy = error.code == WORKER_BUSY  # the node's own fault: the item is not to blame
+            busy = error.code in NO_SLOT  # the node's own fault: the item is not to blame
             return Failed(error.message or error.code, error.retryable or node_side, error.code, node_fault=busy)
         if isinstance(error, WorkerFailure):
             return Failed(f"worker_unreachable: {error}", True, "worker_unreachable")
