@@ -352,6 +352,12 @@ class Rig:
 
 # --- nodes ------------------------------------------------------------------------------------------
 
+#: A healthy node's health as this release's agent reports it, with a healthy runtime worker.
+AGENT_HEALTH = {
+    "status": "ok",
+    "worker": {"status": "ok", "detail": "worker 1.3.0: diagnostic.echo, diagnostic.sleep, ocr", "unavailable": []},
+}
+
 
 @dataclass
 class Node:
@@ -362,7 +368,7 @@ class Node:
     def heartbeat(self) -> Any:
         # as this release's agent reports a node: its slots too (one per GPU, all busy: the largest item)
         slots = {"total": max(1, self.gpus), "busy": max(1, self.gpus), "schedulable": max(1, self.gpus)}
-        response = self.client.heartbeat(self.identity, gpus=self.gpus, slots=slots)
+        response = self.client.heartbeat(self.identity, gpus=self.gpus, slots=slots, health=AGENT_HEALTH)
         if response.status_code != 200 or response.json().get("status") != "online":
             raise BenchFailure(f"a heartbeat answered {response.status_code}: {_support.brief(response.text)}")
         return response

@@ -51,7 +51,9 @@ CONNECTED_ATTRIBUTES: dict[str, Any] = {
     "ca": _AT,  # channel_connected_at
     "cs": {"S": "connected"},  # channel_state
 }
-PARKED_ATTRIBUTES: dict[str, Any] = {"pk": _AT}  # parked_at
+#: parked_at, and the GPU block bits (a GPU latched or drained: records.Node.gpu_blocks), the fullest
+#: state a heartbeat rewrites
+PARKED_ATTRIBUTES: dict[str, Any] = {"pk": _AT, "gb": {"N": "3"}}
 TICKET_ATTRIBUTES: dict[str, Any] = {"tk": {"S": "0" * 64}, "tx": _AT}  # channel_ticket_sha256, _expires_at
 #: A node in fallback keeps its reason (cut to nodes.STORED_REASON_CHARS, 24) and no state.
 FALLBACK_ATTRIBUTES: dict[str, Any] = {"cr": {"S": "r" * 24}}  # channel_reason

@@ -198,3 +198,26 @@ def test_the_lock_file_of_a_running_stack_names_its_pid_and_urls(tmp_path: Path)
     ) as running:
         holder = json.loads((tmp_path / "d" / "local-up.lock").read_text())
         assert holder == {"pid": running.process.pid, "api_url": running.api_url, "emulator_url": running.emulator_url}
+
+
+def test_simulated_gpus_runs_the_local_agent_as_a_simulated_gpu_node_beside_the_cpu_identity(tmp_path: Path) -> None:
+    agent_state = tmp_path / "agent-state"
+    args = ("--data-dir", str(tmp_path / "data"), "--with-cpu-agent", str(agent_state), "--simulated-gpus", "4")
+    with start_local_up(tmp_path / "run.log", *args, env={"MODELFORGE_ADMIN_TOKEN": ADMIN_TOKEN}) as running:
+        running.wait_for(r"simulated nodes accepted", timeout=30)
+        scenario = tmp_path / "simulated-4-gpus.json"
+        running.wait_for(r"simulated 4-GPU node agent started .*" + re.escape(str(scenario)), timeout=30)
+        enrolled = running.wait_for(r"agent: enrolled as (node_\w+)", timeout=60).group(1)
+        cp = ControlPlane(running.api_url, ADMIN_TOKEN)
+        node = cp.node(enrolled)
+        assert node["simulated"] is True and node["accelerator_mode"] == "nvidia"
+        assert len(node["inventory"]["gpus"]) == 4
+        assert (tmp_path / "agent-state-simulated-4-gpus" / "identity.json").is_file()
+        assert not (agent_state / "identity.json").exists()  # the CPU node's folder is left alone
+        assert json.loads(scenario.read_text())["gpus"][0]["uuid"] == node["inventory"]["gpus"][0]["uuid"]
+    assert running.returncode == 0
+
+
+def test_simulated_gpus_without_the_local_agent_is_refused() -> None:
+    done = run_to_exit(cli_command("local", "up", "--simulated-gpus", "8"), None, timeout=60)
+    assert done.returncode == 2 and "--simulated-gpus runs the --with-cpu-agent agent" in done.stderr

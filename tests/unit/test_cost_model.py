@@ -273,6 +273,7 @@ def test_channel_cost_attributes_are_the_names_the_nodes_table_stores() -> None:
             "channel_connected_at",
             "channel_state",
             "parked_at",
+            "gpu_blocks",
             "channel_ticket_sha256",
             "channel_ticket_expires_at",
         )

@@ -464,3 +464,66 @@ def test_unknown_nodes_are_not_found(stores: MemoryStores, node_id: str) -> None
 def test_get_returns_the_stored_node(stores: MemoryStores) -> None:
     agent = _seed(stores)
     assert nodes.get(stores, agent.node_id) == stores.nodes.records[agent.node_id]
+
+
+# --- what the node keeps of a reported health ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("reported", "kept"),
+    [
+        ({"status": "ok"}, {"status": "ok"}),
+        (
+            {"status": "ok", "worker": {"status": "ok", "detail": "worker 1.3.0: ocr", "unavailable": []}},
+            {"status": "ok", "worker": {"status": "ok"}},
+        ),
+        # anything that is not plainly healthy is kept whole: its detail says what is wrong
+        (
+            {
+                "status": "degraded",
+                "detail": "runtime worker degraded",
+                "worker": {"status": "degraded", "detail": "x"},
+            },
+            {
+                "status": "degraded",
+                "detail": "runtime worker degraded",
+                "worker": {"status": "degraded", "detail": "x"},
+            },
+        ),
+        (
+            {
+                "status": "ok",
+                "worker": {"status": "ok", "unavailable": [{"name": "ocr", "reason": "artifact_quarantined"}]},
+            },
+            {
+                "status": "ok",
+                "worker": {"status": "ok", "unavailable": [{"name": "ocr", "reason": "artifact_quarantined"}]},
+            },
+        ),
+    ],
+    ids=["no_worker", "healthy_worker", "degraded", "unavailable_capability"],
+)
+def test_a_healthy_workers_detail_is_not_kept_and_anything_else_is(
+    stores: MemoryStores, reported: dict[str, Any], kept: dict[str, Any]
+) -> None:
+    agent = _seed(stores)
+    nodes.heartbeat(
+        stores, SETTINGS, agent.caller, typed.heartbeat(heartbeat_body(health=reported)), NOW, _known(agent)
+    )
+    assert stores.nodes.records[agent.node_id].health == kept
+
+
+@pytest.mark.parametrize(
+    ("health", "stored"),
+    [
+        ({"status": "ok"}, "ok"),
+        ({"status": "ok", "worker": {"status": "ok"}}, "ok/ok"),
+        ({"status": "degraded", "detail": "d"}, '{"status":"degraded","detail":"d"}'),
+    ],
+)
+def test_the_node_item_stores_the_usual_healths_in_a_few_bytes(health: dict[str, Any], stored: str) -> None:
+    from chalicelib.stores.models import CompactHealthAttribute
+
+    attribute = CompactHealthAttribute(null=True)
+    assert attribute.serialize(health) == stored
+    assert attribute.deserialize(stored) == health

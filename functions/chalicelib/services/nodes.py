@@ -43,6 +43,22 @@ def _telemetry_rows(request: requests.Heartbeat) -> list[list[float]]:
     return [[gpu[column] for column in TELEMETRY_COLUMNS] for gpu in gpus]
 
 
+def stored_health(health: dict[str, Any]) -> dict[str, Any]:
+    """What the node keeps of a reported health: all of it, but a healthy worker's detail (it only
+    names the capabilities the inventory carries). Every heartbeat rewrites the node item, and a
+    healthy 8-GPU node's must stay within 1 KB (docs/DISPATCH.md, "Item size")."""
+    worker = health.get("worker")
+    if (
+        health.get("status") == "ok"
+        and set(health) <= {"status", "worker"}
+        and isinstance(worker, dict)
+        and worker.get("status") == "ok"
+        and not worker.get("unavailable")
+    ):
+        return {"status": "ok", "worker": {"status": "ok"}}
+    return health
+
+
 @dataclass(frozen=True)
 class HeartbeatResult:
     node: Node
@@ -88,7 +104,7 @@ def heartbeat(
     """
     channel_fields, ticket = _channel_fields(settings, request, now)
     beat = Heartbeat(
-        health=request.health,
+        health=stored_health(request.health),
         telemetry=_telemetry_rows(request),
         agent_version=request.agent_version,
         protocol_version=request.protocol_version,

@@ -56,6 +56,31 @@ class CompactJSONAttribute(JSONAttribute):
         return None if value is None else json.dumps(value, separators=(",", ":"))
 
 
+class CompactHealthAttribute(CompactJSONAttribute):
+    """A node's health as its last heartbeat reported it, in the fewest bytes for the usual cases:
+    ``ok`` (healthy, no worker), ``ok/ok`` (healthy, with a healthy worker: its detail only lists
+    capabilities the inventory carries, and is not kept); any other health as compact JSON, whole.
+    A healthy 8-GPU node with a worker then stays within the 1 KB a heartbeat rewrites (the worker's
+    detail alone took about 100 bytes)."""
+
+    _SHORT = {"ok": {"status": "ok"}, "ok/ok": {"status": "ok", "worker": {"status": "ok"}}}
+
+    def serialize(self, value: Any) -> str | None:
+        if value is None:
+            return None
+        worker = value.get("worker")
+        if value.get("status") == "ok" and set(value) <= {"status", "worker"}:
+            if worker is None:
+                return "ok"
+            if worker.get("status") == "ok" and not worker.get("unavailable"):
+                return "ok/ok"
+        return super().serialize(value)
+
+    def deserialize(self, value: str) -> Any:
+        short = self._SHORT.get(value)
+        return json.loads(json.dumps(short)) if short is not None else super().deserialize(value)
+
+
 class PackedSlotsAttribute(NumberAttribute):
     """A node's job slots ``[total, busy, schedulable]`` (each 0-99) packed into one number,
     ``total * 10000 + busy * 100 + schedulable``: 4 bytes where a list takes 12, so the node item of
@@ -124,7 +149,7 @@ class NodeModel(Model):
     liveness = UnicodeAttribute()
     liveness_changed_at = NumberAttribute()
     last_heartbeat_at = NumberAttribute(null=True)
-    health = CompactJSONAttribute(null=True)
+    health = CompactHealthAttribute(null=True)
     #: per-GPU rows in TELEMETRY_COLUMNS order; compact so the item stays under 1 KB
     telemetry = CompactJSONAttribute(null=True)
     #: "<liveness>#<shard>" while online or stale (the sweep's index partition), else absent

@@ -77,9 +77,33 @@ def start_worker(worker_dir: Path) -> tuple[subprocess.Popen, str]:
     raise DevAgentError(f"the runtime worker did not listen on {socket_path} within {WORKER_START_SECONDS} s")
 
 
-def start(api_url: str, admin_token: str | None, state_dir: Path, worker_url: str | None = None) -> subprocess.Popen:
-    """Start the agent (using the worker at ``worker_url``, when given); mint a token only when the
-    state folder holds no identity yet."""
+def simulation_files(state_dir: Path, gpus: int) -> tuple[Path, Path]:
+    """Where `local up --simulated-gpus N` keeps its simulated node: its own state folder beside
+    ``state_dir`` (never the CPU node's identity), and its scenario, copied from the agent's shipped
+    one on first use and kept (edit it to inject a fault)."""
+    from importlib import resources
+
+    node_state = state_dir.with_name(f"{state_dir.name}-simulated-{gpus}-gpus")
+    scenario = state_dir.with_name(f"simulated-{gpus}-gpus.json")
+    if not scenario.exists():
+        name = {4: "four_gpus.json", 8: "eight_gpus.json"}[gpus]
+        shipped = resources.files("modelforge_node_agent").joinpath("simulations", name).read_bytes()
+        scenario.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(scenario, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "wb") as out:
+            out.write(shipped)
+    return node_state, scenario
+
+
+def start(
+    api_url: str,
+    admin_token: str | None,
+    state_dir: Path,
+    worker_url: str | None = None,
+    simulation: Path | None = None,
+) -> subprocess.Popen:
+    """Start the agent (using the worker at ``worker_url``, when given; on the NVML simulation
+    ``simulation``, when given); mint a token only when the state folder holds no identity yet."""
     env = {
         **os.environ,
         # a person reads this agent's log on the terminal of `local up`; json when asked for
@@ -90,6 +114,13 @@ def start(api_url: str, admin_token: str | None, state_dir: Path, worker_url: st
         "MODELFORGE_AGENT_HOSTNAME": os.environ.get("MODELFORGE_AGENT_HOSTNAME", "local-cpu-agent"),
     }
     env.pop("MODELFORGE_AGENT_ENROLLMENT_TOKEN", None)
+    if simulation is not None:
+        env.update(
+            MODELFORGE_AGENT_ACCELERATOR_MODE="nvidia",
+            MODELFORGE_AGENT_NVML_SIMULATION=str(simulation),
+            MODELFORGE_AGENT_ALLOW_SIMULATION="true",
+            MODELFORGE_AGENT_HOSTNAME=os.environ.get("MODELFORGE_AGENT_HOSTNAME", "local-simulated-gpu-node"),
+        )
     if worker_url is not None:
         env["MODELFORGE_AGENT_WORKER_URL"] = worker_url
     if not (state_dir / IDENTITY_FILE).exists():
@@ -223,8 +254,10 @@ class Supervisor:
         agent: subprocess.Popen | None,
         worker: subprocess.Popen | None,
         say: Callable[[str], None],
+        simulation: Path | None = None,
     ) -> None:
         self.api_url, self.admin_token, self.state_dir, self.worker_url = api_url, admin_token, state_dir, worker_url
+        self.simulation = simulation
         self.agent, self.worker = agent, worker
         self._say = say
         self._identity_to_move: Path | None = None
@@ -242,7 +275,7 @@ class Supervisor:
             assert self.state_dir is not None
             self._identity_to_move = None
             try:
-                self.agent = start(self.api_url, self.admin_token, self.state_dir, self.worker_url)
+                self.agent = start(self.api_url, self.admin_token, self.state_dir, self.worker_url, self.simulation)
             except (DevAgentError, OSError) as error:
                 self._say(f"cannot start the CPU agent again: {error}")
                 return

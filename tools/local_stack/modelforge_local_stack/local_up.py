@@ -113,6 +113,14 @@ def add_arguments(up: argparse.ArgumentParser) -> None:
         "if it exits, this says why and what to do",
     )
     up.add_argument(
+        "--simulated-gpus",
+        type=int,
+        choices=(4, 8),
+        help="with --with-cpu-agent: run that agent as a simulated node with 4 or 8 GPUs (the agent's NVML "
+        "simulation; its own state folder beside STATE_DIR, its scenario in simulated-N-gpus.json there, edit it "
+        "to inject a fault); implies --allow-simulated-nodes. Off by default: the local agent is a CPU node",
+    )
+    up.add_argument(
         "--aws-endpoint-url",
         default=os.environ.get("MODELFORGE_LOCAL_AWS_ENDPOINT_URL"),
         help="use this AWS endpoint (e.g. LocalStack on http://127.0.0.1:4566) instead of the embedded emulator",
@@ -180,6 +188,12 @@ def run(args: argparse.Namespace) -> int:
     if args.aws_endpoint_url and args.data_dir:
         print("modelforge: --data-dir applies to the embedded emulator only, not --aws-endpoint-url", file=sys.stderr)
         return EXIT_CONFIG
+    if args.simulated_gpus and not args.with_cpu_agent:
+        print(
+            "modelforge: --simulated-gpus runs the --with-cpu-agent agent as a simulated node: give both",
+            file=sys.stderr,
+        )
+        return EXIT_CONFIG
     if args.with_cpu_agent and args.tls_cert:
         print("modelforge: --with-cpu-agent runs over plain HTTP on loopback; leave out --tls-cert", file=sys.stderr)
         return EXIT_CONFIG
@@ -208,7 +222,7 @@ def run(args: argparse.Namespace) -> int:
         connection_timeout_seconds=args.connection_timeout,
         max_connections=args.max_connections,
         admin_token_file=args.admin_token_file,
-        extra_env={ALLOW_SIMULATED_NODES_VAR: "true"} if args.allow_simulated_nodes else {},
+        extra_env={ALLOW_SIMULATED_NODES_VAR: "true"} if args.allow_simulated_nodes or args.simulated_gpus else {},
         **channel,
     )
     if args.with_worker is not None and len(str(args.with_worker.resolve() / "worker.sock")) > 100:
@@ -217,7 +231,9 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_CONFIG
-    return serve(options, cpu_agent_state=args.with_cpu_agent, worker_dir=args.with_worker)
+    return serve(
+        options, cpu_agent_state=args.with_cpu_agent, worker_dir=args.with_worker, simulated_gpus=args.simulated_gpus
+    )
 
 
 def _say(line: str) -> None:
@@ -288,7 +304,12 @@ def _print_ready(stack: LocalStack, options: LocalOptions) -> None:
     print(f"modelforge control plane ready at {stack.api_url} (AWS emulator {stack.aws_endpoint_url})", flush=True)
 
 
-def serve(options: LocalOptions, cpu_agent_state: Path | None = None, worker_dir: Path | None = None) -> int:
+def serve(
+    options: LocalOptions,
+    cpu_agent_state: Path | None = None,
+    worker_dir: Path | None = None,
+    simulated_gpus: int | None = None,
+) -> int:
     """Start the local stack, print the ready line, and serve until SIGINT or SIGTERM."""
     from . import dev_agent
     from .http_server import load_app
@@ -313,18 +334,29 @@ def serve(options: LocalOptions, cpu_agent_state: Path | None = None, worker_dir
             stack.stop()
             return EXIT_ERROR
         print(f"runtime worker started (pid {worker.pid}, listening on {worker_url})", flush=True)
+    simulation = None
     if cpu_agent_state is not None:
         try:
-            agent = dev_agent.start(stack.api_url, stack.admin_token, cpu_agent_state, worker_url)
+            if simulated_gpus:
+                cpu_agent_state, simulation = dev_agent.simulation_files(cpu_agent_state, simulated_gpus)
+            agent = dev_agent.start(stack.api_url, stack.admin_token, cpu_agent_state, worker_url, simulation)
         except (dev_agent.DevAgentError, OSError) as error:
             _say(f"cannot start the CPU agent: {error}")
             if worker is not None:
                 dev_agent.stop(worker)
             stack.stop()
             return EXIT_ERROR
-        print(f"CPU node agent started (pid {agent.pid}, state in {cpu_agent_state})", flush=True)
+        if simulation is not None:
+            print(
+                f"simulated {simulated_gpus}-GPU node agent started (pid {agent.pid}, state in {cpu_agent_state}); "
+                f'its GPUs are not real. To inject a fault, add {{"uuid": "<a GPU\'s UUID>", "xid": 48}} to '
+                f"xid_events in {simulation}",
+                flush=True,
+            )
+        else:
+            print(f"CPU node agent started (pid {agent.pid}, state in {cpu_agent_state})", flush=True)
     supervisor = dev_agent.Supervisor(
-        stack.api_url, stack.admin_token, cpu_agent_state, worker_url, agent, worker, say=_say
+        stack.api_url, stack.admin_token, cpu_agent_state, worker_url, agent, worker, say=_say, simulation=simulation
     )
     while not stopping.wait(SUPERVISE_SECONDS):
         supervisor.check()
