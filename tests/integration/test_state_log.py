@@ -246,9 +246,31 @@ def _work_scenario(cp: ControlPlane) -> None:
     assert left["work_id"]  # stays leased: its lease expires in the sweeps of _sweep_scenario
 
 
+def _gpu_scenario(cp: ControlPlane) -> None:
+    """GPU health: a report with a hard fault (latched), an admin's clear, a GPU drained and the
+    node drained then undrained: each a gpu.state_changed event."""
+    identity = AgentIdentity()
+    inventory = {**gpu_inventory(2), "capabilities": ["cuda"]}
+    inventory["gpus"] = [
+        {**gpu, "uuid": f"GPU-5a7e1060-0000-4000-8000-00000000000{n}"} for n, gpu in enumerate(inventory["gpus"])
+    ]
+    assert cp.enroll(cp.mint()["token"], identity, accelerator_mode="nvidia", inventory=inventory).status_code == 201
+    first, second = (gpu["uuid"] for gpu in inventory["gpus"])
+    xid = {"code": "xid_79", "action": "reboot", "xid": 79, "since": "2026-12-02T10:00:00Z"}
+    grades = [{"uuid": first, "state": "failed", "reasons": [xid]}, {"uuid": second, "state": "healthy", "reasons": []}]
+    boot = "0b0b0b0b-0000-4000-8000-00000000beef"
+    assert cp.heartbeat(identity, gpus=2, boot_id=boot, gpu_health={"gpus": grades}).status_code == 200
+    node = f"/api/v1/admin/nodes/{identity.node_id}"
+    assert cp.admin("POST", f"{node}/gpus/{first}/clear").status_code == 200
+    assert cp.admin("POST", f"{node}/drain", json={"gpu_uuid": second}).status_code == 200
+    assert cp.admin("POST", f"{node}/drain").status_code == 200
+    assert cp.admin("POST", f"{node}/undrain").status_code == 200
+
+
 def _replay_and_compare(cp: ControlPlane, endpoint: str) -> None:
     _scenario(cp)
     _work_scenario(cp)
+    _gpu_scenario(cp)
     shared = gpu_inventory(1)
     twins = [AgentIdentity(), AgentIdentity()]
     for twin in twins:  # duplicate flags and GPU claims are state too

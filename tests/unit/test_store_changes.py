@@ -268,3 +268,14 @@ def test_work_lease_goes_to_a_random_lease_shard() -> None:
     keys = {with_index_keys(queued, changes.leased(queued, NODE, NOW, NOW))["lease_partition"] for _ in range(400)}
     assert keys == {work_store.lease_partition(n) for n in range(work_store.LEASE_SHARDS)}
     assert work_store.lease_partition(0) == "leased"  # leases written before sharding are still swept
+
+
+def test_a_logged_change_names_attributes_as_the_table_stores_them() -> None:
+    """Replay writes a change back as logged: an attribute stored under a short name (the node
+    item's ``gb``) must be logged under it, or the rebuilt table differs from the live one."""
+    from chalicelib.stores.models import NodeModel
+    from chalicelib.stores.state_log import update_change
+
+    change = update_change(NodeModel, "node_1", {"gpu_blocks": 3, "parked_at": None, "liveness": "online"})
+    assert change["set"] == {"gb": {"N": "3"}, "liveness": {"S": "online"}}
+    assert change["remove"] == ["pk"]

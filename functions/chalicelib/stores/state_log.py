@@ -45,7 +45,7 @@ def update_change(
         "op": "update",
         "key": {hash_key.attr_name: {hash_key.attr_type: key}},
         "set": _serialized(model, {name: value for name, value in values.items() if value is not None}),
-        "remove": sorted(name for name, value in values.items() if value is None),
+        "remove": sorted(_stored_name(model, name) for name, value in values.items() if value is None),
     }
     for part, given in (("add", add), ("delete", delete), ("set_if_absent", set_if_absent)):
         if given:
@@ -53,9 +53,18 @@ def update_change(
     return change
 
 
+def _stored_name(model: type[Model], name: str) -> str:
+    """The name the table stores an attribute under (``attr_name``: a short one where each byte of
+    the node item counts), which replay writes back."""
+    return str(model.get_attributes()[name].attr_name)
+
+
 def _serialized(model: type[Model], values: dict[str, Any]) -> dict[str, Any]:
     attributes = model.get_attributes()
-    return {name: {attributes[name].attr_type: attributes[name].serialize(value)} for name, value in values.items()}
+    return {
+        attributes[name].attr_name: {attributes[name].attr_type: attributes[name].serialize(value)}
+        for name, value in values.items()
+    }
 
 
 def delete_change(item: Model) -> dict[str, Any]:
