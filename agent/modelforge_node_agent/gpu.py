@@ -369,7 +369,13 @@ class PynvmlProbe:
         except Exception as error:
             _raise_if_lost(error, None, "driver and device count")
             raise NvmlUnavailable(f"cannot read the NVIDIA driver and device count: {_describe(error)}") from error
-        return [self._device(nvml, index, driver, cuda) for index in range(count)]
+        found = []
+        for index in range(count):
+            try:
+                found.append(self._device(nvml, index, driver, cuda))
+            except GpuLost:  # fell off the bus: not in the inventory (the control plane says missing)
+                continue
+        return found
 
     @staticmethod
     def _device(nvml: Any, index: int, driver: str, cuda: str) -> GpuInfo:

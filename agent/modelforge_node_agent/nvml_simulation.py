@@ -250,8 +250,12 @@ class ScriptedProbe:
     def devices(self) -> list[GpuInfo]:
         scenario = self._current()
         by_uuid = self._indexed(scenario)
-        indexes = [index for index, uuid in enumerate(list(self._order)) if uuid in by_uuid]
-        return [self._info(scenario, index, self._gpu(index)) for index in indexes]
+        # a lost GPU is left out, as PynvmlProbe leaves out one whose inventory answers GpuIsLost
+        return [
+            self._info(scenario, index, by_uuid[uuid])
+            for index, uuid in enumerate(list(self._order))
+            if uuid in by_uuid and not by_uuid[uuid].get("lost", False)
+        ]
 
     @staticmethod
     def _info(scenario: Scenario, index: int, gpu: dict[str, Any]) -> GpuInfo:

@@ -30,7 +30,7 @@ from .bounded_call import (
     no_answer_cause,
     shutdown_quietly,
 )
-from .gpu import GpuError, GpuInfo, GpuProbe, GpuTelemetry, PynvmlProbe
+from .gpu import GpuError, GpuInfo, GpuLost, GpuProbe, GpuTelemetry, PynvmlProbe
 
 NVML_UNAVAILABLE = "NVIDIA_NVML_UNAVAILABLE"
 DEVICE_NOT_FOUND = "NVIDIA_DEVICE_NOT_FOUND"
@@ -137,13 +137,19 @@ class _Progress:
 
 
 def read_all_telemetry(probe: GpuProbe, gpus: list[GpuInfo], progress: _Progress | None = None) -> list[GpuTelemetry]:
-    """Telemetry for every GPU, in inventory order; any failure is TELEMETRY_UNAVAILABLE."""
+    """Telemetry for every GPU, in inventory order; any failure is TELEMETRY_UNAVAILABLE, but for a
+    GPU lost from the bus (``GpuLost``): it is left out (its health says failed, reboot) and the
+    others serve, unless no GPU yields telemetry."""
     readings = []
+    lost: list[GpuLost] = []
     for gpu in gpus:
         if progress is not None:
             progress.doing = f"reading telemetry of GPU {gpu.index}"
         try:
             reading = probe.telemetry(gpu.index)
+        except GpuLost as error:
+            lost.append(error)
+            continue
         except Exception as error:
             raise PreflightFailed(TELEMETRY_UNAVAILABLE, _cause(error, f"GPU {gpu.index}")) from error
         if reading.index != gpu.index:
@@ -151,6 +157,8 @@ def read_all_telemetry(probe: GpuProbe, gpus: list[GpuInfo], progress: _Progress
                 TELEMETRY_UNAVAILABLE, f"telemetry asked of GPU {gpu.index} came back for GPU {reading.index}"
             )
         readings.append(reading)
+    if lost and not readings:
+        raise PreflightFailed(TELEMETRY_UNAVAILABLE, f"no GPU yields telemetry: {lost[0]}") from lost[0]
     return readings
 
 

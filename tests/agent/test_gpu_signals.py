@@ -249,9 +249,28 @@ def test_telemetry_and_inventory_gpu_is_lost_raise_gpu_lost_that_old_callers_sti
     with pytest.raises(GpuLost) as telemetry_lost:
         probe.telemetry(1)
     assert isinstance(telemetry_lost.value, TelemetryUnavailable)
-    with pytest.raises(GpuLost) as inventory_lost:
-        probe.devices()
-    assert isinstance(inventory_lost.value, NvmlUnavailable)
+    # a GPU whose inventory answers GpuIsLost is left out of it (the control plane says missing),
+    # and the others are listed
+    assert probe.devices() == []
+
+
+def test_inventory_leaves_out_only_the_lost_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    names = iter(["NVIDIA H200", LOST(), "NVIDIA H200"])
+
+    def name(handle: object) -> str:
+        value = next(names)
+        if isinstance(value, Exception):
+            raise value
+        return value
+
+    uuids = [*UUIDS, UUIDS[0].replace("0", "9")]
+    probe = probe_on(
+        monkeypatch,
+        nvmlDeviceGetCount=lambda: 3,
+        nvmlDeviceGetName=name,
+        nvmlDeviceGetUUID=lambda handle: uuids[handle],
+    )
+    assert [gpu.index for gpu in probe.devices()] == [0, 2]
 
 
 def test_device_uuids_skips_a_lost_gpu(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -134,3 +134,41 @@ def test_the_boot_id_is_read_and_never_invented(tmp_path: Path) -> None:
     bad.write_text("not-a-boot-id\n")
     assert read_boot_id(good) == BOOT
     assert read_boot_id(bad) is None and read_boot_id(tmp_path / "absent") is None
+
+
+# --- a GPU lost from the bus: the others serve ----------------------------------------------------
+
+
+def test_a_gpu_lost_at_start_is_left_out_and_the_others_pass_the_preflight(scenario: Scenario) -> None:
+    from modelforge_node_agent.preflight import run_preflight
+
+    scenario.change(lambda doc: doc["gpus"][2].update(lost=True))
+    result = run_preflight("nvidia", lambda: ScriptedProbe(scenario.path), timeout_seconds=5)
+    assert [gpu.uuid for gpu in result.gpus] == [UUIDS[0], UUIDS[1], UUIDS[3]]
+    assert len(result.telemetry) == 3
+
+
+def test_a_gpu_lost_mid_run_is_failed_and_its_telemetry_left_out_while_the_others_report(scenario: Scenario) -> None:
+    from modelforge_node_agent.preflight import read_all_telemetry
+
+    probe = ScriptedProbe(scenario.path)
+    probe.init()
+    gpus = probe.devices()
+    watch = GpuWatch(probe, gpus, 5.0, boot_id=BOOT, wall=lambda: T0)
+    scenario.change(lambda doc: doc["gpus"][1].update(lost=True))
+    assert [reading.index for reading in read_all_telemetry(probe, gpus)] == [0, 2, 3]
+    graded = {gpu["uuid"]: gpu for gpu in watch.heartbeat_part(FEATURES)["gpu_health"]["gpus"]}
+    assert (graded[UUIDS[1]]["state"], graded[UUIDS[1]]["reasons"][0]["action"]) == ("failed", "reboot")
+    assert watch.usable_gpus() == [UUIDS[0], UUIDS[2], UUIDS[3]]
+
+
+def test_no_gpu_yielding_telemetry_still_fails_the_preflight(scenario: Scenario) -> None:
+    from modelforge_node_agent.preflight import TELEMETRY_UNAVAILABLE, PreflightFailed, read_all_telemetry
+
+    probe = ScriptedProbe(scenario.path)
+    probe.init()
+    gpus = probe.devices()
+    scenario.change(lambda doc: [gpu.update(lost=True) for gpu in doc["gpus"]])
+    with pytest.raises(PreflightFailed) as failed:
+        read_all_telemetry(probe, gpus)
+    assert failed.value.code == TELEMETRY_UNAVAILABLE
