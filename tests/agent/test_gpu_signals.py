@@ -22,7 +22,6 @@ from modelforge_node_agent.gpu import (
     GpuLost,
     HealthFields,
     HealthSignals,
-    NvmlUnavailable,
     PynvmlProbe,
     TelemetryUnavailable,
     XidEvent,
