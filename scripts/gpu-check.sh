@@ -6,9 +6,15 @@
 #
 #   1. the bounded preflight, `python -m modelforge_node_agent.main --preflight --json`, in nvidia
 #      mode: it must exit 0 and list every GPU with telemetry (exit 3 = preflight failed);
+#   1b. every per-GPU health signal (telemetry, the field-values batch: ECC, row remapping, the
+#      recovery action; clock-event reasons, NVLink, MIG) with the latency of each NVML call, the grade
+#      they give, and the Xid event set's registration and a timed wait
+#      (`python -m modelforge_node_agent.gpu_report`);
 #   2. when the runtime worker is installed: the worker with MODELFORGE_WORKER_DEVICE=cuda on a unix
 #      socket in a temporary folder, one `ocr` job of a rendered PNG through its API; it must report
 #      device "cuda" and read the text (GPU_CHECK_WORKER_DEVICE=auto accepts the CPU, to see why not);
+#      then, on every GPU at once, GPU_CHECK_IMAGES (default 10) `ocr` jobs each in that GPU's own
+#      slot (`gpu_uuid`), printing images/s per GPU;
 #   3. when the `modelforge` command line is installed: a local control plane on 127.0.0.1 (a free
 #      port chosen here), a one-time enrollment token minted with the admin token, the agent in
 #      nvidia mode enrolling with a fresh state volume and heartbeating every 2 s for ~10 s, and
@@ -28,6 +34,7 @@ if [ -z "${PYTHON:-}" ]; then
   if [ -x "$ROOT/.venv/bin/python" ]; then PYTHON="$ROOT/.venv/bin/python"; else PYTHON=python3; fi
 fi
 AGENT_SECONDS="${GPU_CHECK_AGENT_SECONDS:-10}"
+IMAGES="${GPU_CHECK_IMAGES:-10}"
 WORKER_DEVICE="${GPU_CHECK_WORKER_DEVICE:-cuda}"
 WORK="$(mktemp -d)"
 CP_PID=""
@@ -97,6 +104,9 @@ json_query 'assert doc.get("ok", True) is True and doc["gpus"] and len(doc["tele
   "$WORK/preflight.json" || die "the preflight JSON does not list GPUs with telemetry for each"
 say "preflight passed"
 
+say "every health signal per GPU, with each NVML call's latency"
+"$PYTHON" -m modelforge_node_agent.gpu_report || die "the GPU health report failed (exit 3: NVML did not answer)"
+
 # --- 2. one OCR job on the runtime worker, on CUDA -------------------------------------------------
 
 if "$PYTHON" -c "import modelforge_runtime_worker" 2>/dev/null; then
@@ -113,8 +123,8 @@ if "$PYTHON" -c "import modelforge_runtime_worker" 2>/dev/null; then
     sleep 0.1
   done
   [ -S "$WORK/worker.sock" ] || die "the runtime worker did not listen within 60 s"
-  "$PYTHON" - "$WORK/worker.sock" "$WORKER_DEVICE" <<'PY' || die "the ocr job did not run as expected on the worker"
-import base64, io, json, re, sys
+  "$PYTHON" - "$WORK/worker.sock" "$WORKER_DEVICE" "$WORK/preflight.json" "$IMAGES" <<'PY' || die "the ocr job did not run as expected on the worker"
+import base64, io, json, re, sys, threading, time
 from PIL import Image, ImageDraw, ImageFont
 from modelforge_runtime_worker.client import WorkerClient
 
@@ -133,6 +143,39 @@ text = " ".join(line["text"] for line in result["lines"])
 print(f"device: {result['device']}  duration_ms: {result['duration_ms']}  text: {text!r}")
 assert "MODELFORGE2026" in re.sub(r"\s+", "", text).upper(), "the text was not read"
 assert wanted != "cuda" or result["device"] == "cuda", "the job ran on the CPU (install onnxruntime-gpu in this venv)"
+
+# one slot per GPU, all at once: each GPU's jobs run in its own slot process (CUDA_VISIBLE_DEVICES=<uuid>)
+uuids = [gpu["uuid"] for gpu in json.load(open(sys.argv[3]))["gpus"]]
+images = int(sys.argv[4])
+if "gpu_slots" not in status.get("features", []):
+    print("the worker does not list gpu_slots: no per-GPU run")
+    sys.exit(0)
+payload = {"image_base64": base64.b64encode(png.getvalue()).decode()}
+figures, failures = {}, []
+
+def per_gpu(uuid):
+    own = WorkerClient(f"unix://{socket_path}", timeout=300)
+    first = own.run("ocr", payload, gpu_uuid=uuid)  # the slot's first job loads the models
+    if first.status != 200:
+        failures.append(f"{uuid}: HTTP {first.status}: {first.body}")
+        return
+    started = time.perf_counter()
+    for _ in range(images):
+        answer = own.run("ocr", payload, gpu_uuid=uuid)
+        if answer.status != 200 or (wanted == "cuda" and answer.body["result"]["device"] != "cuda"):
+            failures.append(f"{uuid}: HTTP {answer.status}: {answer.body}")
+            return
+    figures[uuid] = images / (time.perf_counter() - started)
+
+threads = [threading.Thread(target=per_gpu, args=(uuid,)) for uuid in uuids]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+for uuid in uuids:
+    if uuid in figures:
+        print(f"{uuid}: {figures[uuid]:.2f} images/s ({images} images, its own slot, all GPUs at once)")
+assert not failures, failures
 PY
   stop_pid "$WORKER_PID"
   WORKER_PID=""
