@@ -51,9 +51,10 @@ CONNECTED_ATTRIBUTES: dict[str, Any] = {
     "ca": _AT,  # channel_connected_at
     "cs": {"S": "connected"},  # channel_state
 }
-#: parked_at, and the GPU block bits (a GPU latched or drained: records.Node.gpu_blocks), the fullest
-#: state a heartbeat rewrites
-PARKED_ATTRIBUTES: dict[str, Any] = {"pk": _AT, "gb": {"N": "3"}}
+#: parked_at, the GPU block bits (a GPU latched or drained: records.Node.gpu_blocks) and the busy-slot
+#: count the claim transactions keep (records.Node.slots_busy: 8 leases), the fullest state a heartbeat
+#: rewrites (the heartbeat itself writes the schedulable slots, sq)
+PARKED_ATTRIBUTES: dict[str, Any] = {"pk": _AT, "gb": {"N": "3"}, "sb": {"N": "8"}}
 TICKET_ATTRIBUTES: dict[str, Any] = {"tk": {"S": "0" * 64}, "tx": _AT}  # channel_ticket_sha256, _expires_at
 #: A node in fallback keeps its reason (cut to nodes.STORED_REASON_CHARS, 24) and no state.
 FALLBACK_ATTRIBUTES: dict[str, Any] = {"cr": {"S": "r" * 24}}  # channel_reason

@@ -298,6 +298,12 @@ def test_nodes_write_gpu_state_by_an_agent_that_moved_is_refused(backend: Backen
     backend.refused(lambda: backend.stores.nodes.write_gpu_state(ours.node_id, _BOOK, 1, 1, holder(ours), event()))
 
 
+def test_nodes_write_gpu_state_by_an_admin_for_a_node_that_is_gone_is_refused(backend: Backend) -> None:
+    gone = node()  # never stored: only its inventory is
+    backend.seed(inventory(gone.node_id))
+    backend.refused(lambda: backend.stores.nodes.write_gpu_state(gone.node_id, _BOOK, 1, 1, None, event()))
+
+
 def test_nodes_write_gpu_state_without_an_inventory_is_refused(backend: Backend) -> None:
     ours = _seeded(backend)
     backend.refused(lambda: backend.stores.nodes.write_gpu_state(ours.node_id, _BOOK, 1, 1, None, event()))

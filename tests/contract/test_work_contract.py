@@ -131,7 +131,11 @@ EVENTS = {"renew": "work.renewed", "complete": "work.completed", "requeue": "wor
 
 
 def _lease_write(backend: Backend, method: str, item: Any, owner: Any, check: LeaseCheck | None = None) -> Any:
-    work_store, ours = backend.stores.work, holder(owner)
+    work_store = backend.stores.work
+    if owner is None:  # the sweep: no holder credential to check
+        assert check is not None
+        return getattr(work_store, method)(item, check, ERROR, NOW, event(EVENTS[method]))
+    ours = holder(owner)
     if method == "renew":
         return work_store.renew(item, ours, NOW + 600, NOW, event(EVENTS[method]))
     if method == "complete":
@@ -295,3 +299,66 @@ def test_work_expired_leases_finds_every_expired_lease_earliest_first(backend: B
     expired = backend.stores.work.expired_leases(NOW, 100)
     assert [item.lease_expires_at for item in expired] == expiries[:10]
     assert [item.lease_expires_at for item in backend.stores.work.expired_leases(NOW, 3)] == expiries[:3]
+
+
+# --- the claim-time slot count ------------------------------------------------------------------
+
+
+def _busy(backend: Backend, node_id: str) -> int | None:
+    return backend.stores.nodes.get(node_id).slots_busy
+
+
+@pytest.mark.parametrize(("schedulable", "busy"), [(None, None), (2, 1), (1, None), (3, -1)])
+def test_work_lease_with_a_free_slot_takes_it(backend: Backend, schedulable: int | None, busy: int | None) -> None:
+    item, claimant = _queued_and_node(backend, slots_schedulable=schedulable, slots_busy=busy)
+    assert _lease(backend, item, claimant).status == "leased"
+    assert _busy(backend, claimant.node_id) == (busy or 0) + 1
+
+
+@pytest.mark.parametrize(("schedulable", "busy"), [(1, 1), (0, None), (2, 3)], ids=["full", "none_usable", "over"])
+def test_work_lease_without_a_free_slot_is_refused_on_the_node(
+    backend: Backend, schedulable: int, busy: int | None
+) -> None:
+    item, claimant = _queued_and_node(backend)
+    backend.meanwhile("work.lease", "nodes", claimant.node_id, slots_schedulable=schedulable, slots_busy=busy)
+    refused = backend.refused(lambda: _lease(backend, item, claimant))
+    assert refused.failed == ("node",)
+
+
+@pytest.mark.parametrize("method", LEASE_WRITES)
+def test_work_lease_write_frees_the_holders_slot_unless_it_renews(backend: Backend, method: str) -> None:
+    owner = node(slots_schedulable=2, slots_busy=2)
+    item = work("leased", node_id=owner.node_id)
+    backend.seed(owner)
+    backend.seed(item)
+    _lease_write(backend, method, backend.stores.work.get(item.work_id), owner)
+    assert _busy(backend, owner.node_id) == (2 if method == "renew" else 1)
+
+
+@pytest.mark.parametrize("method", ["requeue", "bury"])
+def test_work_expired_lease_of_a_holder_that_is_gone_is_still_released(backend: Backend, method: str) -> None:
+    """The sweep frees a slot where the holder exists, and never gets stuck where it does not."""
+    gone = "node_" + "7" * 32
+    item = work("leased", node_id=gone)
+    backend.seed(item)
+    check = LeaseCheck(expired_by=item.lease_expires_at)
+    written = _lease_write(backend, method, backend.stores.work.get(item.work_id), None, check)
+    assert written.status == ("queued" if method == "requeue" else "dead")
+    assert backend.stores.nodes.get(gone) is None  # no node item made up to hold a count
+
+
+def test_work_cancel_of_a_leased_item_whose_holder_is_gone_makes_no_node(backend: Backend) -> None:
+    gone = "node_" + "6" * 32
+    item = work("leased", node_id=gone)
+    backend.seed(item)
+    backend.stores.work.cancel(backend.stores.work.get(item.work_id), NOW, event("work.cancelled"))
+    assert backend.stores.nodes.get(gone) is None
+
+
+def test_work_cancel_of_a_leased_item_frees_its_holders_slot(backend: Backend) -> None:
+    owner = node(slots_schedulable=1, slots_busy=1)
+    item = work("leased", node_id=owner.node_id)
+    backend.seed(owner)
+    backend.seed(item)
+    backend.stores.work.cancel(backend.stores.work.get(item.work_id), NOW, event("work.cancelled"))
+    assert _busy(backend, owner.node_id) == 0

@@ -139,3 +139,25 @@ def test_admin_gpu_routes_refuse_unknown_nodes_and_gpus_with_json_errors(remote:
         answer = remote.admin("POST", method_path, json=body)
         assert (answer.status_code, answer.json()["error"]["code"]) == (status, code), method_path
     assert remote.node(node_id)["drained"] is False
+
+
+def test_claims_stop_at_the_slots_the_node_may_use_and_a_finish_frees_one(remote: ControlPlane) -> None:
+    """The claim-time check: the node's busy slots are counted by the transactions that take and
+    end leases, never by its heartbeat, and a claim beyond its schedulable slots gets nothing."""
+    identity = remote.worker_node(("cpu", "diagnostic.echo"))
+    slots = {"total": 2, "busy": 0, "schedulable": 1}  # one of its two slots may take work
+    assert remote.heartbeat(identity, slots=slots).status_code == 200
+    first, second = (remote.submit_work("diagnostic.echo", {"n": n}).json()["work_id"] for n in range(2))
+    claimed = remote.claim(identity)
+    assert claimed.status_code == 200, claimed.text
+    held = claimed.json()
+    # the heartbeat says nothing is busy: the count is the transactions', not the heartbeat's
+    assert remote.heartbeat(identity, slots=slots).status_code == 200
+    assert remote.claim(identity).status_code == 204
+    failed = remote.lease_call(
+        identity, held["work_id"], "fail", {"epoch": held["epoch"], "reason": "x", "retryable": False}
+    )
+    assert failed.status_code == 200, failed.text
+    again = remote.claim(identity)
+    assert again.status_code == 200, again.text
+    assert again.json()["work_id"] in {first, second} - {held["work_id"]}

@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 import boto3
-from chalicelib.stores.node_store import EPHEMERAL_ITEM_NAMES, HEARTBEAT_ATTRIBUTES
+from chalicelib.stores.node_store import EPHEMERAL_ITEM_NAMES, HEARTBEAT_ITEM_NAMES
 from chalicelib.stores.park_store import PARK_PREFIX
 from chalicelib.stores.state_log import state_log_key
 from modelforge_local_stack import provision
@@ -301,7 +301,7 @@ def _replay_and_compare(cp: ControlPlane, endpoint: str) -> None:
     for var, drop in (
         ("MODELFORGE_ENROLLMENTS_TABLE", ()),
         # heartbeat fields as of the last transition; the channel's and parking's never (ephemeral)
-        ("MODELFORGE_NODES_TABLE", HEARTBEAT_ATTRIBUTES + EPHEMERAL_ITEM_NAMES),
+        ("MODELFORGE_NODES_TABLE", HEARTBEAT_ITEM_NAMES + EPHEMERAL_ITEM_NAMES),
         ("MODELFORGE_INVENTORIES_TABLE", ()),
         ("MODELFORGE_GPU_CLAIMS_TABLE", ()),
         ("MODELFORGE_CONTROL_TABLE", ()),  # the online-node counter (repaired once) and the hold

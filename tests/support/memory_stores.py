@@ -46,6 +46,16 @@ def _bounded(items: list[str], most: int) -> None:
         raise ValueError(f"1 to {most} distinct items a write")
 
 
+def _slot_free(node: Node) -> bool:
+    """The claim transaction's slot check: fewer leases than schedulable slots (none reported: no limit)."""
+    return node.slots_schedulable is None or (node.slots_busy or 0) < node.slots_schedulable
+
+
+def _move_slots(node: Node, moved: dict[str, int]) -> None:
+    """DynamoDB's ADD on the node's busy-slot count (an absent count is 0)."""
+    node.slots_busy = (node.slots_busy or 0) + moved["slots_busy"]
+
+
 def _revision(item: ControlItem | None) -> int | None:
     return None if item is None or item.revision is None else int(item.revision)
 
@@ -380,11 +390,13 @@ class MemoryWorkStore(_Store[WorkItem]):
                 and item.capability in (node.capabilities or ())
                 and node.parked_at == parked_at
                 and not (node.gpu_blocks or 0) & NODE_DRAINED
+                and _slot_free(node)
                 else None
             )
             failed += [] if (beat or heartbeat_after) > heartbeat_after else ["node"]
             if failed:
                 raise GuardFailed("lease", failed=tuple(failed))
+            _move_slots(node, changes.SLOT_TAKEN)
             return self._change(item.work_id, changes.leased(item, holder.node_id, until, now))
 
     def _lease_write(
@@ -398,6 +410,10 @@ class MemoryWorkStore(_Store[WorkItem]):
             _require(check.expired_by is None or (expires or check.expired_by + 1) <= check.expired_by, "expired")
             if check.credential_sha256 is not None and check.node_id is not None:
                 _require(_holds(self._nodes.records.get(check.node_id), check.credential_sha256), "holder credential")
+            holder = self._nodes.records.get(stored.node_id or "")
+            # the lease ends: its holder's slot is free (a holder that no longer exists has none)
+            if values.get("status", changes.LEASED) != changes.LEASED and holder is not None:
+                _move_slots(holder, changes.SLOT_FREED)
             return self._change(item.work_id, values)
 
     def renew(self, item: WorkItem, holder: Holder, until: float, now: float, event: Event) -> WorkItem:
@@ -415,10 +431,13 @@ class MemoryWorkStore(_Store[WorkItem]):
         return self._lease_write("bury", item, check, changes.failed(item, error, False, now), event)
 
     def cancel(self, item: WorkItem, now: float, event: Event) -> WorkItem:
-        def unchanged(stored: WorkItem) -> bool:
-            return (stored.status, stored.epoch) == (item.status, item.epoch)
-
-        return self._update("cancel", item.work_id, unchanged, changes.cancelled(now), event)
+        with self._writing("cancel", event):
+            stored = self.records.get(item.work_id)
+            _require(stored is not None and (stored.status, stored.epoch) == (item.status, item.epoch), "unchanged")
+            holder = self._nodes.records.get(item.node_id or "")
+            if item.status == changes.LEASED and holder is not None:  # its holder's slot is free again
+                _move_slots(holder, changes.SLOT_FREED)
+            return self._change(item.work_id, changes.cancelled(now))
 
 
 @dataclass(frozen=True)

@@ -274,6 +274,7 @@ def test_channel_cost_attributes_are_the_names_the_nodes_table_stores() -> None:
             "channel_state",
             "parked_at",
             "gpu_blocks",
+            "slots_busy",
             "channel_ticket_sha256",
             "channel_ticket_expires_at",
         )

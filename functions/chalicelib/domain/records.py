@@ -79,6 +79,11 @@ class Node:
     #: GPU is latched, drained or awaits a re-check (its heartbeat answer then reads the GPU state),
     #: plus NODE_DRAINED when an admin drained the node (its claims are refused); None: neither
     gpu_blocks: int | None = None
+    #: the claim-time slot check: the slots its agent may use now (its last heartbeat's
+    #: ``slots.schedulable``; None: not reported, no limit) and the leases it holds, counted by the
+    #: claim, complete, fail, requeue, sweep and cancel transactions (never from the heartbeat)
+    slots_schedulable: int | None = None
+    slots_busy: int | None = None
 
 
 @dataclass

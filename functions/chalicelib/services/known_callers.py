@@ -17,6 +17,7 @@ lease.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import threading
 from dataclasses import dataclass
 
@@ -42,15 +43,34 @@ class ClaimView:
     liveness: str
     last_heartbeat_at: float | None
     read_at: float
-    #: an admin drained the node: it takes no new work (the claim transaction checks it too)
+    #: an admin drained the node, or it has no free slot: it takes no new work now (the claim
+    #: transaction checks both too)
     drained: bool = False
+    #: free slots as read (None: its agent reports none, no limit); a lease by this view takes one
+    slots_left: int | None = None
 
     @classmethod
     def of(cls, node: Node, now: float) -> ClaimView:
         drained = bool((node.gpu_blocks or 0) & NODE_DRAINED)
+        schedulable = node.slots_schedulable
+        left = None if schedulable is None else int(schedulable) - int(node.slots_busy or 0)
         return cls(
-            frozenset(node.capabilities or ()), node.parked_at, node.liveness, node.last_heartbeat_at, now, drained
+            frozenset(node.capabilities or ()),
+            node.parked_at,
+            node.liveness,
+            node.last_heartbeat_at,
+            now,
+            drained,
+            left,
         )
+
+    @property
+    def slot_free(self) -> bool:
+        return self.slots_left is None or self.slots_left > 0
+
+    def took_slot(self) -> ClaimView:
+        """The view after a lease it made (a finish elsewhere is seen on the next fresh read)."""
+        return self if self.slots_left is None else dataclasses.replace(self, slots_left=self.slots_left - 1)
 
     def online(self, heartbeat_after: float) -> bool:
         """The claim transaction's liveness test, on the view."""

@@ -225,6 +225,8 @@ class _Claimer:
 
     def claim(self) -> Claim | None:
         leased = self._lease_queued()
+        if leased is not None:
+            self.view = self.view.took_slot()
         self._remember()
         if leased is None:
             return None
@@ -247,8 +249,9 @@ class _Claimer:
         return view
 
     def _capabilities(self) -> list[str]:
-        """What the node may claim now: nothing while an admin drains it."""
-        if self.view.drained:
+        """What the node may claim now: nothing while an admin drains it, or while every slot it
+        may use holds a lease (judged on a fresh read: a remembered view may be out of date)."""
+        if self.view.drained or not self.view.slot_free:
             return []
         return sorted(self.view.capabilities & set(protocol.CAPABILITIES))
 

@@ -61,6 +61,11 @@ def failed(item: WorkItem, error: dict[str, Any], again: bool, now: float, count
     return changes
 
 
+#: What a lease adds to its holder's busy slots, and what ending it takes away (DynamoDB ADD).
+SLOT_TAKEN: Changes = {"slots_busy": 1}
+SLOT_FREED: Changes = {"slots_busy": -1}
+
+
 def cancelled(now: float) -> Changes:
     return {"status": CANCELLED, "queued_at": None, **_NO_LEASE, "finished_at": _ms(now), "updated_at": _ms(now)}
 
@@ -79,6 +84,7 @@ def heartbeat(heartbeat: Heartbeat, now: float) -> Changes:
     }
     if heartbeat.slots is not None:  # the node's job slots, as reported (same update)
         values["slots"] = heartbeat.slots
+        values["slots_schedulable"] = heartbeat.slots[2]  # what the claim transaction checks
     if heartbeat.channel_reported:  # the agent reported its channel (same update, no extra write)
         values.update(channel_state=heartbeat.channel_state, channel_reason=heartbeat.channel_reason)
     if heartbeat.channel_ticket_sha256 is not None:  # a ticket minted for this answer replaces the last one

@@ -183,6 +183,10 @@ class NodeModel(Model):
     slots = PackedSlotsAttribute(null=True, attr_name="sl")
     #: GPU_BLOCKED | NODE_DRAINED bits (records.Node.gpu_blocks), present only when non-zero
     gpu_blocks = NumberAttribute(null=True, attr_name="gb")
+    #: the claim-time slot check (records.Node.slots_schedulable, slots_busy): a claim's transaction
+    #: requires sb < sq, and adds 1 to sb; each transaction that ends a lease takes 1 away
+    slots_schedulable = NumberAttribute(null=True, attr_name="sq")
+    slots_busy = NumberAttribute(null=True, attr_name="sb")
     by_liveness = LivenessIndex()
     by_channel = ConnectionIndex()
 

@@ -45,6 +45,8 @@ HEARTBEAT_ATTRIBUTES = (
     "telemetry",
     "agent_version",
     "protocol_version",
+    "slots",
+    "slots_schedulable",
 )
 #: What the sweep reads of a node its index names: whether it is still late.
 _SILENCE_ATTRIBUTES = ["node_id", "liveness", "last_heartbeat_at"]
@@ -61,6 +63,8 @@ EPHEMERAL_ATTRIBUTES = (
 )
 #: The same attributes as a scan of the nodes table names them (short names: see models.NodeModel).
 EPHEMERAL_ITEM_NAMES = tuple(NodeModel.get_attributes()[name].attr_name for name in EPHEMERAL_ATTRIBUTES)
+#: The heartbeat's attributes as a scan of the nodes table names them.
+HEARTBEAT_ITEM_NAMES = tuple(NodeModel.get_attributes()[name].attr_name for name in HEARTBEAT_ATTRIBUTES)
 #: Partitions of the sweep's index per liveness state, so heartbeats of a large fleet do not all
 #: write to one index partition.
 SHARDS = 4

@@ -124,6 +124,12 @@ def with_index_keys(item: WorkItem, values: dict[str, Any]) -> dict[str, Any]:
     return keyed
 
 
+def _slot_free() -> Any:
+    """Fewer leases than the slots the node's agent may use; no limit where it reports none."""
+    schedulable, busy = NodeModel.slots_schedulable, NodeModel.slots_busy
+    return schedulable.does_not_exist() | (busy.does_not_exist() & (schedulable > 0)) | (busy < schedulable)
+
+
 def _still_leased(item: WorkItem, check: LeaseCheck) -> Any:
     # still leased, at the epoch the writer read (a re-claim raised it)
     condition = (WorkModel.status == changes.LEASED) & (WorkModel.epoch == item.epoch)
@@ -229,10 +235,12 @@ class DynamoWorkStore:
             & park_state
             # and no admin drained it (GPU_BLOCKED alone leaves claims to the agent's slots)
             & (NodeModel.gpu_blocks.does_not_exist() | (NodeModel.gpu_blocks < NODE_DRAINED))
+            # and it has a free slot: fewer leases than the slots its agent may use (no report: no limit)
+            & _slot_free()
         )
         # still queued, and nobody claimed it since we read it
         still_queued = (WorkModel.status == changes.QUEUED) & (WorkModel.epoch == item.epoch)
-        return self._write(item, values, still_queued, event, (holder.node_id, node_check))
+        return self._write(item, values, still_queued, event, (holder.node_id, node_check, changes.SLOT_TAKEN))
 
     def renew(self, item: WorkItem, holder: Holder, until: float, now: float, event: Event) -> WorkItem:
         return self._write_lease(item, LeaseCheck.of(holder), changes.renewed(until, now), event)
@@ -251,14 +259,36 @@ class DynamoWorkStore:
     def cancel(self, item: WorkItem, now: float, event: Event) -> WorkItem:
         # still in the state we read it in, at the epoch we read (not claimed, failed or finished since)
         unchanged = (WorkModel.status == item.status) & (WorkModel.epoch == item.epoch)
+        if item.status == changes.LEASED and item.node_id is not None:  # its holder's slot is free again
+            return self._freeing(item, changes.cancelled(now), unchanged, event, item.node_id, None)
         return self._write(item, changes.cancelled(now), unchanged, event)
 
     def _write_lease(self, item: WorkItem, check: LeaseCheck, values: dict[str, Any], event: Event) -> WorkItem:
+        assert item.node_id is not None, "a leased item has a holder"
         holder_check = None
         if check.credential_sha256 is not None and check.node_id is not None:
             # the holder's credential is still active (a revoked node changes nothing)
-            holder_check = (check.node_id, _holds_credential(check.credential_sha256))
-        return self._write(item, values, _still_leased(item, check), event, holder_check)
+            holder_check = _holds_credential(check.credential_sha256)
+        if values.get("status", changes.LEASED) == changes.LEASED:  # a renewal keeps its slot
+            node_part: tuple[str, Any, dict[str, int]] | None = None
+            if holder_check is not None:
+                node_part = (item.node_id, holder_check, {})
+            return self._write(item, values, _still_leased(item, check), event, node_part)
+        return self._freeing(item, values, _still_leased(item, check), event, item.node_id, holder_check)
+
+    def _freeing(
+        self, item: WorkItem, values: dict[str, Any], condition: Any, event: Event, node_id: str, holder_check: Any
+    ) -> WorkItem:
+        """A write that ends a lease, and frees its holder's slot in the same transaction. Without a
+        credential to check (the sweep, an admin's cancel), a holder that no longer exists has no
+        slot to free: the write is made again without that part, rather than never."""
+        condition_on_node = holder_check if holder_check is not None else NodeModel.node_id.exists()
+        try:
+            return self._write(item, values, condition, event, (node_id, condition_on_node, changes.SLOT_FREED))
+        except GuardFailed as failed:
+            if holder_check is not None or failed.failed != ("node",):
+                raise
+        return self._write(item, values, condition, event)
 
     def _write(
         self,
@@ -266,17 +296,26 @@ class DynamoWorkStore:
         values: dict[str, Any],
         condition: Any,
         event: Event,
-        node_check: tuple[str, Any] | None = None,
+        node_part: tuple[str, Any, dict[str, int]] | None = None,
     ) -> WorkItem:
-        """One guarded update of the item (with its index keys), an optional check on a node, and
-        the event, together; the item as written."""
+        """One guarded update of the item (with its index keys), an optional guarded part on a node
+        (a check, or its busy-slot count moved by ``ADD``), and the event, together; the item as
+        written."""
         keyed = with_index_keys(item, values)
-        outbox = self._event(event, [update_change(WorkModel, item.work_id, keyed)])
+        logged = [update_change(WorkModel, item.work_id, keyed)]
+        if node_part is not None and node_part[2]:
+            logged.append(update_change(NodeModel, node_part[0], {}, add=node_part[2]))
+        outbox = self._event(event, logged)
 
         def build(transaction: TransactWrite) -> None:
             transaction.update(WorkModel(item.work_id), actions=update_actions(WorkModel, keyed), condition=condition)
-            if node_check is not None:
-                transaction.condition_check(NodeModel, node_check[0], condition=node_check[1])
+            if node_part is not None:
+                node_id, node_condition, moved = node_part
+                if moved:
+                    counts = [getattr(NodeModel, name).add(delta) for name, delta in moved.items()]
+                    transaction.update(NodeModel(node_id), actions=counts, condition=node_condition)
+                else:
+                    transaction.condition_check(NodeModel, node_id, condition=node_condition)
             # mutation-equivalent: a new event id (time, counter, random bits) never exists; kept against overwrite
             transaction.save(outbox, condition=OutboxModel.event_id.does_not_exist())
 
@@ -284,8 +323,13 @@ class DynamoWorkStore:
             run_transaction(build)
         except GuardFailed as failed:
             # the transaction's items by position, as PynamoDB sends them: condition checks, then
-            # puts, then updates (the contract tests check the names on both stores)
-            parts = ("node", "event", "work") if node_check is not None else ("event", "work")
+            # puts, then updates in the order added (the contract tests check the names on both stores)
+            if node_part is None:
+                parts: tuple[str, ...] = ("event", "work")
+            elif node_part[2]:
+                parts = ("event", "work", "node")
+            else:
+                parts = ("node", "event", "work")
             names = tuple(parts[index] for index in failed.failed if isinstance(index, int) and index < len(parts))
             raise GuardFailed(str(failed), failed=names) from None
         return dataclasses.replace(item, **values)
