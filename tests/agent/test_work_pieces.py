@@ -442,3 +442,78 @@ def test_a_busy_worker_fails_the_work_as_a_node_fault_only_where_the_control_pla
     timeout = _run_failed_with(WorkerRefused(504, "job_timeout", "the job ran over 120 s", True))
     assert timeout.node_fault is False  # the item may be at fault: it counts
     assert "node_fault" not in timeout.fail_body(lease, frozenset({FEATURE_NODE_FAULT}))
+
+
+# --- a GPU that faults while it runs the job ---------------------------------------------------
+
+GPU = "GPU-5e1a0000-0000-4000-8000-000000000002"
+
+
+class BodyPlane(ScriptedPlane):
+    """A ``ScriptedPlane`` that keeps each lease call's body."""
+
+    def __init__(self, clock: Callable[[], float], script: list[Answer]) -> None:
+        super().__init__(clock, script)
+        self.bodies: list[tuple[str, dict[str, Any]]] = []
+
+    def lease(self, work_id: str, action: str, body: dict[str, Any], identity: Identity) -> dict[str, Any]:
+        self.bodies.append((action, body))
+        return super().lease(work_id, action, body, identity)
+
+
+class GpuWorker(ScriptedWorker):
+    def __init__(self) -> None:
+        super().__init__(cancels=True)
+        self.gpus: list[str | None] = []
+
+    def run(
+        self,
+        capability: str,
+        payload: dict[str, Any],
+        cutter: Any = None,
+        job_id: str | None = None,
+        gpu_uuid: Any = None,
+    ) -> Any:
+        self.gpus.append(gpu_uuid)
+        return super().run(capability, payload, cutter, job_id, gpu_uuid)
+
+
+def test_a_gpu_that_faults_mid_job_stops_the_job_and_fails_it_as_the_nodes_fault() -> None:
+    worker = GpuWorker()
+    time = FakeTime(now=1000.0)
+    plane = BodyPlane(time.clock, [])
+    view = WorkerView(worker)
+    view.observe()
+    signals = Signals()
+    signals.features = frozenset({"node_fault"})
+
+    def faults() -> set[str]:  # the event thread saw an Xid 79 on the job's GPU once it ran
+        return {GPU} if worker.started.is_set() else set()
+
+    station = Station(
+        plane, worker, StoredObjects(), view, signals, time.timing(), lambda lease: 20.0, 0.05, gpu_faults=faults
+    )
+    job = Job(station, SLEEP_LEASE, new_identity("https://cp.example"), gpu_uuid=GPU)
+    job.run()
+    assert job.outcome == "failed"
+    assert worker.gpus == [GPU] and worker.cancelled == ["w-1:3"]  # it ran on its GPU, and was stopped
+    ((action, body),) = [(action, body) for action, body in plane.bodies if action == FAIL]
+    assert body["node_fault"] is True and body["retryable"] is True and body["reason"].startswith("gpu_fault: ")
+
+
+def test_a_fault_on_another_gpu_leaves_the_job_alone() -> None:
+    worker = GpuWorker()
+    time = FakeTime(now=1000.0)
+    plane = BodyPlane(time.clock, [])
+    view = WorkerView(worker)
+    view.observe()
+
+    def faults() -> set[str]:
+        if worker.started.is_set():
+            worker.released.set()  # the job ends normally
+        return {"GPU-5e1a0000-0000-4000-8000-000000000009"}
+
+    station = Station(plane, worker, StoredObjects(), view, Signals(), time.timing(), lambda lease: 20.0, 0.05, faults)
+    job = Job(station, SLEEP_LEASE, new_identity("https://cp.example"), gpu_uuid=GPU)
+    job.run()
+    assert worker.cancelled == [] and [action for action, _ in plane.bodies][-1] == COMPLETE
