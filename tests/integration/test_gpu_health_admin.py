@@ -88,6 +88,9 @@ def test_drain_stops_claims_in_the_transaction_and_undrain_resumes_them(remote: 
     assert submitted.status_code == 201, submitted.text
     assert remote.claim(identity).status_code == 204  # a drained node gets nothing
     assert remote.node(node_id)["drained"] is True
+    listed = modelforge(remote, "nodes", "list")
+    row = next(line for line in listed.stdout.splitlines() if node_id in line)
+    assert "online,drained" in row
 
     assert modelforge(remote, "nodes", "undrain", node_id).returncode == 0
     claimed = remote.claim(identity)

@@ -74,3 +74,14 @@ def test_a_missing_or_unsendable_token_is_a_configuration_error_that_never_shows
         AdminApi.from_args(_args())
     assert refused.value.exit_code == 2 and "MODELFORGE_ADMIN_TOKEN" in refused.value.message
     assert not token or token not in refused.value.message
+
+
+def test_nodes_list_status_marks_a_drained_node_and_a_gpu_that_takes_no_work() -> None:
+    from modelforge_cli import nodes_cli
+
+    healthy = {"status": "online", "credential": {"state": "active"}, "gpu_health": [{"schedulable": True}]}
+    assert nodes_cli._status(healthy) == "online"
+    drained = {**healthy, "drained": True}
+    assert nodes_cli._status(drained) == "online,drained"
+    faulted = {**healthy, "gpu_health": [{"schedulable": True}, {"schedulable": False}]}
+    assert nodes_cli._status(faulted) == "online,gpu-fault"

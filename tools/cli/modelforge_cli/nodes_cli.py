@@ -29,9 +29,11 @@ def register(commands: Any) -> None:
         sub,
         "list",
         help="every node: status, last heartbeat, GPUs, versions",
-        description="List every node (all pages). STATUS carries ',revoked' when its credential is revoked and "
-        "',duplicate' when another node reports one of its GPUs. CHANNEL is 'connected' while the node holds "
-        "a push-channel connection, else 'fallback' (it claims on the heartbeat's hint; `nodes show` says why).",
+        description="List every node (all pages). STATUS carries ',revoked' when its credential is revoked, "
+        "',duplicate' when another node reports one of its GPUs, ',drained' when an admin drained it and "
+        "',gpu-fault' when one of its GPUs takes no work (`nodes show` says which and why). CHANNEL is "
+        "'connected' while the node holds a push-channel connection, else 'fallback' (it claims on the "
+        "heartbeat's hint; `nodes show` says why).",
     )
     listing.add_argument("--status", choices=NODE_STATES, help="only nodes with this liveness status")
     add_connection_options(listing, "print the API's JSON answer (every page in one list) instead of a table")
@@ -82,6 +84,10 @@ def _status(node: dict[str, Any]) -> str:
         marks.append("revoked")
     if node.get("duplicate_suspected"):
         marks.append("duplicate")
+    if node.get("drained"):
+        marks.append("drained")
+    if any(not gpu.get("schedulable", True) for gpu in node.get("gpu_health") or []):
+        marks.append("gpu-fault")
     return ",".join(marks)
 
 
