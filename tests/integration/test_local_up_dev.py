@@ -211,6 +211,7 @@ def test_simulated_gpus_runs_the_local_agent_as_a_simulated_gpu_node_beside_the_
         cp = ControlPlane(running.api_url, ADMIN_TOKEN)
         node = cp.node(enrolled)
         assert node["simulated"] is True and node["accelerator_mode"] == "nvidia"
+        assert node["display_name"] == "local simulated GPU node"
         assert len(node["inventory"]["gpus"]) == 4
         assert (tmp_path / "agent-state-simulated-4-gpus" / "identity.json").is_file()
         assert not (agent_state / "identity.json").exists()  # the CPU node's folder is left alone

@@ -39,6 +39,8 @@ from .worker_view import WorkerView
 
 log = logging.getLogger("modelforge.agent")
 
+#: The claim refusal of a node whose heartbeat has not brought it online yet.
+NOT_ONLINE = "node_not_online"
 #: A work thread's slot: a GPU's UUID when jobs run per GPU, else the worker slot's number.
 Slot = int | str
 
@@ -286,7 +288,11 @@ class WorkRunner:
                     extra={"event": "work_claim_failed", "error": failure.code, "status": failure.status},
                 )
             elif not self._signals.take(failure):
-                log.warning(
+                # not online yet: a claim raced the node's first heartbeat (each slot's thread once);
+                # the heartbeat brings it online and says so, so this is no warning
+                level = logging.DEBUG if failure.code == NOT_ONLINE else logging.WARNING
+                log.log(
+                    level,
                     f"HTTP {failure.status} {failure.code} on POST {WORK_CLAIM}; claiming again after the next hint",
                     extra={"event": "work_claim_refused", "code": failure.code, "status": failure.status},
                 )

@@ -35,10 +35,10 @@ class DevAgentError(Exception):
     pass
 
 
-def _mint(api_url: str, admin_token: str) -> str:
+def _mint(api_url: str, admin_token: str, display_name: str = "local CPU agent") -> str:
     response = requests.post(
         f"{api_url}/api/v1/admin/node-enrollments",
-        json={"display_name": "local CPU agent", "expires_in_seconds": 300},
+        json={"display_name": display_name, "expires_in_seconds": 300},
         headers={ADMIN_TOKEN_HEADER: admin_token},
         timeout=30,
     )
@@ -128,7 +128,8 @@ def start(
             raise DevAgentError(
                 "set MODELFORGE_ADMIN_TOKEN (not only its SHA-256) so a token can be minted for the agent"
             )
-        env["MODELFORGE_AGENT_ENROLLMENT_TOKEN"] = _mint(api_url, admin_token)
+        name = "local simulated GPU node" if simulation is not None else "local CPU agent"
+        env["MODELFORGE_AGENT_ENROLLMENT_TOKEN"] = _mint(api_url, admin_token, name)
     return subprocess.Popen([sys.executable, "-m", "modelforge_node_agent.main"], env=env, stdin=subprocess.DEVNULL)
 
 
