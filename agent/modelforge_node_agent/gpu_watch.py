@@ -35,7 +35,7 @@ from .gpu import (
     HealthSignals,
     NvmlUnavailable,
     present_health_signals,
-    read_health_signals,
+    read_all_health_signals,
 )
 from .gpu_events import XidEventThread
 from .gpu_health import GpuHealth, HealthTracker, health_report
@@ -162,14 +162,7 @@ class GpuWatch:
         if gpu is None or self._probe is None:
             return
         probe = self._probe
-
-        def fresh() -> HealthSignals | GpuLost:
-            try:
-                return read_health_signals(probe, gpu.index)
-            except GpuLost as lost:
-                return lost
-
-        signals = self._read(fresh, "re-check")
+        signals = self._read(lambda: read_all_health_signals(probe, [gpu])[gpu.uuid], "re-check")
         if signals is None:
             return
         health = self._tracker.recheck(uuid, signals, self._wall())

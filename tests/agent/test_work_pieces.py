@@ -335,6 +335,8 @@ class ScriptedWorker(WorkerClient):
         super().__init__("unix:///nonexistent/worker.sock")
         self._features = frozenset({"cancel"}) if cancels else frozenset()
         self.runs: list[tuple[str, dict[str, Any], str | None]] = []
+        #: the GPU each run named (None: a slot not tied to a GPU)
+        self.gpus: list[str | None] = []
         self.cancelled: list[str] = []
         self.started = threading.Event()
         self.released = threading.Event()
@@ -352,6 +354,7 @@ class ScriptedWorker(WorkerClient):
         gpu_uuid: Any = None,
     ) -> Any:
         self.runs.append((capability, payload, job_id))
+        self.gpus.append(gpu_uuid)
         self.started.set()
         assert self.released.wait(10), "a test never released its worker"
         if job_id in self.cancelled:
@@ -461,25 +464,8 @@ class BodyPlane(ScriptedPlane):
         return super().lease(work_id, action, body, identity)
 
 
-class GpuWorker(ScriptedWorker):
-    def __init__(self) -> None:
-        super().__init__(cancels=True)
-        self.gpus: list[str | None] = []
-
-    def run(
-        self,
-        capability: str,
-        payload: dict[str, Any],
-        cutter: Any = None,
-        job_id: str | None = None,
-        gpu_uuid: Any = None,
-    ) -> Any:
-        self.gpus.append(gpu_uuid)
-        return super().run(capability, payload, cutter, job_id, gpu_uuid)
-
-
 def test_a_gpu_that_faults_mid_job_stops_the_job_and_fails_it_as_the_nodes_fault() -> None:
-    worker = GpuWorker()
+    worker = ScriptedWorker(cancels=True)
     time = FakeTime(now=1000.0)
     plane = BodyPlane(time.clock, [])
     view = WorkerView(worker)
@@ -502,7 +488,7 @@ def test_a_gpu_that_faults_mid_job_stops_the_job_and_fails_it_as_the_nodes_fault
 
 
 def test_a_fault_on_another_gpu_leaves_the_job_alone() -> None:
-    worker = GpuWorker()
+    worker = ScriptedWorker(cancels=True)
     time = FakeTime(now=1000.0)
     plane = BodyPlane(time.clock, [])
     view = WorkerView(worker)
