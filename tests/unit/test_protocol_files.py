@@ -61,3 +61,48 @@ def test_atomic_write_target_that_is_a_link_is_replaced_not_followed(tmp_path: P
     link.symlink_to(outside)
     files.atomic_write(link, b"new")
     assert not link.is_symlink() and link.read_bytes() == b"new" and outside.read_bytes() == b"keep"
+
+
+@pytest.mark.parametrize("dangling", [False, True])
+def test_create_new_refuses_a_planted_link_and_never_writes_through_it(tmp_path: Path, dangling: bool) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    if not dangling:
+        elsewhere.write_bytes(b"theirs")
+    (tmp_path / "out.partial").symlink_to(elsewhere)
+    with pytest.raises(FileExistsError):
+        files.create_new(tmp_path / "out.partial")
+    assert elsewhere.read_bytes() == b"theirs" if not dangling else not elsewhere.exists()
+
+
+def test_create_new_makes_a_file_with_exactly_the_mode(tmp_path: Path) -> None:
+    previous = os.umask(0o077)
+    try:
+        with files.create_new(tmp_path / "new", mode=0o644) as handle:
+            handle.write(b"bytes")
+    finally:
+        os.umask(previous)
+    assert (tmp_path / "new").read_bytes() == b"bytes"
+    assert stat.S_IMODE((tmp_path / "new").stat().st_mode) == 0o644
+    with pytest.raises(FileExistsError):
+        files.create_new(tmp_path / "new")
+
+
+@pytest.mark.parametrize("dangling", [False, True])
+def test_rename_new_and_atomic_write_without_replace_refuse_any_name_taken(tmp_path: Path, dangling: bool) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    if not dangling:
+        elsewhere.write_bytes(b"theirs")
+    target = tmp_path / "SHA256SUMS"
+    target.symlink_to(elsewhere)
+    (tmp_path / "source").write_bytes(b"ours")
+    with pytest.raises(FileExistsError):
+        files.rename_new(tmp_path / "source", target)
+    with pytest.raises(FileExistsError):
+        files.atomic_write(target, b"ours", replace=False)
+    assert target.is_symlink() and (tmp_path / "source").read_bytes() == b"ours"
+    assert elsewhere.read_bytes() == b"theirs" if not dangling else not elsewhere.exists()
+    assert sorted(path.name for path in tmp_path.iterdir()) == sorted(
+        ["SHA256SUMS", "source", *([] if dangling else ["elsewhere"])]
+    )
+    files.rename_new(tmp_path / "source", tmp_path / "moved")
+    assert (tmp_path / "moved").read_bytes() == b"ours" and not (tmp_path / "source").exists()
