@@ -25,6 +25,9 @@ from modelforge_runtime_worker.server import Listener, WorkerApp
 from tests.support.polling import wait_until
 from tests.support.raw_http import closed_within, read_until_closed, split_answers
 
+#: the head of a POST /v1/run as the worker requires it (a JSON body)
+JSON_POST = b"POST /v1/run HTTP/1.1\r\nContent-Type: application/json\r\n"
+
 
 class Gate:
     """A capability that runs until the test opens its gate; ``obeys_abort``: it also ends when
@@ -213,17 +216,17 @@ KEEPS = {"invalid_json", "invalid_request"}
 @pytest.mark.parametrize(
     ("request_bytes", "status", "code"),
     [
-        (b"POST /v1/run HTTP/1.1\r\nContent-Length: 7\r\n\r\n{nope!}", 400, "invalid_json"),
-        (b"POST /v1/run HTTP/1.1\r\nContent-Length: 3\r\n\r\nNaN", 400, "invalid_json"),
-        (b"POST /v1/run HTTP/1.1\r\nContent-Length: 2\r\n\r\n[]", 400, "invalid_request"),
-        (b"POST /v1/run HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}", 400, "invalid_request"),
-        (b"POST /v1/run HTTP/1.1\r\nContent-Length: 2\r\n\r\n\xff\xfe", 400, "invalid_json"),
-        (b"POST /v1/run HTTP/1.1\r\n\r\n", 411, "length_required"),
+        (JSON_POST + b"Content-Length: 7\r\n\r\n{nope!}", 400, "invalid_json"),
+        (JSON_POST + b"Content-Length: 3\r\n\r\nNaN", 400, "invalid_json"),
+        (JSON_POST + b"Content-Length: 2\r\n\r\n[]", 400, "invalid_request"),
+        (JSON_POST + b"Content-Length: 2\r\n\r\n{}", 400, "invalid_request"),
+        (JSON_POST + b"Content-Length: 2\r\n\r\n\xff\xfe", 400, "invalid_json"),
+        (JSON_POST + b"\r\n", 411, "length_required"),
         (b"POST /v1/run HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 411, "length_required"),
         (b"POST /v1/run HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n", 501, "transfer_encoding_not_supported"),
-        (b"POST /v1/run HTTP/1.1\r\nContent-Length: -1\r\n\r\n", 400, "invalid_content_length"),
-        (b"POST /v1/run HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\n{}", 400, "invalid_content_length"),
-        (b"POST /v1/run HTTP/1.1\r\nContent-Length: 9000000\r\n\r\n", 413, "payload_too_large"),
+        (JSON_POST + b"Content-Length: -1\r\n\r\n", 400, "invalid_content_length"),
+        (JSON_POST + b"Content-Length: 2\r\nContent-Length: 2\r\n\r\n{}", 400, "invalid_content_length"),
+        (JSON_POST + b"Content-Length: 9000000\r\n\r\n", 413, "payload_too_large"),
         (b"GET /v1/run HTTP/1.1\r\n\r\n", 405, "method_not_allowed"),
         (b"DELETE /v1/status HTTP/1.1\r\n\r\n", 405, "method_not_allowed"),
         (b"GET /v2/status HTTP/1.1\r\n\r\n", 404, "route_not_found"),
@@ -255,7 +258,7 @@ def test_a_request_nested_too_deep_is_refused(served: Served) -> None:
 
 def test_keep_alive_serves_several_requests_on_one_connection(served: Served) -> None:
     body = b'{"capability":"echoish","input":{"a":1,"b":2}}'
-    run = b"POST /v1/run HTTP/1.1\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+    run = JSON_POST + b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
     head = b"HEAD /v1/status HTTP/1.1\r\n\r\n"
     with served.connect() as sock:
         sock.sendall(run + head + run + b"GET /v1/status HTTP/1.1\r\nConnection: close\r\n\r\n")

@@ -1,7 +1,10 @@
 """The worker's HTTP API on a unix socket or a loopback port (standard library ``http.server`` on
 the bottom layer's hardened base, ``modelforge_protocol.http_server``).
 
-``GET /v1/status``, ``POST /v1/run`` and ``POST /v1/cancel``, JSON in and out. Bounded: a body needs one
+``GET /v1/status``, ``POST /v1/run`` and ``POST /v1/cancel``, JSON in and out. Only local programs:
+a request with an ``Origin`` header (a browser's) is refused, on loopback TCP the ``Host`` must name
+loopback (a DNS-rebound page sends its own name), and a POST needs ``Content-Type: application/json``
+(which a page cannot send cross-origin without asking first). Bounded: a body needs one
 ``Content-Length`` of at most ``MAX_BODY_BYTES`` (413 before it is read; chunked bodies get 411);
 each request must arrive whole within ``READ_TIMEOUT_SECONDS`` of its first byte being awaited
 (headers and body together, so a client trickling bytes cannot hold a connection), an idle
@@ -18,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import socket
 import socketserver
 import stat
@@ -31,6 +35,7 @@ from typing import Any, cast
 from urllib.parse import urlsplit
 
 from modelforge_protocol import http_server, strict_json
+from modelforge_protocol.addresses import is_loopback_host
 from modelforge_protocol.http_server import BodyRefused, Framing, HardenedServer, request_body_length
 
 from .app import WorkerApp
@@ -84,6 +89,8 @@ _HTTP_ERROR_CODES = {
     501: "method_not_implemented",
     505: "http_version_not_supported",
 }
+#: A Host field: a name, an IPv4 address or a bracketed IPv6 address, and an optional port.
+_HOST_FIELD = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(:[0-9]{1,5})?\Z")
 #: Content-Length: one field of at most 12 digits (a repeated field is refused, even with one value).
 _FRAMING = Framing(max_digits=12, repeated_identical_lengths=False)
 #: The worker's answer to each framing refusal: status, code, message.
@@ -180,6 +187,7 @@ class Handler(BaseHTTPRequestHandler):
     def _serve(self, app: WorkerApp, method: str) -> None:
         path = urlsplit(self.path).path
         try:
+            self._check_caller()
             if path == "/v1/status" and method in ("GET", "HEAD"):
                 self._discard_body()
                 self._answer(200, app.status())
@@ -205,6 +213,30 @@ class Handler(BaseHTTPRequestHandler):
             return handler(request)
         except RunError as error:
             raise http_error(error) from None
+
+    def _check_caller(self) -> None:
+        """Refuse what a browser page could send: an ``Origin`` (any: the worker serves no page), and
+        on TCP a ``Host`` other than one loopback name (DNS rebinding points a foreign name here)."""
+        if self.headers.get_all("Origin"):
+            self.close_connection = True
+            raise WorkerError(
+                403, "origin_not_allowed", "requests with an Origin header are refused: no web page may call the worker"
+            )
+        if self.server.checks_host and not _loopback_host_field(self.headers.get_all("Host") or []):
+            self.close_connection = True
+            raise WorkerError(
+                403,
+                "host_not_allowed",
+                "the Host header must name loopback: 127.0.0.1, localhost or [::1], with an optional port",
+            )
+
+    def _check_content_type(self) -> None:
+        media_types = self.headers.get_all("Content-Type") or []
+        if len(media_types) != 1 or media_types[0].split(";", 1)[0].strip().lower() != "application/json":
+            self.close_connection = True  # the body is never read
+            raise WorkerError(
+                415, "unsupported_media_type", f"POST {urlsplit(self.path).path} needs Content-Type: application/json"
+            )
 
     # --- reading --------------------------------------------------------------------------------
 
@@ -239,6 +271,7 @@ class Handler(BaseHTTPRequestHandler):
         if self.headers.get("Content-Length") is None:
             self.close_connection = True
             raise WorkerError(411, "length_required", f"POST {urlsplit(self.path).path} needs a Content-Length")
+        self._check_content_type()
         body = self._read_exactly(length)
         self._request_read()
         try:
@@ -310,6 +343,8 @@ class _Bounded(HardenedServer):
     busy_response = BUSY_RESPONSE
     busy_message = "connection refused: too many connections"
     close_working_connections = False  # a request whose job is aborted on stop still gets its 503
+    #: whether requests must carry a loopback ``Host`` (TCP; no browser reaches a unix socket)
+    checks_host = True
     app: WorkerApp
 
     def init_bounds(self) -> None:
@@ -340,6 +375,8 @@ class _Server(_Bounded, HTTPServer):
 
 class _UnixServer(_Bounded, socketserver.UnixStreamServer):
     """A unix socket, mode 0660, created with a umask that never leaves it wider."""
+
+    checks_host = False
 
     def __init__(self, path: Path) -> None:
         self.init_bounds()
@@ -410,6 +447,14 @@ class Listener:
             except FileNotFoundError:
                 pass
             self._inode = None
+
+
+def _loopback_host_field(fields: list[str]) -> bool:
+    """Whether the request carried exactly one Host field, naming a loopback host."""
+    if len(fields) != 1:
+        return False
+    match = _HOST_FIELD.match(fields[0].strip())
+    return match is not None and is_loopback_host(match.group(1).strip("[]"))
 
 
 def _claim_socket_path(path: Path) -> None:
