@@ -4,7 +4,7 @@
 
 ``text`` is the other format, for a person watching a terminal (the node agent's
 ``MODELFORGE_AGENT_LOG_FORMAT=text``): time, level, logger and message on one line, redacted the
-same way."""
+same way, and with every control character escaped (``terminal.printable``)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ import logging
 import re
 import sys
 import time
+
+from modelforge_logging import terminal
 
 #: Anything shaped like one of our secrets is masked, wherever it appears in a log line.
 _SECRET_PATTERNS = re.compile(r"mf[eni]\.[A-Za-z0-9_.-]{20,}|Bearer\s+\S+", re.IGNORECASE)
@@ -47,9 +49,10 @@ class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         when = time.strftime("%H:%M:%S", time.localtime(record.created))
         name = record.name.removeprefix("modelforge.")
-        line = f"{when} {record.levelname:<7} {name}: {record.getMessage()}"
+        # one line whatever the message holds, and nothing in it a terminal would act on
+        line = f"{when} {record.levelname:<7} {name}: {terminal.printable(record.getMessage())}"
         if record.exc_info:
-            line += "\n" + self.formatException(record.exc_info)
+            line += "\n" + terminal.printable(self.formatException(record.exc_info), keep_newlines=True)
         return redact(line)
 
 

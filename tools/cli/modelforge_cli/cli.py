@@ -7,7 +7,7 @@ import argparse
 import sys
 from collections.abc import Container, Sequence
 
-from . import admin_commands, plugins, release_cli
+from . import admin_commands, plugins, release_cli, tables
 
 EXIT_OK, EXIT_ERROR, EXIT_CONFIG = 0, 1, 2
 #: where the plugin commands go in the listing: these before the admin commands, the rest after
@@ -63,6 +63,12 @@ def _command_word(argv: Sequence[str]) -> str | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # a node controls much of what is printed: no control character of it reaches the terminal
+    with tables.printable_output():
+        return _main(argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     words = sys.argv[1:] if argv is None else list(argv)
     word = _command_word(words)
     args = build_parser(expand=() if word is None else (word,)).parse_args(words)

@@ -1,13 +1,20 @@
 """Readable output of the admin commands, as `kubectl get` and `kubectl describe` print it:
-aligned columns under upper-case headers, ages such as `12s`, `5m`, `3h`, `2d`."""
+aligned columns under upper-case headers, ages such as `12s`, `5m`, `3h`, `2d`.
+
+Every line the CLI prints goes through ``printable_output``: a node controls much of what is
+printed (GPU names, health detail, fail reasons), so each control character is shown escaped
+(``\x1b``) and never reaches the terminal as a sequence it would act on."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TextIO
+
+from modelforge_logging.terminal import printable
 
 GAP = "   "
 
@@ -94,3 +101,28 @@ def size(count: int | None) -> str:
 
 def print_json(answer: Any) -> None:
     sys.stdout.write(json.dumps(answer, indent=2) + "\n")
+
+
+class _Printable:
+    """A text stream that writes what it is given with its control characters escaped (lines stay
+    lines); the rest (flush, isatty, buffer for raw bytes) is the stream's own."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        return self._stream.write(printable(text, keep_newlines=True))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def printable_output() -> Iterator[None]:
+    """While inside: everything written to stdout and stderr as text is escaped (``printable``)."""
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _Printable(saved[0]), _Printable(saved[1])  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved
