@@ -27,8 +27,8 @@ exit codes:
   0  done: written, verified, or the container runs the loaded image
   1  refused: a checksum, tag, layer, architecture, label or image differs, or an archive is corrupt
      (one line per reason on stderr)
-  2  usage error: a path that does not exist, an output file that exists, input that is not
-     docker inspect JSON, a malformed image ID
+  2  usage error: a path that does not exist, an output name taken by a file or link (never
+     written through), input that is not docker inspect JSON, a malformed image ID
 """
 
 

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from modelforge_protocol import files
 from modelforge_protocol.release_bundle import (
@@ -38,6 +38,7 @@ from .release_tarball import write_bundle_tarball
 from .release_verify import Refused, UsageError, compare_bundle_images
 
 Selected = tuple[str, Image, ImageArchive]
+T = TypeVar("T")
 
 #: The build-arg defaults agent/Dockerfile and worker/Dockerfile give the labels only a build can
 #: know: label -> (placeholder, build arg, the value to pass). An image that carries one was built
@@ -173,16 +174,20 @@ def make_bundle(
 ) -> BundleFiles:
     """Read and check the inputs, then write the tarball, the manifest and ``SHA256SUMS`` into
     ``out_dir``. The tarball is read back and compared with the manifest before anything is
-    left in place; ``SHA256SUMS`` is written last."""
+    left in place; ``SHA256SUMS`` is written last.
+
+    Every file is created new (``O_EXCL | O_NOFOLLOW``) and put in place without replacing
+    anything: a file or link already at one of the names, the tarball's ``.partial`` included, is
+    a :class:`UsageError` and is left as it is, whenever it appears."""
     bundle = out_dir / bundle_file_name(tag_version)
     manifest_path = out_dir / manifest_file_name(tag_version)
     sums = out_dir / SUMS_FILE
+    partial = bundle.with_name(bundle.name + ".partial")
     for path in inputs:
         if not path.exists():
             raise UsageError(f"{path}: no such file or folder")
-    for path in (bundle, manifest_path, sums):
-        if path.exists():
-            raise UsageError(f"{path} exists; remove it or choose another --out folder")
+    for path in (bundle, manifest_path, sums, partial):
+        _refuse_taken(path)
     out_dir.mkdir(parents=True, exist_ok=True)
     with ExitStack() as stack:
         try:
@@ -191,17 +196,25 @@ def make_bundle(
             raise Refused([str(error)]) from None
         selected = select_release_images(archives, expected, tag_version)
         manifest = build_manifest(selected, tag_version)
-        partial = bundle.with_name(bundle.name + ".partial")
+        output = _new_file(partial, lambda target: files.create_new(target, mode=0o644))
         try:
-            write_bundle_tarball(partial, selected)
+            write_bundle_tarball(output, selected)
+            output.close()
             _check_written(partial, manifest)
             manifest_bytes = (json.dumps(manifest, indent=2) + "\n").encode()
             _write(manifest_path, manifest_bytes)
-            os.replace(partial, bundle)
+            _new_file(bundle, lambda target: files.rename_new(partial, target))
         finally:
+            output.close()
             partial.unlink(missing_ok=True)
     _write(sums, sums_text({bundle.name: file_sha256(bundle), manifest_path.name: file_sha256(manifest_path)}).encode())
     return BundleFiles(out_dir, bundle, manifest_path, sums, [tag for tag, _, _ in selected])
+
+
+def _refuse_taken(path: Path) -> None:
+    if os.path.lexists(path):
+        kind = " (a link)" if path.is_symlink() else ""
+        raise UsageError(f"{path} exists{kind}; remove it or choose another --out folder")
 
 
 def _check_written(path: Path, manifest: dict[str, Any]) -> None:
@@ -216,5 +229,16 @@ def _check_written(path: Path, manifest: dict[str, Any]) -> None:
         )
 
 
+def _new_file(path: Path, create: Callable[[Path], T]) -> T:
+    """``create(path)``, with a name taken meanwhile (a planted link) a :class:`UsageError`."""
+    try:
+        return create(path)
+    except FileExistsError:
+        raise UsageError(
+            f"{path} appeared while the bundle was written (a file or link); nothing was written through it: "
+            "remove it or choose another --out folder"
+        ) from None
+
+
 def _write(path: Path, data: bytes) -> None:
-    files.atomic_write(path, data, mode=0o644)
+    _new_file(path, lambda target: files.atomic_write(target, data, mode=0o644, replace=False))

@@ -19,8 +19,7 @@ import hashlib
 import io
 import tarfile
 from collections.abc import Sequence
-from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from modelforge_protocol.canonical import canonical_bytes
 
@@ -64,8 +63,9 @@ def oci_manifest(image: Image) -> bytes:
     )
 
 
-def write_bundle_tarball(path: Path, images: Sequence[tuple[str, Image, ImageArchive]]) -> None:
-    """Write ``path`` holding each ``(tag, image, archive it came from)``, tagged ``tag`` only."""
+def write_bundle_tarball(output: BinaryIO, images: Sequence[tuple[str, Image, ImageArchive]]) -> None:
+    """Write to ``output`` the tarball holding each ``(tag, image, archive it came from)``, tagged
+    ``tag`` only. The caller opens ``output`` (a new file, never through a link) and closes it."""
     small: dict[str, bytes] = {}
     layers: dict[str, tuple[Blob, ImageArchive]] = {}
     saved, descriptors, repositories = [], [], {}
@@ -96,7 +96,7 @@ def write_bundle_tarball(path: Path, images: Sequence[tuple[str, Image, ImageArc
             }
         )
     index = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": descriptors}
-    with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as tar:
+    with tarfile.open(fileobj=output, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for digest in sorted(small.keys() | layers.keys()):
             if digest in small:
                 tar.addfile(_info(_blob_name(digest), len(small[digest])), io.BytesIO(small[digest]))
