@@ -120,6 +120,22 @@ class MemoryObjectStore:
         self.journal.calls.append("objects.presigned_put")
         return f"{self.URL_BASE}/put/{key}?expires={int(expires_seconds)}"
 
+    def copy(self, source_key: str, key: str) -> bool:
+        self.journal.calls.append("objects.copy")
+        with self.journal.lock:
+            if source_key not in self.objects:
+                return False
+            self.objects[key] = self.objects[source_key]
+        return True
+
+    def read(self, key: str, max_bytes: int) -> bytes | int | None:
+        self.journal.calls.append("objects.read")
+        with self.journal.lock:
+            body = self.objects.get(key, (None, ""))[0]
+        if body is None:
+            return None
+        return len(body) if len(body) > max_bytes else body
+
     def digest(self, key: str, max_bytes: int) -> tuple[str | None, int] | None:
         self.journal.calls.append("objects.digest")
         with self.journal.lock:

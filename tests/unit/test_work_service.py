@@ -1096,7 +1096,7 @@ def test_completing_stores_the_result_and_ends_the_lease(stores: MemoryStores) -
     stores.journal.reset_counts()
     done = work.complete(stores, agent.caller, item.work_id, typed.complete_work(body), NOW + 5, _known(agent))
     assert done == _stored(stores, item.work_id)
-    key = work.result_key(item.work_id, 1)
+    key = work.sealed_key(item.work_id, 1)
     assert done.status == "succeeded" and done.result == {"sha256": body["sha256"], "size": len(RESULT), "key": key}
     assert done.lease_expires_at is None
     assert (done.finished_at, done.updated_at, done.node_id, done.epoch, done.attempts) == (
@@ -1109,6 +1109,34 @@ def test_completing_stores_the_result_and_ends_the_lease(stores: MemoryStores) -
     assert _events(stores) == [("work.succeeded", {"work_id": item.work_id, "node_id": agent.node_id, "epoch": "1"})]
     assert stores.journal.writes == 1
     assert work.release_node(stores, agent.node_id, NOW + 6) == 0
+
+
+def test_the_checked_result_is_sealed_where_no_upload_url_reaches(stores: MemoryStores) -> None:
+    agent, item = _leased(stores)
+    body = _upload(stores, item)
+    stores.journal.reset_counts()
+    done = work.complete(stores, agent.caller, item.work_id, typed.complete_work(body), NOW + 1, None)
+    objects = [call for call in stores.journal.calls if call.startswith("objects.")]
+    assert objects == ["objects.digest", "objects.copy", "objects.digest"]  # checked, copied, checked again
+    assert done.result is not None and done.result["key"] == f"work-sealed/{item.work_id}/1.json"
+    _upload(stores, item, b'{"replaced": true}')  # the upload URL is still valid after complete
+    assert stores.objects.body(done.result["key"]) == RESULT
+
+
+def test_an_upload_replaced_between_the_check_and_the_copy_is_refused(stores: MemoryStores) -> None:
+    agent, item = _leased(stores)
+    body = _upload(stores, item)
+    original = stores.objects.copy
+
+    def replace_then_copy(source_key: str, key: str) -> bool:
+        _upload(stores, item, b'{"replaced": true}')
+        return original(source_key, key)
+
+    stores.objects.copy = replace_then_copy  # type: ignore[method-assign]
+    with pytest.raises(Conflict) as raised:
+        work.complete(stores, agent.caller, item.work_id, typed.complete_work(body), NOW + 1, None)
+    assert raised.value.code == "result_checksum_mismatch"
+    assert _stored(stores, item.work_id).status == "leased"
 
 
 def test_an_empty_result_can_complete(stores: MemoryStores) -> None:

@@ -50,6 +50,9 @@ STATE_LOG_PREFIX = "events/"
 #: (``work-results/<work_id>/<epoch>.json``, uploaded by the lease holder), in the same bucket.
 WORK_INPUT_PREFIX = "work-inputs/"
 WORK_RESULT_PREFIX = "work-results/"
+#: Results once their item succeeded (``work-sealed/<work_id>/<epoch>.json``): the control plane
+#: copies the checked upload here, where no upload URL reaches, and serves only this copy.
+WORK_SEALED_PREFIX = "work-sealed/"
 
 
 def local_names(prefix: str) -> dict[str, str]:

@@ -24,7 +24,7 @@ from typing import Any
 from modelforge_protocol import work as protocol
 from modelforge_protocol.canonical import canonical_bytes
 
-from chalicelib.config.resources import WORK_INPUT_PREFIX, WORK_RESULT_PREFIX
+from chalicelib.config.resources import WORK_INPUT_PREFIX, WORK_RESULT_PREFIX, WORK_SEALED_PREFIX
 from chalicelib.config.settings import Settings
 from chalicelib.domain import requests
 from chalicelib.domain.errors import Conflict, GuardFailed, Invalid, TooLarge, Unauthenticated, not_found
@@ -36,6 +36,12 @@ from chalicelib.services.known_callers import ClaimView, KnownCallers
 from chalicelib.stores.contract import Holder, LeaseCheck, Stores
 
 QUEUED, LEASED, SUCCEEDED, DEAD, CANCELLED = protocol.WORK_STATES
+#: How a refusal names a finished item (never "is already succeeded").
+_FINISHED = {
+    SUCCEEDED: "the work already succeeded",
+    DEAD: "the work is already dead",
+    CANCELLED: "the work was already cancelled",
+}
 #: Queued items a claim reads per capability and read: the front of one part of the queue (the
 #: store spreads each queue over parts). The claim tries them in random order, so concurrent
 #: claimers that read the same front spread over it instead of all racing for its oldest item.
@@ -71,6 +77,12 @@ def input_key(work_id: str, input_sha256: str) -> str:
 def result_key(work_id: str, epoch: int) -> str:
     """Each claim uploads to its own object: a fenced-off holder cannot overwrite the winner's."""
     return f"{WORK_RESULT_PREFIX}{work_id}/{epoch}.json"
+
+
+def sealed_key(work_id: str, epoch: int) -> str:
+    """Where a succeeded item's result is kept: the upload URL stays valid after ``complete`` (for
+    the lease plus ``URL_SLACK_SECONDS``), so the checked bytes are copied where no URL reaches."""
+    return f"{WORK_SEALED_PREFIX}{work_id}/{epoch}.json"
 
 
 # --- submitting, reading, cancelling (admin) ----------------------------------------------
@@ -153,9 +165,7 @@ def cancel(stores: Stores, work_id: str, now: float) -> WorkItem:
     for _ in range(CLAIM_ROUNDS):
         item = get(stores, work_id)
         if item.status in protocol.FINAL_STATES:
-            raise Conflict(
-                "work_finished", f"the work is already {item.status}; only queued or leased work can be cancelled"
-            )
+            raise Conflict("work_finished", f"{_FINISHED[item.status]}; only queued or leased work can be cancelled")
         event = Event("work.cancelled", {"work_id": work_id, "from": item.status}, now)
         try:
             cancelled = stores.work.cancel(item, now, event)
@@ -347,7 +357,7 @@ def _held(stores: Stores, caller: NodeCaller, work_id: str, epoch: int) -> WorkI
     if item.status == CANCELLED:
         raise Conflict("work_cancelled", "the work was cancelled: stop and upload nothing")
     if item.status in protocol.FINAL_STATES:
-        raise Conflict("work_finished", f"the work is already {item.status}")
+        raise Conflict("work_finished", _FINISHED[item.status])
     if item.status != LEASED or item.node_id != caller.node_id or item.epoch != epoch:
         raise Conflict("lease_lost", "this node no longer holds the lease at this epoch: stop and upload nothing")
     return item
@@ -393,8 +403,21 @@ def complete(
     authenticate(stores, caller, known)
     epoch = request.epoch
     item = _held(stores, caller, work_id, epoch)
-    key = result_key(work_id, epoch)
-    found = stores.objects.digest(key, protocol.MAX_RESULT_BYTES)
+    upload = result_key(work_id, epoch)
+    _check_result(stores.objects.digest(upload, protocol.MAX_RESULT_BYTES), request)
+    # the copy is checked again: the upload may have been replaced between the check and the copy
+    key = sealed_key(work_id, epoch)
+    if not stores.objects.copy(upload, key):
+        raise Conflict("result_missing", "no result was uploaded for this epoch: PUT it to result_upload_url first")
+    _check_result(stores.objects.digest(key, protocol.MAX_RESULT_BYTES), request)
+    result = {"sha256": request.sha256, "size": request.size, "key": key}
+    event = Event("work.succeeded", {"work_id": work_id, "node_id": caller.node_id, "epoch": str(epoch)}, now)
+    return _write_held(
+        stores, caller, item, epoch, lambda holder: stores.work.complete(item, holder, result, now, event)
+    )
+
+
+def _check_result(found: tuple[str | None, int] | None, request: requests.CompleteWork) -> None:
     if found is None:
         raise Conflict("result_missing", "no result was uploaded for this epoch: PUT it to result_upload_url first")
     sha256, size = found
@@ -402,11 +425,6 @@ def complete(
         raise TooLarge("result_too_large", f"the result is larger than {protocol.MAX_RESULT_BYTES} bytes")
     if sha256 != request.sha256 or size != request.size:
         raise Conflict("result_checksum_mismatch", "the uploaded result does not have the sha256 and size given")
-    result = {"sha256": sha256, "size": size, "key": key}
-    event = Event("work.succeeded", {"work_id": work_id, "node_id": caller.node_id, "epoch": str(epoch)}, now)
-    return _write_held(
-        stores, caller, item, epoch, lambda holder: stores.work.complete(item, holder, result, now, event)
-    )
 
 
 def fail(

@@ -36,6 +36,8 @@ S3_CALLS = {
     "put_object": "s3:PutObject",
     "get_object": "s3:GetObject",
     "head_object": "s3:GetObject",
+    # CopyObject needs PutObject on the copy and GetObject on its source (which get_object has)
+    "copy_object": "s3:PutObject",
 }
 S3_PRESIGNED = {"get_object": "s3:GetObject", "put_object": "s3:PutObject"}
 #: API Gateway management API calls on the push channel's connections (stores/channel_store.py,

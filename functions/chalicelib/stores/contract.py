@@ -280,6 +280,13 @@ class ObjectStore(Protocol):
         """(sha256 hex, size) of the object; the digest is None when it is over ``max_bytes``;
         None when there is no such object."""
 
+    def copy(self, source_key: str, key: str) -> bool:
+        """Copy the object at ``source_key`` to ``key`` (in the bucket); False when there is none."""
+
+    def read(self, key: str, max_bytes: int) -> bytes | int | None:
+        """The object's bytes; its size instead when it is over ``max_bytes``; None when there is
+        no such object."""
+
 
 #: One claim write changes at most this many GPU claims (DynamoDB allows 100 items in a
 #: transaction; the inventory and the event take two).

@@ -1,8 +1,9 @@
 """The S3 object store of work inputs and results (stores.ObjectStore).
 
 Inputs are written by the control plane at submission; results are uploaded by the lease holder
-straight to S3 with a presigned PUT (the bytes never pass through the API), and read back once
-at completion to check their digest.
+straight to S3 with a presigned PUT (the bytes never pass through the API), read back once
+at completion to check their digest, and copied to where no upload URL reaches (``copy``). The
+admin API reads inputs and sealed results back (``read``) for the console.
 """
 
 from __future__ import annotations
@@ -44,6 +45,29 @@ class S3ObjectStore:
                 "put_object", Params={"Bucket": self._bucket, "Key": key}, ExpiresIn=expires_seconds
             )
         )
+
+    def copy(self, source_key: str, key: str) -> bool:
+        try:
+            self._s3.copy_object(Bucket=self._bucket, Key=key, CopySource={"Bucket": self._bucket, "Key": source_key})
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code") in _MISSING:
+                return False
+            raise
+        return True
+
+    def read(self, key: str, max_bytes: int) -> bytes | int | None:
+        try:
+            found = self._s3.get_object(Bucket=self._bucket, Key=key)
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code") in _MISSING:
+                return None
+            raise
+        body = found["Body"]
+        try:
+            size = int(found["ContentLength"])
+            return size if size > max_bytes else bytes(body.read(max_bytes + 1))
+        finally:
+            body.close()
 
     def digest(self, key: str, max_bytes: int) -> tuple[str | None, int] | None:
         try:

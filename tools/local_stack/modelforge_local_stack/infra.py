@@ -210,9 +210,11 @@ _TABLES = tuple(table.logical_id for table in resources.TABLES)
 _BUCKET = resources.STATE_LOG_BUCKET.logical_id
 #: The state-log objects the state-log function may create, and nothing else in the bucket.
 _STATE_LOG_OBJECTS = f"${{{_BUCKET}.Arn}}/{resources.STATE_LOG_PREFIX}*"
-#: Work inputs and results: the API function writes inputs and signs URLs for inputs and results.
+#: Work inputs and results: the API function writes inputs, signs URLs for inputs and results, and
+#: copies each checked result to the sealed prefix.
 _WORK_OBJECTS = tuple(
-    f"${{{_BUCKET}.Arn}}/{prefix}*" for prefix in (resources.WORK_INPUT_PREFIX, resources.WORK_RESULT_PREFIX)
+    f"${{{_BUCKET}.Arn}}/{prefix}*"
+    for prefix in (resources.WORK_INPUT_PREFIX, resources.WORK_RESULT_PREFIX, resources.WORK_SEALED_PREFIX)
 )
 
 #: The DynamoDB actions each function's code calls, as chalicelib/stores/aws_permissions.py maps its
@@ -279,7 +281,8 @@ def _roles(functions: dict[str, str], channel_stage: str | None) -> dict[str, An
 
     work_objects = {
         # inputs are written at submission; presigned GETs of inputs and results and PUTs of
-        # results are signed with this role, so it needs what those URLs allow
+        # results are signed with this role, so it needs what those URLs allow; complete copies
+        # the result (CopyObject: GetObject on the upload, PutObject on the sealed copy)
         "Effect": "Allow",
         "Action": ["s3:PutObject", "s3:GetObject"],
         "Resource": [{"Fn::Sub": objects} for objects in _WORK_OBJECTS],
