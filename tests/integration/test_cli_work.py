@@ -177,7 +177,8 @@ def test_result_of_dead_work_names_the_last_reason(remote: ControlPlane, tmp_pat
     )
     assert failed.status_code == 200, failed.text
     done = modelforge(remote, "work", "result", item["work_id"])
-    assert done.returncode == 1 and "is dead after 1 attempts" in done.stderr and "cli test failure" in done.stderr
+    assert done.returncode == 1 and "is dead after 1 attempt, no result" in done.stderr, done.stderr
+    assert "cli test failure" in done.stderr
     show = modelforge(remote, "work", "show", item["work_id"])
     assert re.search(r"^ATTEMPT\s+EPOCH\s+NODE\s+RETRYABLE\s+AT\s+REASON$", show.stdout, re.M)
     assert "cli test failure" in show.stdout

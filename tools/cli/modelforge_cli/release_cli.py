@@ -16,6 +16,7 @@ from modelforge_protocol.versions import IMAGE_TAG_VERSION
 from .admin_api import add_command
 from .release_container import check_container, normalise_image_id
 from .release_verify import Refused, UsageError, verify_bundle
+from .tables import counted
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 #: At most this many reasons are printed; the rest are counted.
@@ -151,7 +152,7 @@ def run_verify(args: argparse.Namespace) -> int:
     verified = verify_bundle(args.folder)
     images = verified.manifest["images"]
     print(
-        f"verified {verified.folder}: SHA256SUMS, the manifest and the {len(images)} images of release "
+        f"verified {verified.folder}: SHA256SUMS, the manifest and the {counted(len(images), 'image')} of release "
         f"{verified.manifest['release']} in {verified.bundle.name}"
     )
     for note in verified.notes:

@@ -33,6 +33,8 @@ from typing import IO, Any
 
 from modelforge_protocol.release_bundle import DIGEST, OCI_LABEL_PREFIX
 
+from .tables import counted
+
 CHUNK = 1 << 20
 #: The largest JSON document (index, manifest, config) read into memory.
 MAX_JSON_BYTES = 16 << 20
@@ -413,7 +415,8 @@ def _image(archive: ImageArchive, tags: tuple[str, ...], config: bytes, layers: 
 def _match_layers(archive: ImageArchive, where: str, diff_ids: list[str], layers: tuple[Blob, ...]) -> None:
     if len(diff_ids) != len(layers):
         raise archive.fail(
-            f"{where}: the image config lists {len(diff_ids)} layers (rootfs.diff_ids), the archive {len(layers)}"
+            f"{where}: the image config lists {counted(len(diff_ids), 'layer')} (rootfs.diff_ids),"
+            f" the archive {len(layers)}"
         )
     for number, (diff_id, layer) in enumerate(zip(diff_ids, layers, strict=True), 1):
         if layer.diff_id != diff_id:

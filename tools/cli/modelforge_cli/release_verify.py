@@ -17,6 +17,7 @@ from modelforge_protocol.versions import IMAGE_TAG_VERSION
 
 from .release_images import Image, ImageArchiveError, open_images
 from .release_sums import SUMS_FILE, check_sums, parse_sums
+from .tables import counted
 
 
 class Refused(Exception):
@@ -78,7 +79,7 @@ def _layer_difference(expected: list[str], found: list[str]) -> str:
     if sorted(expected) == sorted(found):
         return f"the same {len(found)} layers in another order; {at}"
     if len(expected) != len(found):
-        return f"expected {len(expected)} layers, found {len(found)}; {at}"
+        return f"expected {counted(len(expected), 'layer')}, found {len(found)}; {at}"
     return at
 
 

@@ -33,6 +33,11 @@ def fields(pairs: Sequence[tuple[str, Any]]) -> str:
     return "\n".join(f"{(name + ':').ljust(width)}  {dash(value)}" for name, value in pairs)
 
 
+def counted(count: Any, noun: str) -> str:
+    """``1 attempt``, ``3 attempts``: the noun singular for exactly one (``noun`` is singular)."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
 def dash(value: Any) -> str:
     if value is None or value == "" or value == []:
         return "-"

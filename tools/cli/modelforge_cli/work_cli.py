@@ -266,7 +266,8 @@ def _no_result(item: dict[str, Any]) -> str:
         return text + f" (attempt {item.get('attempts')} of {item.get('max_attempts')}): no result yet"
     errors = item.get("errors") or []
     if status == "dead" and errors:
-        return text + f" after {item.get('attempts')} attempts, no result; last reason: {errors[-1].get('reason')}"
+        after = tables.counted(item.get("attempts"), "attempt")
+        return text + f" after {after}, no result; last reason: {errors[-1].get('reason')}"
     return text + ": it has no result"
 
 
