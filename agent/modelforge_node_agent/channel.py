@@ -343,6 +343,9 @@ def _nothing() -> None:
 
 def for_config(config: AgentConfig) -> Channel:
     """The agent's channel: ``MODELFORGE_AGENT_PUSH_CHANNEL`` on or off, TLS verified with the
-    configured CA, the handshake under the request timeout."""
-    opener = WebSocketOpener(tls_context(config.ca_cert_path), open_seconds=config.request_timeout_seconds)
+    configured CA, through ``MODELFORGE_AGENT_HTTPS_PROXY`` when set, the handshake under the
+    request timeout."""
+    opener = WebSocketOpener(
+        tls_context(config.ca_cert_path), open_seconds=config.request_timeout_seconds, proxy=config.https_proxy
+    )
     return Channel(opener, enabled=config.push_channel == "on")

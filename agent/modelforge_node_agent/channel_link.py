@@ -7,9 +7,12 @@ The rules, each the HTTP path's too:
   refused before anything is dialled;
 - TLS is always verified: the system's trust store plus ``MODELFORGE_AGENT_CA_CERT_PATH`` when set.
   ``MODELFORGE_AGENT_TLS_VERIFY=false`` (development only) does not reach the channel;
-- no proxy from the environment: the agent dials the TCP connection itself and hands the socket to
-  ``websockets`` (which then neither looks for a proxy nor can follow a redirect: it never reuses a
-  given socket for another request). ``proxy=None`` says so once more;
+- no proxy from the environment (``HTTPS_PROXY`` and the like are never read): the agent dials the
+  TCP connection itself and hands the socket to ``websockets`` (which then neither looks for a proxy
+  nor can follow a redirect: it never reuses a given socket for another request). ``proxy=None``
+  says so once more. The one exception is ``MODELFORGE_AGENT_HTTPS_PROXY``: a wss:// channel then
+  tunnels through that proxy (``websockets`` sends the CONNECT; TLS to the far end is verified as
+  without a proxy); a ws:// channel (loopback only) stays direct;
 - a 3xx answer to the handshake is refused, its Location never read or shown;
 - the handshake runs under one deadline (``open_seconds``), the closing one under ``close_seconds``;
   a message larger than ``MAX_MESSAGE_BYTES`` (API Gateway's 128 KB) closes the connection;
@@ -36,7 +39,14 @@ from typing import Protocol
 from urllib.parse import urlsplit
 
 from modelforge_protocol.credentials import NODE_ID_HEADER
-from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
+from websockets.exceptions import (
+    ConnectionClosed,
+    InvalidHandshake,
+    InvalidProxyStatus,
+    InvalidStatus,
+    InvalidURI,
+    ProxyError,
+)
 from websockets.sync.client import ClientConnection, connect
 
 from .config import scheme_problem
@@ -128,7 +138,8 @@ def _closed_reason(closed: ConnectionClosed) -> str:
 
 
 class WebSocketOpener:
-    """The real ``Opener``: one verified, proxy-less, redirect-refusing connection at a time."""
+    """The real ``Opener``: one verified, redirect-refusing connection at a time, direct or through
+    the configured proxy only."""
 
     def __init__(
         self,
@@ -137,8 +148,11 @@ class WebSocketOpener:
         open_seconds: float,
         close_seconds: float = 1.0,
         dial: Callable[[tuple[str, int], float], socket.socket] = socket.create_connection,
+        proxy: str | None = None,
     ) -> None:
+        """``proxy``: ``MODELFORGE_AGENT_HTTPS_PROXY`` (wss:// only), or None: dialled directly."""
         self._tls = tls
+        self._proxy = proxy
         self._open_seconds = open_seconds
         self._close_seconds = close_seconds
         self._dial = dial
@@ -156,17 +170,22 @@ class WebSocketOpener:
         parts = urlsplit(url)
         secure = parts.scheme == "wss"
         address = (parts.hostname or "", parts.port or (443 if secure else 80))
-        try:
-            sock = self._dial(address, self._open_seconds)
-        except OSError as error:
-            raise LinkFailed(failure_reason(error)) from None
-        _keep_alive(sock)
+        tunnelled = secure and self._proxy is not None
+        sock: socket.socket | None = None
+        if not tunnelled:
+            try:
+                sock = self._dial(address, self._open_seconds)
+            except OSError as error:
+                raise LinkFailed(failure_reason(error)) from None
+            _keep_alive(sock)
+        https_proxy = tunnelled and str(self._proxy).lower().startswith("https:")
         try:
             connection = connect(
                 url,
                 sock=sock,
                 ssl=self._tls if secure else None,
-                proxy=None,
+                proxy=self._proxy if tunnelled else None,
+                proxy_ssl=self._tls if https_proxy else None,
                 compression=None,
                 additional_headers={NODE_ID_HEADER: node_id, "Authorization": f"Bearer {ticket}"},
                 user_agent_header=USER_AGENT,
@@ -178,9 +197,12 @@ class WebSocketOpener:
                 logger=_QUIET,
             )
         except (OSError, InvalidHandshake, InvalidURI, ValueError) as error:
-            sock.close()
+            if sock is not None:
+                sock.close()
             status = _status(error)
             raise LinkFailed(failure_reason(error), ticket_refused=status in (401, 403)) from None
+        if tunnelled:
+            _keep_alive(connection.socket)
         with contextlib.suppress(OSError):  # a socket already closed: the first recv says so
             connection.socket.settimeout(None)  # the dial's timeout was for opening (TLS clears it itself)
         return connection
@@ -205,9 +227,18 @@ def _status(error: BaseException | None) -> int | None:
     return None
 
 
+def _proxy_reason(error: ProxyError) -> str:
+    """MODELFORGE_AGENT_HTTPS_PROXY did not open the tunnel (never its address: it may carry credentials)."""
+    if isinstance(error, InvalidProxyStatus):
+        return f"the proxy refused the tunnel (HTTP {error.response.status_code})"
+    return "the proxy did not open a tunnel"
+
+
 def failure_reason(error: BaseException) -> str:
     """A few plain words for why opening failed: the class of failure, never its text (which can
     name the URL, a redirect's Location or a header)."""
+    if isinstance(error, ProxyError):
+        return _proxy_reason(error)
     status = _status(error)
     if status is not None:
         if 300 <= status < 400:

@@ -64,6 +64,9 @@ class AgentConfig:
     #: a scripted NVML fake's scenario (MODELFORGE_AGENT_NVML_SIMULATION, honoured only with
     #: MODELFORGE_AGENT_ALLOW_SIMULATION=true): the node's GPUs are simulated and it says so
     nvml_simulation: Path | None = None
+    #: ``MODELFORGE_AGENT_HTTPS_PROXY``: the only proxy the agent uses, for every https:// and
+    #: wss:// connection (None: direct). May carry credentials: never logged, never in repr.
+    https_proxy: str | None = field(default=None, repr=False)
 
     @property
     def url_host(self) -> str:
@@ -167,6 +170,35 @@ def _tls(reader: Reader, problems: list[str]) -> tuple[bool, Path | None, str | 
     return verify, ca, address
 
 
+HTTPS_PROXY = "MODELFORGE_AGENT_HTTPS_PROXY"
+
+
+def _https_proxy(reader: Reader, problems: list[str]) -> str | None:
+    """``http(s)://[user:password@]host[:port]``, else a problem named by variable, never by value
+    (the URL may carry the proxy's credentials). Nothing else (``HTTPS_PROXY``, ``~/.netrc``) is read."""
+    raw = reader.optional(HTTPS_PROXY)
+    if raw is None:
+        return None
+    parts = urlsplit(raw)
+    try:
+        port_ok = parts.port is None or 1 <= parts.port <= 65535
+    except ValueError:
+        port_ok = False
+    if (
+        parts.scheme not in ("http", "https")
+        or not parts.hostname
+        or not port_ok
+        or parts.path not in ("", "/")
+        or parts.query
+        or parts.fragment
+        or (parts.username is not None and not parts.password)
+    ):
+        problems.append(
+            f"{HTTPS_PROXY} must be http://host:port or https://host:port (credentials, if any, as user:password@)"
+        )
+    return raw.rstrip("/")
+
+
 SIMULATION = "MODELFORGE_AGENT_NVML_SIMULATION"
 ALLOW_SIMULATION = "MODELFORGE_AGENT_ALLOW_SIMULATION"
 
@@ -221,6 +253,7 @@ def load_config(env: Mapping[str, str]) -> AgentConfig:
     worker_url = _worker_url(reader, problems)
     push_channel = reader.choice(PUSH_CHANNEL, "on", PUSH_CHANNEL_SETTINGS)
     simulation = _simulation(reader, mode, problems)
+    https_proxy = _https_proxy(reader, problems)
     if problems:
         raise ConfigurationInvalid(problems)
     return AgentConfig(
@@ -242,6 +275,7 @@ def load_config(env: Mapping[str, str]) -> AgentConfig:
         log_format=log_format or "json",
         push_channel=push_channel,
         nvml_simulation=simulation,
+        https_proxy=https_proxy,
     )
 
 

@@ -9,6 +9,12 @@ enrollment token and the Host override to another origin, or downgrade https to 
 are asked for uncompressed, so the size cap on answers is a cap on what is read. Every
 connection enlists under the running request's whole-request deadline (``deadline.POOL_CLASSES``).
 
+Nothing comes from the environment (``trust_env`` off): no ``~/.netrc`` or ``$NETRC`` credential
+(which would replace the node's bearer credential, or reach the object host), no ``HTTPS_PROXY``,
+``REQUESTS_CA_BUNDLE`` or ``NO_PROXY``. The one proxy is ``MODELFORGE_AGENT_HTTPS_PROXY``: every
+https:// request tunnels through it (CONNECT), with the same verification of the far end; the
+plain http:// allowed only to loopback addresses stays direct.
+
 Also how a failed exchange on these sessions is named (``network_label``: the error class, never a
 URL or a body) and how an answer is read under a cap (``read_capped``)."""
 
@@ -86,6 +92,13 @@ class _AgentAdapter(HTTPAdapter):
         self.poolmanager.pool_classes_by_scheme = POOL_CLASSES
 
     def proxy_manager_for(self, proxy: str, **proxy_kwargs: Any) -> Any:
+        if self._ssl_context is not None:  # the far end (and an https:// proxy) verified as without one
+            proxy_kwargs.setdefault("ssl_context", self._ssl_context)
+            if proxy.lower().startswith("https:"):
+                proxy_kwargs.setdefault("proxy_ssl_context", self._ssl_context)
+        if self._server_hostname is not None:
+            proxy_kwargs.setdefault("server_hostname", self._server_hostname)
+            proxy_kwargs.setdefault("assert_hostname", self._server_hostname)
         manager = super().proxy_manager_for(proxy, **proxy_kwargs)
         if not proxy.lower().startswith("socks"):  # SOCKS pools have their own connection classes
             manager.pool_classes_by_scheme = POOL_CLASSES
@@ -121,8 +134,17 @@ def base_url(config: AgentConfig) -> str:
     return urlunsplit((parts.scheme, netloc, "", "", ""))
 
 
-def build_session(config: AgentConfig) -> requests.Session:
+def _session(config: AgentConfig) -> requests.Session:
+    """A session that reads nothing from the environment and proxies only as configured."""
     session = _NoRedirectSession()
+    session.trust_env = False
+    if config.https_proxy is not None:
+        session.proxies = {"https": config.https_proxy}
+    return session
+
+
+def build_session(config: AgentConfig) -> requests.Session:
+    session = _session(config)
     session.verify = config.tls_verify
     override = config.control_plane_host_address is not None
     adapter = _AgentAdapter(_ssl_context(config), config.url_host if override else None)
@@ -141,7 +163,7 @@ def build_object_session(config: AgentConfig) -> requests.Session:
     added to the system's, verification as configured) and the same refusal of redirects, but
     neither the host-address override nor any header of the control plane's (the URL's signature
     is the only credential; the node's never goes there)."""
-    session = _NoRedirectSession()
+    session = _session(config)
     session.verify = config.tls_verify
     session.mount("https://", _AgentAdapter(_ssl_context(config)))
     session.mount("http://", _AgentAdapter())

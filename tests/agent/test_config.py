@@ -110,3 +110,32 @@ def test_config_without_token_is_valid_once_an_identity_file_exists(tmp_path: Pa
 def test_config_blank_choice_is_refused_not_defaulted(name: str) -> None:
     with pytest.raises(ConfigurationInvalid, match=name):
         load_config({"MODELFORGE_AGENT_CONTROL_PLANE_URL": "https://cp.example.com", name: " "})
+
+
+@pytest.mark.parametrize(
+    "proxy",
+    ["http://proxy.internal:3128", "https://proxy.internal", "http://user:pa%40ss@10.0.0.9:8080/"],
+)
+def test_config_https_proxy_takes_an_http_or_https_url(tmp_path: Path, proxy: str) -> None:
+    config = load_config(_env(tmp_path, MODELFORGE_AGENT_HTTPS_PROXY=proxy))
+    assert config.https_proxy == proxy.rstrip("/")
+    assert "pa%40ss" not in repr(config)
+    assert load_config(_env(tmp_path)).https_proxy is None
+
+
+@pytest.mark.parametrize(
+    "proxy",
+    [
+        "proxy.internal:3128",
+        "socks5://proxy.internal:1080",
+        "http://",
+        "http://proxy.internal:99999",
+        "http://proxy.internal:3128/path",
+        "http://proxy.internal:3128?x=1",
+        "http://secret-user@proxy.internal:3128",
+    ],
+)
+def test_config_https_proxy_refuses_other_values_without_echoing_them(tmp_path: Path, proxy: str) -> None:
+    message = _problems(_env(tmp_path, MODELFORGE_AGENT_HTTPS_PROXY=proxy))
+    assert "MODELFORGE_AGENT_HTTPS_PROXY must be http://host:port" in message
+    assert "secret-user" not in message and "proxy.internal" not in message
