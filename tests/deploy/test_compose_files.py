@@ -24,11 +24,13 @@ BASE = "docker-compose.yml"
 AGENT_FILE = "docker-compose.node-agent.yml"
 PRIVATE_CA_FILE = "docker-compose.node-agent.private-ca.yml"
 WORKER_FILE = "docker-compose.runtime-worker.yml"
-COMPOSE_FILES = (BASE, AGENT_FILE, PRIVATE_CA_FILE, WORKER_FILE)
+CPU_AGENT_FILE = "docker-compose.node-agent.cpu.yml"
+COMPOSE_FILES = (BASE, AGENT_FILE, PRIVATE_CA_FILE, WORKER_FILE, CPU_AGENT_FILE)
 #: the seed's three commands, less `up -d SERVICE`
 AGENT = (BASE, AGENT_FILE)
 PRIVATE_CA = (BASE, AGENT_FILE, PRIVATE_CA_FILE)
 WORKER = (BASE, WORKER_FILE)
+CPU_AGENT = (BASE, CPU_AGENT_FILE)
 STATE_TARGET = "/var/lib/modelforge/agent-state"
 CA_TARGET = "/etc/modelforge/control-plane-ca.pem"
 #: the enrollment token of the "agent, all set" case: generated per run, never committed
@@ -89,6 +91,15 @@ CASES = {
         ),
     ),
     "worker, optional unset": Case(WORKER),
+    "CPU agent, optional unset": Case(
+        CPU_AGENT,
+        dot_env=(
+            "MODELFORGE_AGENT_STATE_VOLUME=/srv/agent-state",
+            "MODELFORGE_AGENT_HOSTNAME=cpu_node",
+            "MODELFORGE_AGENT_ACCELERATOR_MODE=cpu",
+        ),
+    ),
+    "CPU agent, required unset": Case(CPU_AGENT, dot_env=("MODELFORGE_AGENT_ACCELERATOR_MODE=cpu",)),
 }
 
 
@@ -159,6 +170,7 @@ def test_compose_combination_resolves(resolved: dict[str, Resolved], name: str) 
     [
         ("agent, required unset", "MODELFORGE_AGENT_STATE_VOLUME"),
         ("private CA, required unset", "MODELFORGE_AGENT_CA_CERT_PATH"),
+        ("CPU agent, required unset", "MODELFORGE_AGENT_STATE_VOLUME"),
     ],
 )
 def test_compose_required_variable_unset_fails_naming_it(
@@ -265,7 +277,7 @@ def test_compose_agent_and_worker_share_socket_volume_at_worker_listen_path(reso
 
 def test_compose_files_fallback_tags_are_this_release() -> None:
     """Read from the files themselves too, so a release bump that forgets them fails here."""
-    for name, image in ((AGENT_FILE, "node-agent"), (WORKER_FILE, "runtime-worker")):
+    for name, image in ((AGENT_FILE, "node-agent"), (CPU_AGENT_FILE, "node-agent"), (WORKER_FILE, "runtime-worker")):
         defaults = re.findall(r"image: \$\{MODELFORGE_[A-Z_]+_IMAGE:-([^}]+)\}", (ROOT / name).read_text())
         assert defaults == [f"modelforge-{image}:{IMAGE_TAG_VERSION}"]
 
@@ -278,3 +290,15 @@ def test_compose_resolved_configs_hold_no_secret_but_the_tokens_case(resolved: d
             if ENROLLMENT_TOKEN_RE.match(token) or NODE_CREDENTIAL_RE.match(token)
         ]
         assert secrets_found == ([TOKEN] if name == "agent, all set" else []), name
+
+
+def test_compose_cpu_agent_reserves_no_gpu_and_is_otherwise_the_agent(resolved: dict[str, Resolved]) -> None:
+    """Issue 21: docker-compose.node-agent.cpu.yml starts where Docker has no NVIDIA runtime."""
+    cpu = resolved["CPU agent, optional unset"].service("node-agent")
+    gpu = resolved["agent, optional unset"].service("node-agent")
+    assert "deploy" not in cpu and _has_gpu_reservation(gpu)
+    assert cpu["environment"]["MODELFORGE_AGENT_ACCELERATOR_MODE"] == "cpu"
+    assert cpu["environment"]["MODELFORGE_AGENT_HOSTNAME"] == "cpu_node"
+    same = ("image", "restart", "read_only", "cap_drop", "security_opt", "tmpfs", "logging", "volumes")
+    assert {key: cpu.get(key) for key in same} == {key: gpu.get(key) for key in same}
+    assert cpu["build"]["dockerfile"] == gpu["build"]["dockerfile"]
