@@ -1,15 +1,20 @@
 """The artifact root and quarantine decisions, on small stand-in model files (the real models are
-exercised by the process tests): what is copied, verified, quarantined, and what stays so."""
+exercised by the process tests): what is copied, verified, quarantined, and what stays so; and the
+root against someone who can plant files or links in it: a root group or others can write is
+refused, and no file in it (the lock, the first start's temporary files, the manifest, a
+quarantined file) is ever opened or chmod-ed through a symbolic link."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import stat
 import subprocess
 from pathlib import Path
 
 import pytest
+from modelforge_protocol import files
 from modelforge_runtime_worker.artifacts import (
     BUNDLED,
     MANIFEST_NAME,
@@ -236,3 +241,95 @@ def test_the_pins_are_the_installed_wheels_models() -> None:
     for model in BUNDLED:
         assert file_digest(folder / model.name) == (model.sha256, model.size), model.name
     assert {model.role for model in BUNDLED} == {"det", "cls", "rec"}
+
+
+# --- someone who can plant files or links in the root (security pass 2, item 5) ----------------
+
+SECRET = b"someone else's private file"
+
+
+@pytest.fixture()
+def victim(tmp_path: Path) -> Path:
+    """A mode-0600 file outside the artifact root, which a planted link points at."""
+    path = tmp_path / "elsewhere" / "private"
+    path.parent.mkdir()
+    path.write_bytes(SECRET)
+    os.chmod(path, 0o600)
+    return path
+
+
+def untouched(victim: Path) -> bool:
+    return stat.S_IMODE(victim.stat().st_mode) == 0o600 and victim.read_bytes() == SECRET
+
+
+@pytest.mark.parametrize("which", [0, 1])
+@pytest.mark.parametrize("mode", [0o777, 0o775, 0o757, 0o1777])
+def test_a_root_writable_by_group_or_others_is_refused(roots, bundle, which: int, mode: int) -> None:
+    for root in roots:
+        root.mkdir(parents=True)
+    os.chmod(roots[which], mode)
+    with pytest.raises(StorageUnusable) as refused:
+        prepare(roots, bundle)
+    message = refused.value.message
+    assert str(roots[which]) in message and f"{stat.S_IMODE(mode):04o}" in message and "chmod go-w" in message
+    assert not (roots[0] / MANIFEST_NAME).exists() and not (roots[0] / NAMES["det"]).exists()
+
+
+def test_a_root_writable_only_by_its_owner_is_used(roots, bundle) -> None:
+    for root in roots:
+        root.mkdir(parents=True)
+        os.chmod(root, 0o700)
+    assert prepare(roots, bundle).usable
+
+
+@pytest.mark.parametrize("target_exists", [True, False])
+def test_a_planted_lock_link_is_not_followed(roots, bundle, victim: Path, target_exists: bool) -> None:
+    roots[0].mkdir(parents=True)
+    target = victim if target_exists else victim.with_name("created-by-the-worker")
+    (roots[0] / ".lock").symlink_to(target)
+    with pytest.raises(StorageUnusable, match=r"\.lock is a symbolic link"):
+        prepare(roots, bundle)
+    assert untouched(victim) and not victim.with_name("created-by-the-worker").exists()
+
+
+def test_the_first_start_temporary_file_is_never_opened_through_a_link(
+    roots,
+    bundle,
+    victim: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the probe's attack: a link planted at the name the first start writes its copy to
+    roots[0].mkdir(parents=True)
+    planted = roots[0] / ".det.onnx.tmp"
+    planted.symlink_to(victim)
+    monkeypatch.setattr(files, "temporary_name", lambda path: planted)
+    with pytest.raises(StorageUnusable):
+        prepare(roots, bundle)
+    assert untouched(victim)  # neither written nor made 0444
+
+
+def test_a_linked_manifest_or_model_is_quarantined_as_a_link_and_its_target_left_alone(
+    roots,
+    bundle,
+    victim: Path,
+) -> None:
+    prepare(roots, bundle)
+    (roots[0] / MANIFEST_NAME).unlink()
+    (roots[0] / MANIFEST_NAME).symlink_to(victim)
+    os.chmod(roots[0] / NAMES["det"], 0o644)
+    (roots[0] / NAMES["det"]).unlink()
+    (roots[0] / NAMES["det"]).symlink_to(victim)
+    state = Artifacts(roots[0], roots[1], models=MODELS, bundle_dir=bundle).prepare()
+    assert state.manifest_quarantine is not None and state.manifest_quarantine.reason == "manifest_not_a_regular_file"
+    assert [(entry.name, entry.reason) for entry in state.quarantined] == [(NAMES["det"], "not_a_regular_file")]
+    assert (roots[1] / MANIFEST_NAME).is_symlink() and (roots[1] / NAMES["det"]).is_symlink()
+    assert untouched(victim)
+
+
+def test_a_fifo_in_place_of_the_manifest_does_not_hang_the_start(roots, bundle) -> None:
+    prepare(roots, bundle)
+    (roots[0] / MANIFEST_NAME).unlink()
+    os.mkfifo(roots[0] / MANIFEST_NAME)
+    state = prepare(roots, bundle)
+    assert state.usable and state.manifest_quarantine is not None
+    assert state.manifest_quarantine.reason == "manifest_not_a_regular_file"

@@ -17,8 +17,14 @@ On every start, before anything is loaded (``prepare``):
 - a manifest that cannot be read, or that names other models than this release serves (another
   release's, or rewritten), is itself quarantined and the start proceeds as without one.
 
-rapidocr's own download path is never used: the worker passes the files' paths explicitly
-(``ocr.py``), and refuses any download attempt.
+Before that, each root must be a directory that neither group nor others can write (else the start
+stops: anyone who can write there could swap a model), and nothing in the artifact root is ever
+opened through a symbolic link (``O_NOFOLLOW``; new files are created ``O_EXCL``).
+
+After it, the models are loaded from the bytes that were hashed (``read_models``): each file is
+read once, checked against the manifest, and those bytes are what onnxruntime gets, so a file
+swapped between the check and the load (and back) cannot run. rapidocr's own download path is never
+used, and any download attempt is refused (``ocr.py``).
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib.util import find_spec
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from modelforge_protocol import files
 
@@ -47,6 +53,9 @@ MANIFEST_FORMAT = 1
 LOCK_NAME = ".lock"
 NOTE_SUFFIX = ".quarantine.json"
 CHUNK = 1 << 20
+#: Mode bits that let someone other than the owner write into a root.
+_WRITABLE_BY_OTHERS = stat.S_IWGRP | stat.S_IWOTH
+_NO_LINK = os.O_NOFOLLOW | os.O_CLOEXEC
 #: The rapidocr release whose wheel supplies the models (pinned exactly in worker/pyproject.toml).
 RAPIDOCR_VERSION = "3.10.0"
 
@@ -146,20 +155,31 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def file_digest(path: Path) -> tuple[str, int] | None:
-    """SHA-256 and size of a regular file; None when it is absent or not a regular file (a
-    symbolic link is never followed)."""
+def _open_regular(path: Path) -> BinaryIO | None:
+    """``path`` opened for reading when it is a regular file; None when it is absent or not a
+    regular file (a symbolic link is never followed, a FIFO never waited on)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | _NO_LINK)
     except FileNotFoundError:
         return None
     except OSError as error:
         if error.errno == errno.ELOOP:
             return None
         raise
-    with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            return None
+    handle = os.fdopen(fd, "rb")
+    if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+        handle.close()
+        return None
+    return handle
+
+
+def file_digest(path: Path) -> tuple[str, int] | None:
+    """SHA-256 and size of a regular file; None when it is absent or not a regular file (a
+    symbolic link is never followed)."""
+    handle = _open_regular(path)
+    if handle is None:
+        return None
+    with handle:
         digest, size = hashlib.sha256(), 0
         while chunk := handle.read(CHUNK):
             digest.update(chunk)
@@ -167,22 +187,54 @@ def file_digest(path: Path) -> tuple[str, int] | None:
     return digest.hexdigest(), size
 
 
-def _check(path: Path, model: ModelFile) -> tuple[str | None, str | None]:
-    """(None, sha256) when ``path`` is ``model``; else (why not, the SHA-256 found or None)."""
-    try:
-        mode = path.lstat().st_mode
-    except FileNotFoundError:
-        return "missing", None
-    if not stat.S_ISREG(mode):
-        return "not_a_regular_file", None
-    found = file_digest(path)
+def _judge(path: Path, model: ModelFile, found: tuple[str, int] | None) -> tuple[str | None, str | None]:
+    """(None, sha256) when ``found`` (the SHA-256 and size read from ``path``) is ``model``; else
+    (why not, the SHA-256 found or None)."""
     if found is None:
-        return "missing", None
+        try:
+            something_else = not stat.S_ISREG(path.lstat().st_mode)  # a link, a folder, a FIFO...
+        except FileNotFoundError:
+            something_else = False
+        return ("not_a_regular_file" if something_else else "missing"), None
     if found[1] != model.size:
         return "size_mismatch", found[0]
     if found[0] != model.sha256:
         return "sha256_mismatch", found[0]
     return None, found[0]
+
+
+def _check(path: Path, model: ModelFile) -> tuple[str | None, str | None]:
+    """(None, sha256) when ``path`` is ``model``; else (why not, the SHA-256 found or None)."""
+    return _judge(path, model, file_digest(path))
+
+
+def _read_checked(path: Path, model: ModelFile) -> tuple[str | None, str | None, bytes]:
+    """``path``'s bytes, read once, and ``_judge``'s verdict on exactly those bytes."""
+    handle = _open_regular(path)
+    if handle is None:
+        return (*_judge(path, model, None), b"")
+    with handle:
+        data = handle.read(model.size + 1)  # one byte more than the model tells a longer file apart
+        digest, size = hashlib.sha256(data), len(data)
+        while size > model.size and (chunk := handle.read(CHUNK)):  # too long: hashed for the note, not kept
+            digest.update(chunk)
+            size += len(chunk)
+    return (*_judge(path, model, (digest.hexdigest(), size)), data)
+
+
+def _check_root(folder: Path, what: str) -> None:
+    """Refuse a root that is not a directory, or that group or others can write to."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        mode = stat.S_IMODE(os.fstat(fd).st_mode)
+    finally:
+        os.close(fd)
+    if mode & _WRITABLE_BY_OTHERS:
+        raise StorageUnusable(
+            f"{what} {folder} has mode {mode:04o}: it is writable by group or others, so anyone who can "
+            f"write there could replace the models the worker runs. The worker refuses to use it. Run "
+            f"`chmod go-w {folder}` (the worker creates its roots 0755 and 0750)"
+        )
 
 
 class Artifacts:
@@ -210,12 +262,34 @@ class Artifacts:
         try:
             self.root.mkdir(mode=0o755, parents=True, exist_ok=True)
             self.quarantine_root.mkdir(mode=0o750, parents=True, exist_ok=True)
-            with open(self.root / LOCK_NAME, "a") as lock:  # one worker prepares a root at a time
-                fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+            _check_root(self.root, "artifact root")
+            _check_root(self.quarantine_root, "quarantine root")
+            lock = self._open_lock()
+            try:  # one worker prepares a root at a time
+                fcntl.flock(lock, fcntl.LOCK_EX)
                 return self._prepare()
+            finally:
+                os.close(lock)
         except OSError as error:
             where = error.filename or self.root
             raise StorageUnusable(f"artifact storage unusable: {where}: {error.strerror or error}") from error
+
+    def _open_lock(self) -> int:
+        """The lock file's descriptor: created 0600 if absent, never through a link, never a non-file."""
+        path = self.root / LOCK_NAME
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | _NO_LINK, 0o600)
+        except OSError as error:
+            if error.errno == errno.ELOOP:
+                raise StorageUnusable(
+                    f"artifact storage unusable: {path} is a symbolic link; the worker does not follow it. "
+                    "Remove the link (the worker creates the lock file itself)"
+                ) from None
+            raise
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise StorageUnusable(f"artifact storage unusable: {path} is not a regular file; remove it")
+        return fd
 
     def _prepare(self) -> ArtifactState:
         state = ArtifactState(root=self.root, models=self.models)
@@ -232,15 +306,21 @@ class Artifacts:
             state.paths = {}
         return state
 
-    def reverify(self, state: ArtifactState) -> bool:
-        """After loading: are the loaded files still the manifest's? (Closes the window between
-        the check and the load.) A file that changed is quarantined and the state made unusable."""
+    def read_models(self, state: ArtifactState) -> dict[str, bytes] | None:
+        """role -> the bytes of each verified model, each file read once and judged on exactly
+        those bytes: what the caller loads is what was checked. A file that no longer matches (it
+        changed since ``prepare``) is quarantined and the state made unusable (None)."""
+        blobs: dict[str, bytes] = {}
         for model in self.models:
-            self._verify_one(state, model)
-        if state.quarantined:
+            problem, found, data = _read_checked(self.root / model.name, model)
+            if problem is None:
+                blobs[model.role] = data
+            elif not any(entry.name == model.name for entry in state.quarantined):
+                state.quarantined.append(self._quarantine(model.name, problem, model.sha256, found))
+        if state.quarantined or set(blobs) != {model.role for model in self.models}:
             state.reason, state.paths = QUARANTINED, {}
-            return False
-        return True
+            return None
+        return blobs
 
     # --- the manifest ---------------------------------------------------------------------------
 
@@ -250,11 +330,13 @@ class Artifacts:
             return None
         problem = None
         manifest: Any = None
-        if not stat.S_ISREG(path.lstat().st_mode):
+        handle = _open_regular(path)
+        if handle is None:
             problem = "manifest_not_a_regular_file"
         else:
             try:
-                manifest = json.loads(path.read_bytes())
+                with handle:
+                    manifest = json.loads(handle.read())
             except (ValueError, UnicodeDecodeError):
                 problem = "manifest_unreadable"
         if problem is None:
@@ -354,8 +436,7 @@ class Artifacts:
                 if error.errno != errno.EXDEV:
                     raise
                 shutil.move(str(source), str(moved_to))  # another file system: copy, then delete
-            if moved_to.is_file() and not moved_to.is_symlink():
-                os.chmod(moved_to, 0o440)
+            _make_read_only(moved_to)
             note: Path | None = moved_to.with_name(moved_to.name + NOTE_SUFFIX)
         else:
             # missing: one note says why; an earlier note (e.g. from its quarantine) is kept as it is
@@ -405,6 +486,14 @@ def _manifest_models(manifest: Any) -> list[ModelFile] | None:
             return None
         models.append(ModelFile(role, name, sha256, size))
     return models
+
+
+def _make_read_only(path: Path) -> None:
+    """chmod 0440 a quarantined regular file, through a descriptor: never a link's target."""
+    handle = _open_regular(path)
+    if handle is not None:
+        with handle:
+            os.fchmod(handle.fileno(), 0o440)
 
 
 def _free_name(folder: Path, name: str) -> Path:

@@ -151,17 +151,18 @@ class Ocr:
 
     def _load(self, state: ArtifactState, artifacts: Artifacts, device: str) -> None:
         started = time.monotonic()
+        models = artifacts.read_models(state)  # the bytes that were hashed are the ones loaded
+        if models is None:  # a file changed since the start-up check: quarantined
+            self.reason = state.reason
+            return
         try:
-            engine = OcrEngine(state.paths, device, self._threads)
+            engine = OcrEngine(models, device, self._threads)
         except ModelLoadFailed as failed:
             self.reason = failed.reason
             log.error(
                 f"ocr unavailable: {failed.detail}",
                 extra={"event": "capability_unavailable", "capability": OCR, "reason": failed.reason},
             )
-            return
-        if not artifacts.reverify(state):  # a file changed while it was loaded: drop what was loaded
-            self.reason = state.reason
             return
         self._engine, self.device, self.available, self.reason = engine, engine.device, True, None
         log.info(

@@ -1,11 +1,18 @@
-"""The OCR engine: RapidOCR's det/cls/rec pipeline on onnxruntime, loaded only from verified
-files in the artifact root, on the device it actually got, and abortable mid-run.
+"""The OCR engine: RapidOCR's det/cls/rec pipeline on onnxruntime, loaded only from the verified
+bytes of the artifact root's models, on the device it actually got, and abortable mid-run.
 
-- **No downloads.** Each model is passed by path (``Det/Cls/Rec.model_path``), the rec model
-  carries its character set in its ONNX metadata (so no dictionary is fetched), and rapidocr's
-  downloader is replaced by one that refuses (``refuse_downloads``) before rapidocr is used, so
-  nothing this process does can fetch a model: an attempt fails the load instead. Images are
-  handed over decoded (never as a path or URL, which rapidocr would open or fetch itself).
+- **What was checked is what runs.** Each model is handed over as the bytes whose SHA-256 was
+  checked (``Artifacts.read_models``): the worker makes each ``onnxruntime.InferenceSession`` from
+  them, with rapidocr's own session options and providers, and gives it to rapidocr (its
+  ``<stage>.session`` setting), so no file is opened again after the check.
+- **No downloads.** No model path is given at all, the rec model carries its character set in its
+  ONNX metadata (so no dictionary is fetched), and rapidocr's downloader is replaced by one that
+  refuses (``refuse_downloads``) before rapidocr is used, so nothing this process does can fetch a
+  model: an attempt fails the load instead. Images are handed over decoded (never as a path or
+  URL, which rapidocr would open or fetch itself).
+- **Orientation.** The text-line orientation classifier (the cls stage) runs only for a job that
+  asks for it (``detect_rotation``): on upright pages it turns some lines upside down, which the
+  recogniser then reads as garbage with scores around 0.6.
 - **Device.** ``cpu`` never asks for CUDA; ``auto`` and ``cuda`` ask for it when onnxruntime
   offers ``CUDAExecutionProvider``. The device reported is the one every session actually got
   (its first provider), not the one asked for.
@@ -19,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from pathlib import Path
 from typing import Any
 
 from PIL import Image
@@ -111,11 +117,16 @@ class ModelLoadFailed(Exception):
         self.detail = detail
 
 
-class OcrEngine:
-    """RapidOCR with the three models at ``paths`` (role -> file), on ``device`` (auto, cpu, cuda);
-    ``threads``: onnxruntime's intra-op threads per session (None: its default, every core)."""
+#: rapidocr's configuration section of each model's stage.
+_SECTIONS = {"det": "Det", "cls": "Cls", "rec": "Rec"}
 
-    def __init__(self, paths: dict[str, Path], device: str, threads: int | None = None) -> None:
+
+class OcrEngine:
+    """RapidOCR with the three ``models`` (role -> the ONNX file's verified bytes), on ``device``
+    (auto, cpu, cuda); ``threads``: onnxruntime's intra-op threads per session (None: its default,
+    every core)."""
+
+    def __init__(self, models: dict[str, bytes], device: str, threads: int | None = None) -> None:
         _warn_about_two_runtimes()
         try:
             import onnxruntime  # type: ignore[import-untyped]
@@ -132,9 +143,6 @@ class OcrEngine:
             raise ModelLoadFailed("cuda_unavailable", f"onnxruntime offers no {CUDA_PROVIDER} (it offers {offered})")
         params = {
             "Global.log_level": "warning",
-            "Det.model_path": str(paths["det"]),
-            "Cls.model_path": str(paths["cls"]),
-            "Rec.model_path": str(paths["rec"]),
             "Det.limit_type": "max",
             "Det.limit_side_len": DET_LIMIT_SIDE,
             "EngineConfig.onnxruntime.use_cuda": want_cuda,
@@ -146,6 +154,7 @@ class OcrEngine:
         _route_rapidocr_logs()
         try:
             engine = RapidOCR(params=params)
+            _give_sessions(engine, models, onnxruntime)
             stages = [engine._load_det_model(), engine._load_cls_model(), engine._load_rec_model()]
         except DownloadRefused as refused:
             raise ModelLoadFailed("model_load_failed", str(refused)) from refused
@@ -164,11 +173,12 @@ class OcrEngine:
         self.providers = providers
         self._engine = engine
 
-    def recognise(self, image: Image.Image, cancel: Cancel) -> list[dict[str, Any]]:
-        """The text lines found in ``image``: text, score and the 4-point box (pixels of the input)."""
+    def recognise(self, image: Image.Image, cancel: Cancel, detect_rotation: bool = False) -> list[dict[str, Any]]:
+        """The text lines found in ``image``: text, score and the 4-point box (pixels of the input);
+        ``detect_rotation``: run the orientation classifier (lines upside down are turned)."""
         self.cancel = cancel
         try:
-            output = self._engine(image)
+            output = self._engine(image, use_cls=detect_rotation)
         except Exception as error:
             if cancel.is_set():
                 raise JobCancelled() from error
@@ -192,6 +202,25 @@ class OcrEngine:
             }
             for text, score, box in zip(texts, scores, boxes, strict=True)
         ]
+
+
+def _give_sessions(engine: Any, models: dict[str, bytes], onnxruntime: Any) -> None:
+    """One ``InferenceSession`` per stage, made from ``models``' bytes with the session options
+    and providers rapidocr would use, set as the stage's ``session`` (which rapidocr then uses
+    instead of opening a file)."""
+    from omegaconf import flag_override
+    from rapidocr.inference_engine.onnxruntime.main import OrtInferSession  # type: ignore[import-untyped]
+    from rapidocr.inference_engine.onnxruntime.provider_config import ProviderConfig  # type: ignore[import-untyped]
+
+    for role, section in _SECTIONS.items():
+        engine_cfg = engine.cfg.EngineConfig[engine.cfg[section].engine_type.value]
+        session = onnxruntime.InferenceSession(
+            models[role],
+            sess_options=OrtInferSession._init_sess_opts(engine_cfg),
+            providers=ProviderConfig(engine_cfg=engine_cfg).get_ep_list(),
+        )
+        with flag_override(engine.cfg, "allow_objects", True):  # a session is no plain config value
+            engine.cfg[section].session = session
 
 
 def _warn_about_two_runtimes() -> None:
