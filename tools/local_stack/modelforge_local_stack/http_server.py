@@ -16,6 +16,10 @@ bottom layer's ``modelforge_protocol.http_server``, which the runtime worker's s
 - the request body is framed by one valid Content-Length of at most
   ``modelforge_protocol.schemas.MAX_BODY_BYTES``, checked before the body is read;
   Transfer-Encoding is refused (no chunked bodies, so no request smuggling);
+- the caller's secret is checked from the headers before the body is read, by the app's own checks
+  (``chalicelib.services.auth``) for the route's declared security: an admin route without the
+  admin token, or a node route without a well-formed credential, gets the app's 401/403 answer
+  and a closed connection, and its body is never buffered (the app checks the credential itself);
 - HEAD answers carry headers only, and every refusal uses the API's JSON error shape (an unknown
   path: 404 ``not_found``; a method the path lacks, whatever the method: 405
   ``method_not_allowed`` with ``Allow``); a refusal of a ``/console`` path carries the console's
@@ -50,7 +54,13 @@ from chalice.local import (
     LocalGatewayException,
     RouteMatcher,
 )
-from chalicelib.api import console  # importable once .catalogue put functions/ on the path
+from chalicelib import instance  # importable once .catalogue put functions/ on the path
+from chalicelib.api import console
+from chalicelib.api.error_answers import http_status
+from chalicelib.api.operation import ADMIN, NODE, Operation, declared
+from chalicelib.config.settings import SettingsError
+from chalicelib.domain.errors import DomainError
+from chalicelib.services.auth import require_admin, require_node
 from modelforge_protocol import http_server as hardened
 from modelforge_protocol.http_server import BodyRefused, Framing, HardenedServer, request_body_length
 from modelforge_protocol.schemas import MAX_BODY_BYTES
@@ -151,14 +161,17 @@ class _Handler(ChaliceRequestHandler):
         """No "100 Continue" for a request that will be refused: refuse it before its body."""
         try:
             self._content_length()
+            self._authenticate()
         except _Refusal:
             return True
         return bool(super().handle_expect_100())
 
     def _generic_handle(self) -> None:
-        """chalice's handler, with the body framed and bounded and the deadline paused for the app."""
+        """chalice's handler, with the body framed and bounded, the caller authenticated from the
+        headers before the body is read, and the deadline paused for the app."""
         try:
             length = self._content_length()
+            self._authenticate()
         except _Refusal as refusal:
             self._refuse(refusal.status, refusal.code, refusal.message)
             return
@@ -233,6 +246,35 @@ class _Handler(ChaliceRequestHandler):
         except BodyRefused as refused:
             status, code, message = _REFUSALS[refused.kind]
             raise _Refusal(status, code, message.format(limit=limit)) from None
+
+    def _authenticate(self) -> None:
+        """Refuse, from the headers alone, a caller the app would refuse before reading the body:
+        an admin route without the admin token, a node route without a well-formed credential.
+        The checks are the app's own (``chalicelib.services.auth``) for the route's declared
+        security, so the answer is the app's; a route that is not found, a public route or an
+        unreadable configuration is left to the app."""
+        operation = self.server.operation(self.command, self.path)
+        if operation is None or operation.security not in (ADMIN, NODE):
+            return
+        headers = dict(self.headers)  # what the app is given: the first of repeated fields
+        try:
+            if operation.security == NODE:
+                require_node(headers)
+            else:
+                require_admin(headers, instance.get().settings.admin_token_sha256)
+        except DomainError as error:
+            log.info(
+                "refused before the body",
+                extra={
+                    "event": "refused_before_body",
+                    "method": self.command,
+                    "path": operation.path,
+                    "code": error.code,
+                },
+            )
+            raise _Refusal(HTTPStatus(http_status(error)), error.code, error.message) from None
+        except SettingsError:
+            return  # the app answers configuration_invalid
 
     def _refuse(self, status: HTTPStatus, code: str, message: str) -> None:
         """Answer in the API's error shape, unread body and all, then close the connection."""
@@ -317,6 +359,16 @@ class ApiServer(HardenedServer, HTTPServer):
             return _Handler(request, client_address, server, app_object=app, config=Config(chalice_stage="dev"))
 
         super().__init__((host, port), handler)
+
+    def operation(self, method: str, target: str) -> Operation | None:
+        """The declared operation of the route ``method`` and ``target`` (a request target) reach,
+        or None: no such route."""
+        try:
+            matched = self._route_matcher.match_route(target)
+        except ValueError:
+            return None
+        entry = self._routes[matched.route].get(method)
+        return None if entry is None else declared(entry.view_function)
 
     def allowed_methods(self, target: str) -> list[str] | None:
         """The methods of the route ``target`` (a request target) matches, or None: no such path."""
