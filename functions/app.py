@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from chalice import Chalice, Rate, Response
 from chalicelib import instance
@@ -38,9 +38,6 @@ from modelforge_protocol.versions import (
     parse_query_protocol_version,
     verdict,
 )
-
-if TYPE_CHECKING:
-    from chalicelib.domain.records import WorkItem
 
 app = Chalice(app_name="modelforge-control-plane")
 app.debug = False
@@ -383,22 +380,16 @@ def replace_inventory() -> dict[str, Any]:
 # --- work ----------------------------------------------------------------------------------
 
 
-def _work_view(inst: instance.Instance, item: WorkItem) -> dict[str, Any]:
-    from chalicelib.api import views
-    from chalicelib.services import listing
-
-    return views.work_item(listing.shown(inst.stores, item))
-
-
 @endpoint(operations.SUBMIT_WORK)
 def submit_work() -> Response:
+    from chalicelib.api import views
     from chalicelib.domain import requests
     from chalicelib.services import work
 
     inst = _admin()
     request = requests.submit_work(_body(max_bytes=work_protocol.MAX_SUBMIT_BODY_BYTES))
     submitted = work.submit(inst.stores, request, _now())
-    return Response(body=_work_view(inst, submitted.item), status_code=201 if submitted.created else 200)
+    return Response(body=views.work_of(inst.stores, submitted.item), status_code=201 if submitted.created else 200)
 
 
 @endpoint(operations.LIST_WORK)
@@ -413,30 +404,48 @@ def list_work() -> dict[str, Any]:
         raise invalid_request(f"status must be one of {', '.join(work_protocol.WORK_STATES)}")
     if capability is not None and capability not in work_protocol.CAPABILITIES:
         raise invalid_request(f"capability must be one of {', '.join(work_protocol.CAPABILITIES)}")
-    limit = ascii_int(params.get("limit", str(MAX_PAGE)), 1, MAX_PAGE)
-    if limit is None:
-        raise invalid_request(f"limit must be an integer from 1 to {MAX_PAGE}")
-    start = paging.decode(params.get("next_token"), "work_id")
+    limit, start = _page_params("work_id")
     page = listing.work(inst.stores, limit, start, status, capability)
     return {"work": [views.work_item(shown) for shown in page.items], "next_token": paging.encode(page.last_key)}
 
 
 @endpoint(operations.GET_WORK)
 def get_work(work_id: str) -> dict[str, Any]:
+    from chalicelib.api import views
     from chalicelib.services import work
 
     inst = _admin()
     _query()
-    return _work_view(inst, work.get(inst.stores, work_id))
+    return views.work_of(inst.stores, work.get(inst.stores, work_id))
+
+
+@endpoint(operations.GET_WORK_INPUT)
+def get_work_input(work_id: str) -> Response:
+    return _work_object(work_id, "input")
+
+
+@endpoint(operations.GET_WORK_RESULT)
+def get_work_result(work_id: str) -> Response:
+    return _work_object(work_id, "result")
+
+
+def _work_object(work_id: str, part: str) -> Response:
+    from chalicelib.services import work_objects
+
+    inst = _admin()
+    _query()
+    read = work_objects.read_input if part == "input" else work_objects.read_result
+    return Response(body=read(inst.stores, work_id), status_code=200, headers={"Content-Type": "application/json"})
 
 
 @endpoint(operations.CANCEL_WORK)
 def cancel_work(work_id: str) -> dict[str, Any]:
+    from chalicelib.api import views
     from chalicelib.services import work
 
     inst = _admin()
     validate(_body(), "EMPTY")
-    return _work_view(inst, work.cancel(inst.stores, work_id, _now()))
+    return views.work_of(inst.stores, work.cancel(inst.stores, work_id, _now()))
 
 
 # --- the web console (static files; it calls the admin API above from the same origin) ----
@@ -444,11 +453,7 @@ def cancel_work(work_id: str) -> dict[str, Any]:
 
 @endpoint(operations.GET_CONSOLE, wrap_errors=False)
 def console_page() -> Response:
-    """The page at ``/console/``; ``/console`` is sent there, so that its files' relative URLs
-    (and the API's, ``../api/v1/``) resolve under any stage prefix."""
-    if not str(_request().context.get("path", "")).endswith("/"):
-        return console.answer(308, "", "text/plain; charset=utf-8", Location="console/")
-    return console.file_answer(console.page())
+    return console.page_answer(str(_request().context.get("path", "")))
 
 
 @endpoint(operations.GET_CONSOLE_FILE, wrap_errors=False)

@@ -106,6 +106,14 @@ def answer(status: int, body: str | dict[str, Any], content_type: str, **extra: 
     return Response(body=body, status_code=status, headers=headers)
 
 
+def page_answer(path: str) -> Response:
+    """The page at ``/console/``; ``/console`` is sent there, so that its files' relative URLs
+    (and the API's, ``../api/v1/``) resolve under any stage prefix."""
+    if not path.endswith("/"):
+        return answer(308, "", "text/plain; charset=utf-8", Location="console/")
+    return file_answer(page())
+
+
 def file_answer(found: ConsoleFile | None) -> Response:
     if found is None:
         error = NotFound("console_file_not_found", "the console has no such file; open /console/")

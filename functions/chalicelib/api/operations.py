@@ -399,6 +399,27 @@ CANCEL_WORK = Operation(
     refusals={404: ("work_not_found",), 409: ("work_finished", "work_conflict")},
 )
 
+
+def _work_object(part: str, operation_id: str, refusals: dict[int, tuple[str, ...]]) -> Operation:
+    """``GET /api/v1/admin/work/{work_id}/<part>``: the stored bytes, for the console."""
+    return Operation(
+        "GET",
+        f"/api/v1/admin/work/{{work_id}}/{part}",
+        operation_id,
+        f"Read a work item's {part}",
+        "work",
+        ADMIN,
+        parameters=(_WORK_PARAMETER,),
+        answers={200: Answer(f"the {part} document (JSON), as stored", {"type": "object"})},
+        refusals={404: ("work_not_found", f"{part}_not_found"), 413: (f"{part}_too_large_to_read",), **refusals},
+        description=f"The bytes of the {part} (up to 5 MiB), served by the API itself: the console cannot "
+        "fetch presigned URLs (another origin). A work object expires after 30 days.",
+    )
+
+
+GET_WORK_INPUT = _work_object("input", "getWorkInput", {})
+GET_WORK_RESULT = _work_object("result", "getWorkResult", {409: ("result_not_ready",)})
+
 # --- the web console ------------------------------------------------------------------------------
 
 GET_CONSOLE = Operation(

@@ -22,9 +22,10 @@ from chalicelib.domain.records import (
 from chalicelib.domain.timestamps import iso
 from chalicelib.services import gpu_health
 from chalicelib.services.enrollments import public_state
-from chalicelib.services.listing import NodeDetails, ShownWork
+from chalicelib.services.listing import NodeDetails, ShownWork, shown
 from chalicelib.services.node_agent_settings import SettingsCheck
 from chalicelib.services.readiness import Check, Readiness
+from chalicelib.stores.contract import Stores
 
 
 def enrollment(item: Enrollment, now: float) -> dict[str, Any]:
@@ -105,6 +106,11 @@ def node(details: NodeDetails, settings: Settings, now: float) -> dict[str, Any]
         "simulated": bool(details.inventory and details.inventory.inventory.get("simulated")),
         "created_at": iso(item.created_at),
     }
+
+
+def work_of(stores: Stores, item: WorkItem) -> dict[str, Any]:
+    """A work item just read or written, as admins see it."""
+    return work_item(shown(stores, item))
 
 
 def work_item(shown: ShownWork) -> dict[str, Any]:
