@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -58,3 +59,25 @@ def test_an_identity_of_another_control_plane_names_its_port_and_the_command_tha
     assert shlex.split(command)[0] == "mv"
     subprocess.run(command, shell=True, check=True)
     assert not (state / "identity.json").exists() and (state / "identity.json.old").is_file()
+
+
+def test_the_move_is_never_offered_while_another_agent_process_runs_on_the_state_folder(tmp_path: Path) -> None:
+    """Moving the identity would take it from the node of that agent (another stack's, or one left
+    running): its pid is named instead."""
+    state = tmp_path / "agent-state"
+    state.mkdir()
+    (state / "identity.json").write_text(
+        json.dumps({"control_plane_url": "http://127.0.0.1:8000", "node_id": "node_" + "a" * 32})
+    )
+    other = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)", "-m", "modelforge_node_agent.main"],
+        env={"MODELFORGE_AGENT_STATE_VOLUME": str(state)},
+    )
+    try:
+        explained = explain_exit(exit_codes.IDENTITY_REFUSED, state, API, None)
+    finally:
+        other.kill()
+        other.wait()
+    text = "\n".join(explained.lines)
+    assert explained.identity_to_move is None and "mv " not in text
+    assert f"(pid {other.pid})" in text and f"kill {other.pid}" in text

@@ -8,23 +8,12 @@ exits (``PR_SET_PDEATHSIG``); elsewhere the parent's own kill and timeout are th
 
 from __future__ import annotations
 
-import ctypes
-import os
 import signal
 
-_PR_SET_PDEATHSIG = 1
+# one helper for every process of the project that starts children (local up's too)
+from modelforge_protocol.child_processes import die_with_parent
 
-
-def die_with_parent() -> None:
-    """Arm SIGKILL on the parent's death; exit at once if the parent is already gone."""
-    parent = os.getppid()
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):  # not Linux: the parent's timeout and kill still bound it
-        return
-    if os.getppid() != parent:  # the parent died before the signal was armed
-        os._exit(1)
+__all__ = ["die_with_parent", "signal_name"]
 
 
 def signal_name(number: int) -> str:

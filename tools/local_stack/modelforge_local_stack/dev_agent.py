@@ -7,7 +7,9 @@ API and keeps its identity in a state folder; the worker listens on a unix socke
 ``Supervisor`` watches both while the stack serves: when one exits it says why (the exit status's
 meaning and the next step). When the agent's identity is refused because the control plane does
 not know it (a reset or new data dir) or belongs to another one, it offers the one command that
-moves the identity aside, and then enrolls the agent again with a new token.
+moves the identity aside, and then enrolls the agent again with a new token; never while another
+agent process runs on the state folder (that would take the identity from its node): then it names
+that process. The processes themselves start in ``children`` (their environment, their folders).
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ import os
 import shlex
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,6 +28,8 @@ from urllib.parse import urlsplit
 import requests
 from modelforge_node_agent import exit_codes
 from modelforge_protocol.credentials import ADMIN_TOKEN_HEADER
+
+from . import children
 
 IDENTITY_FILE = "identity.json"
 
@@ -57,15 +60,12 @@ def start_worker(worker_dir: Path) -> tuple[subprocess.Popen, str]:
     worker_dir.mkdir(parents=True, exist_ok=True)
     socket_path = worker_dir / "worker.sock"
     url = f"unix://{socket_path}"
-    env = {
-        **os.environ,
+    settings = {
         "MODELFORGE_WORKER_LISTEN": url,
         "MODELFORGE_WORKER_ARTIFACT_ROOT": str(worker_dir / "artifacts"),
         "MODELFORGE_WORKER_QUARANTINE_ROOT": str(worker_dir / "quarantine"),
     }
-    process = subprocess.Popen(
-        [sys.executable, "-m", "modelforge_runtime_worker.main"], env=env, stdin=subprocess.DEVNULL
-    )
+    process = children.start(children.WORKER, children.environment(children.WORKER, settings))
     deadline = time.monotonic() + WORKER_START_SECONDS
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -104,15 +104,17 @@ def start(
 ) -> subprocess.Popen:
     """Start the agent (using the worker at ``worker_url``, when given; on the NVML simulation
     ``simulation``, when given); mint a token only when the state folder holds no identity yet."""
-    env = {
-        **os.environ,
-        # a person reads this agent's log on the terminal of `local up`; json when asked for
-        "MODELFORGE_AGENT_LOG_FORMAT": os.environ.get("MODELFORGE_AGENT_LOG_FORMAT") or "text",
-        "MODELFORGE_AGENT_CONTROL_PLANE_URL": api_url,
-        "MODELFORGE_AGENT_ACCELERATOR_MODE": "cpu",
-        "MODELFORGE_AGENT_STATE_VOLUME": str(state_dir),
-        "MODELFORGE_AGENT_HOSTNAME": os.environ.get("MODELFORGE_AGENT_HOSTNAME", "local-cpu-agent"),
-    }
+    env = children.environment(
+        children.AGENT,
+        {
+            # a person reads this agent's log on the terminal of `local up`; json when asked for
+            "MODELFORGE_AGENT_LOG_FORMAT": os.environ.get("MODELFORGE_AGENT_LOG_FORMAT") or "text",
+            "MODELFORGE_AGENT_CONTROL_PLANE_URL": api_url,
+            "MODELFORGE_AGENT_ACCELERATOR_MODE": "cpu",
+            "MODELFORGE_AGENT_STATE_VOLUME": str(state_dir),
+            "MODELFORGE_AGENT_HOSTNAME": os.environ.get("MODELFORGE_AGENT_HOSTNAME", "local-cpu-agent"),
+        },
+    )
     env.pop("MODELFORGE_AGENT_ENROLLMENT_TOKEN", None)
     if simulation is not None:
         env.update(
@@ -130,7 +132,7 @@ def start(
             )
         name = "local simulated GPU node" if simulation is not None else "local CPU agent"
         env["MODELFORGE_AGENT_ENROLLMENT_TOKEN"] = _mint(api_url, admin_token, name)
-    return subprocess.Popen([sys.executable, "-m", "modelforge_node_agent.main"], env=env, stdin=subprocess.DEVNULL)
+    return children.start(children.AGENT, env)
 
 
 def stop(process: subprocess.Popen, timeout: float = 5) -> None:
@@ -217,6 +219,14 @@ def explain_exit(code: int, state_dir: Path, api_url: str, admin_token: str | No
     path = state_dir / IDENTITY_FILE
     if identity is None:
         return AgentExit([*lines, f"next: {next_step}"])
+    others = children.running_in(state_dir, children.AGENT)
+    if others:  # moving the identity would take it from the node of that agent
+        return AgentExit(
+            [
+                *lines,
+                f"Its identity in {path} is in use: {children.leftovers_message(state_dir, children.AGENT, others)}",
+            ]
+        )
     node_id, owner = identity.get("node_id"), identity.get("control_plane_url")
     if owner != api_url:
         port = urlsplit(str(owner)).port

@@ -14,9 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 from modelforge_protocol import environment
 
+from . import terminal_lines
 from .persistence import DEFAULT_SNAPSHOT_INTERVAL_SECONDS
 
 if TYPE_CHECKING:
+    import subprocess
+
+    from .children import ChildFolder
     from .local_stack import LocalOptions, LocalStack
 
 EXIT_OK, EXIT_ERROR, EXIT_CONFIG = 0, 1, 2
@@ -96,6 +100,12 @@ def add_arguments(up: argparse.ArgumentParser) -> None:
         help="accept nodes whose agent runs on an NVML simulation (their inventory says simulated) by setting "
         f"{ALLOW_SIMULATED_NODES_VAR}=true for this control plane; without it they are refused with 403 "
         "simulated_node_refused (default off, as in the deployed stack)",
+    )
+    up.add_argument(
+        "--verbose",
+        action="store_true",
+        help="show the control plane's routine lines (each request's access line, each state-log shipment) as "
+        "info; without it they are at debug, shown only with MODELFORGE_LOG_LEVEL=DEBUG",
     )
     _add_channel_arguments(up)
     up.add_argument(
@@ -231,6 +241,7 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_CONFIG
+    terminal_lines.quiet_routine_lines(quiet=not args.verbose)
     return serve(
         options, cpu_agent_state=args.with_cpu_agent, worker_dir=args.with_worker, simulated_gpus=args.simulated_gpus
     )
@@ -304,6 +315,62 @@ def _print_ready(stack: LocalStack, options: LocalOptions) -> None:
     print(f"modelforge control plane ready at {stack.api_url} (AWS emulator {stack.aws_endpoint_url})", flush=True)
 
 
+def _claim_folders(worker_dir: Path | None, agent_dir: Path | None) -> list[ChildFolder] | None:
+    """Hold the worker's and the agent's folders for this local up; None after saying why one is
+    not free (another local up holds it, or a process left running uses it)."""
+    from . import children
+
+    claimed: list[children.ChildFolder] = []
+    for folder, kind in ((worker_dir, children.WORKER), (agent_dir, children.AGENT)):
+        if folder is None:
+            continue
+        claim = children.ChildFolder(folder, kind)
+        try:
+            claim.claim()
+        except (children.FolderInUse, OSError) as error:
+            _say(str(error) if isinstance(error, children.FolderInUse) else f"cannot use {folder}: {error}")
+            for held in claimed:
+                held.release()
+            return None
+        claimed.append(claim)
+    return claimed
+
+
+def _start_children(
+    stack: LocalStack, worker_dir: Path | None, agent_dir: Path | None, simulation: Path | None, gpus: int | None
+) -> tuple[subprocess.Popen | None, subprocess.Popen | None, str | None] | None:
+    """Start the worker and the agent (from this, the main, thread: they die with it); (agent,
+    worker, the worker's URL), or None after saying why one could not start (nothing left running)."""
+    from . import dev_agent
+
+    agent = worker = worker_url = None
+    if worker_dir is not None:
+        try:
+            worker, worker_url = dev_agent.start_worker(worker_dir)
+        except (dev_agent.DevAgentError, OSError) as error:
+            _say(f"cannot start the runtime worker: {error}")
+            return None
+        print(f"runtime worker started (pid {worker.pid}, listening on {worker_url})", flush=True)
+    if agent_dir is not None:
+        try:
+            agent = dev_agent.start(stack.api_url, stack.admin_token, agent_dir, worker_url, simulation)
+        except (dev_agent.DevAgentError, OSError) as error:
+            _say(f"cannot start the CPU agent: {error}")
+            if worker is not None:
+                dev_agent.stop(worker)
+            return None
+        if simulation is not None:
+            print(
+                f"simulated {gpus}-GPU node agent started (pid {agent.pid}, state in {agent_dir}); "
+                f'its GPUs are not real. To inject a fault, add {{"uuid": "<a GPU\'s UUID>", "xid": 48}} to '
+                f"xid_events in {simulation}",
+                flush=True,
+            )
+        else:
+            print(f"CPU node agent started (pid {agent.pid}, state in {agent_dir})", flush=True)
+    return agent, worker, worker_url
+
+
 def serve(
     options: LocalOptions,
     cpu_agent_state: Path | None = None,
@@ -311,6 +378,30 @@ def serve(
     simulated_gpus: int | None = None,
 ) -> int:
     """Start the local stack, print the ready line, and serve until SIGINT or SIGTERM."""
+    from . import dev_agent
+
+    worker_dir = worker_dir.resolve() if worker_dir is not None else None
+    agent_dir = cpu_agent_state.resolve() if cpu_agent_state is not None else None
+    simulation = None
+    if agent_dir is not None and simulated_gpus:
+        agent_dir, simulation = dev_agent.simulation_files(agent_dir, simulated_gpus)
+    folders = _claim_folders(worker_dir, agent_dir)
+    if folders is None:
+        return EXIT_ERROR
+    try:
+        return _serve(options, worker_dir, agent_dir, simulation, simulated_gpus)
+    finally:
+        for folder in folders:
+            folder.release()
+
+
+def _serve(
+    options: LocalOptions,
+    worker_dir: Path | None,
+    agent_dir: Path | None,
+    simulation: Path | None,
+    simulated_gpus: int | None,
+) -> int:
     from . import dev_agent
     from .http_server import load_app
     from .local_stack import LocalStack
@@ -324,39 +415,14 @@ def serve(
     if failed is not None:
         return failed
     _print_ready(stack, options)
-    agent = worker = None
-    worker_url = None
-    if worker_dir is not None:
-        try:
-            worker, worker_url = dev_agent.start_worker(worker_dir.resolve())
-        except (dev_agent.DevAgentError, OSError) as error:
-            _say(f"cannot start the runtime worker: {error}")
-            stack.stop()
-            return EXIT_ERROR
-        print(f"runtime worker started (pid {worker.pid}, listening on {worker_url})", flush=True)
-    simulation = None
-    if cpu_agent_state is not None:
-        try:
-            if simulated_gpus:
-                cpu_agent_state, simulation = dev_agent.simulation_files(cpu_agent_state, simulated_gpus)
-            agent = dev_agent.start(stack.api_url, stack.admin_token, cpu_agent_state, worker_url, simulation)
-        except (dev_agent.DevAgentError, OSError) as error:
-            _say(f"cannot start the CPU agent: {error}")
-            if worker is not None:
-                dev_agent.stop(worker)
-            stack.stop()
-            return EXIT_ERROR
-        if simulation is not None:
-            print(
-                f"simulated {simulated_gpus}-GPU node agent started (pid {agent.pid}, state in {cpu_agent_state}); "
-                f'its GPUs are not real. To inject a fault, add {{"uuid": "<a GPU\'s UUID>", "xid": 48}} to '
-                f"xid_events in {simulation}",
-                flush=True,
-            )
-        else:
-            print(f"CPU node agent started (pid {agent.pid}, state in {cpu_agent_state})", flush=True)
+    started = _start_children(stack, worker_dir, agent_dir, simulation, simulated_gpus)
+    if started is None:
+        stack.stop()
+        return EXIT_ERROR
+    agent, worker, worker_url = started
+    print(terminal_lines.where_line(stack.api_url, options.admin_token_file), flush=True)
     supervisor = dev_agent.Supervisor(
-        stack.api_url, stack.admin_token, cpu_agent_state, worker_url, agent, worker, say=_say, simulation=simulation
+        stack.api_url, stack.admin_token, agent_dir, worker_url, agent, worker, say=_say, simulation=simulation
     )
     while not stopping.wait(SUPERVISE_SECONDS):
         supervisor.check()
