@@ -17,11 +17,8 @@ WORKER_PROTOCOL_VERSION = 1
 
 #: The version of every distribution built from this repository (modelforge-protocol,
 #: modelforge-node-agent, modelforge-compute) in PEP 440: a release candidate until it is cut.
+#: Only package metadata (pip, wheel file names) uses this form; people read IMAGE_TAG_VERSION.
 RELEASE = "1.3.0rc1"
-#: The node agent release this candidate becomes: what the agent reports and ``--version`` prints.
-AGENT_VERSION = "1.3.0"
-#: Control plane release the accepted ranges below belong to (documented in docs/COMPATIBILITY.md).
-CONTROL_PLANE_RELEASE = "1.3.0"
 
 
 def image_tag_version(release: str = RELEASE) -> str:
@@ -43,6 +40,12 @@ _SEMVER_STAGES = {"a": "alpha", "b": "beta", "rc": "rc"}
 
 #: The tag of this release's images and bundle: ``modelforge-node-agent:<IMAGE_TAG_VERSION>``.
 IMAGE_TAG_VERSION = image_tag_version()
+# The one spelling of the release wherever a person reads it (docs/DEPLOY.md "Release numbers"):
+#: what the agent reports as ``agent_version`` and its ``--version`` prints.
+AGENT_VERSION = IMAGE_TAG_VERSION
+#: Control plane release the accepted ranges below belong to (documented in docs/COMPATIBILITY.md):
+#: ``GET /api/v1/health``'s ``release`` and the OpenAPI document's version.
+CONTROL_PLANE_RELEASE = IMAGE_TAG_VERSION
 
 
 class Component(str, enum.Enum):

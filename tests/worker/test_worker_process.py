@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from modelforge_protocol.versions import RELEASE, WORKER_PROTOCOL_VERSION
+from modelforge_protocol.versions import IMAGE_TAG_VERSION, WORKER_PROTOCOL_VERSION
 from modelforge_runtime_worker.artifacts import BUNDLED, models_digest
 from modelforge_runtime_worker.client import Answer
 
@@ -63,7 +63,7 @@ def test_status(worker: Worker) -> None:
     assert answer.status == 200
     assert answer.body == {
         "protocol_version": WORKER_PROTOCOL_VERSION,
-        "worker_version": RELEASE,
+        "worker_version": IMAGE_TAG_VERSION,
         "healthy": True,
         "busy": False,
         "slots": {"total": 1, "busy": 0, "gpus": []},

@@ -5,9 +5,10 @@ Middle layer: imports only the bottom layer (``modelforge_protocol``, ``modelfor
 never the agent or the control plane.
 """
 
-from modelforge_protocol.versions import RELEASE, WORKER_PROTOCOL_VERSION
+from modelforge_protocol.versions import IMAGE_TAG_VERSION, WORKER_PROTOCOL_VERSION
 
-#: What ``GET /v1/status`` reports as ``worker_version``: the release of this checkout.
-WORKER_VERSION = RELEASE
+#: What ``GET /v1/status`` reports as ``worker_version`` and ``--version`` prints: the release of
+#: this checkout, spelt as people read it (the image tag's SemVer, not the package's PEP 440).
+WORKER_VERSION = IMAGE_TAG_VERSION
 
 __all__ = ["WORKER_PROTOCOL_VERSION", "WORKER_VERSION"]
