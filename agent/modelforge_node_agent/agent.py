@@ -18,17 +18,23 @@ block (a ticket) handed to the channel; a heartbeat carries the channel's ``push
 only while the last answer advertised ``push_channel`` (an older control plane refuses unknown
 fields, so it gets exactly the heartbeat it always got). The channel's ``wake`` hints the work
 loop as ``work_waiting`` does, its ``cancel`` makes the work loop renew that work at once.
+
+Each agent process draws a random ``agent_instance_id`` at start; a heartbeat carries it while the
+last answer advertised ``agent_instance``, so the control plane can tell two agents running with one
+identity (a cloned disk or state volume) from a restart.
 """
 
 from __future__ import annotations
 
 import logging
+import secrets
 import threading
 from collections.abc import Callable
 from typing import Any
 
 from modelforge_protocol.backoff import CAP, Backoff
 from modelforge_protocol.schemas import (
+    FEATURE_AGENT_INSTANCE,
     FEATURE_PUSH_CHANNEL,
     FEATURE_SLOTS,
     MAX_ANSWER_INTERVAL_SECONDS,
@@ -101,6 +107,8 @@ class Agent:
             work.use_gpus(gpu_watch)
         #: the ``features`` of the last answer (an older control plane lists none)
         self._features: frozenset[str] = frozenset()
+        #: this process's random id (AGENT_INSTANCE_ID_PATTERN): two agents on one identity differ
+        self.instance_id = secrets.token_hex(16)
         #: the worker was polled just before enrolling: the first heartbeat uses that status
         self._worker_observed = False
         #: the interval the last ``heartbeating`` line named (said again only when it changes)
@@ -275,6 +283,8 @@ class Agent:
             body["slots"] = self._work.slot_report()
         if self._gpu_watch is not None:
             body.update(self._gpu_watch.heartbeat_part(self._features))
+        if FEATURE_AGENT_INSTANCE in self._features:
+            body["agent_instance_id"] = self.instance_id
         return body
 
     def _read_gpu_answer(self, answer: dict[str, Any]) -> None:

@@ -224,6 +224,9 @@ GPU_REASON_CODE_PATTERN = r"^[a-z][a-z0-9_]{0,39}\Z"
 UTC_SECOND_PATTERN = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z\Z"
 #: The kernel's boot id (/proc/sys/kernel/random/boot_id): a hard fault is latched per GPU and boot.
 BOOT_ID_PATTERN = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z"
+#: One agent process: random per process start (``secrets.token_hex(16)``). Heartbeats of one node
+#: from two instances in turn mean two agents on one identity (a cloned disk or state volume).
+AGENT_INSTANCE_ID_PATTERN = r"^[0-9a-f]{32}\Z"
 GPU_REASON = _obj(
     {
         "code": {"type": "string", "pattern": GPU_REASON_CODE_PATTERN},
@@ -262,6 +265,7 @@ HEARTBEAT = _obj(
         "slots": SLOTS_REPORT,
         "boot_id": {"type": "string", "pattern": BOOT_ID_PATTERN},
         "gpu_health": GPU_HEALTH_REPORT,
+        "agent_instance_id": {"type": "string", "pattern": AGENT_INSTANCE_ID_PATTERN},
     },
     ["protocol_version", "agent_version", "health", "telemetry"],
 )
@@ -318,6 +322,8 @@ FEATURE_SLOTS = "slots"
 #: ``boot_id`` and ``gpu_health`` in a heartbeat; the answer's ``drained``, ``blocked_gpus`` and
 #: ``recheck_gpus``.
 FEATURE_GPU_HEALTH = "gpu_health"
+#: ``agent_instance_id`` in a heartbeat (AGENT_INSTANCE_ID_PATTERN).
+FEATURE_AGENT_INSTANCE = "agent_instance"
 #: Why the control plane keeps a GPU from work: a latched hard fault, or an admin's drain.
 GPU_BLOCK_REASONS = ("latched", "drained")
 #: Channel tickets live this long (never more than 600 s: the issue's bound).

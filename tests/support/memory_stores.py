@@ -199,7 +199,10 @@ class MemoryNodeStore(_Store[Node]):
 
     def record_heartbeat(self, holder: Holder, heartbeat: Heartbeat, now: float) -> Node:
         with self._writing("record_heartbeat"):
-            _require(self._held_by(holder).liveness == "online", "online")
+            held = self._held_by(holder)
+            _require(held.liveness == "online", "online")
+            guard = heartbeat.instance_guard
+            _require(guard is None or held.agent_instance_id in (None, guard), "agent instance unchanged")
             return self._change(holder.node_id, changes.heartbeat(heartbeat, now))
 
     def bring_online(self, holder: Holder, previous: str, heartbeat: Heartbeat, now: float, event: Event) -> None:

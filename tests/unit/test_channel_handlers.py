@@ -206,7 +206,7 @@ def test_heartbeat_answer_advertises_push_channel_and_carries_a_ticket_when_aske
     agent = Agent()
     stores.nodes.seed(node_record(agent, last_heartbeat_at=time.time() - 5))
     status, answer = _heartbeat(agent, push_channel={"state": "connecting", "need_ticket": True})
-    assert status == 200 and answer["features"] == ["node_fault", "slots", "gpu_health", "push_channel"]
+    assert status == 200 and answer["features"] == ["node_fault", "slots", "gpu_health", "agent_instance", "push_channel"]
     block = answer["channel"]
     assert block["url"] == "wss://channel.example.com/live" and block["expires_at"].endswith("Z")
     assert credentials.sha256_hex(block["ticket"]) == stores.nodes.records[agent.node_id].channel_ticket_sha256
@@ -214,7 +214,7 @@ def test_heartbeat_answer_advertises_push_channel_and_carries_a_ticket_when_aske
     assert (
         status == 200
         and "channel" not in answer
-        and answer["features"] == ["node_fault", "slots", "gpu_health", "push_channel"]
+        and answer["features"] == ["node_fault", "slots", "gpu_health", "agent_instance", "push_channel"]
     )
 
 
@@ -230,4 +230,4 @@ def test_heartbeat_answer_without_a_channel_advertises_no_push_channel(
     assert status == 200 and "channel" not in answer
     # what the control plane accepts does not depend on the channel: an agent without one still
     # reports slots and GPU health, and marks a busy worker as a node fault
-    assert answer["features"] == ["node_fault", "slots", "gpu_health"]
+    assert answer["features"] == ["node_fault", "slots", "gpu_health", "agent_instance"]

@@ -15,7 +15,7 @@ def test_settings_without_a_channel_advertise_no_push_channel() -> None:
     assert (settings.channel_url, settings.channel_management_url, settings.features) == (
         None,
         None,
-        ["node_fault", "slots", "gpu_health"],
+        ["node_fault", "slots", "gpu_health", "agent_instance"],
     )
 
 
@@ -30,7 +30,7 @@ def test_settings_without_a_channel_advertise_no_push_channel() -> None:
 def test_settings_with_both_channel_urls_advertise_push_channel(url: str, management: str) -> None:
     settings = settings_with(**{URL: url, MANAGEMENT: management})
     assert (settings.channel_url, settings.channel_management_url) == (url, management)
-    assert settings.features == ["node_fault", "slots", "gpu_health", "push_channel"]
+    assert settings.features == ["node_fault", "slots", "gpu_health", "agent_instance", "push_channel"]
 
 
 @pytest.mark.parametrize(

@@ -157,6 +157,11 @@ NODE_VIEW = closed(
         "inventory": nullable(_INVENTORY_VIEW),
         "duplicate_suspected": {"type": "array", "items": NODE_ID, "description": "other nodes reporting its GPUs"},
         "duplicate_suspected_since": nullable(_TIME),
+        "duplicate_agent_instances_at": {
+            **nullable(_TIME),
+            "description": "when its heartbeats last came from two agent processes in turn (two agents on one "
+            "identity); null when not within the last 3 heartbeat intervals",
+        },
         "liveness_hold": nullable(
             closed({"reason": {"const": "mass_stale_held"}, "since": _TIME, "detail": {}, "meaning": _TEXT})
         ),

@@ -20,7 +20,7 @@ from chalicelib.domain.records import (
     WorkItem,
 )
 from chalicelib.domain.timestamps import iso
-from chalicelib.services import gpu_health
+from chalicelib.services import duplicate_identity, gpu_health
 from chalicelib.services.enrollments import public_state
 from chalicelib.services.listing import NodeDetails, ShownWork, shown
 from chalicelib.services.node_agent_settings import SettingsCheck
@@ -97,6 +97,7 @@ def node(details: NodeDetails, settings: Settings, now: float) -> dict[str, Any]
         "inventory": inventory(details.inventory),
         "duplicate_suspected": sorted(item.duplicate_partners or []),
         "duplicate_suspected_since": iso(item.duplicate_suspected_at),
+        "duplicate_agent_instances_at": iso(duplicate_identity.duplicate_instances_at(item, settings, now)),
         "liveness_hold": liveness_hold(details.hold),
         "channel": channel_state,
         "channel_reason": channel_reason,

@@ -61,8 +61,8 @@ class Settings:
     @property
     def features(self) -> list[str]:
         """What the answers advertise beyond protocol 1's base: ``node_fault``, ``slots``,
-        ``gpu_health``, and ``push_channel`` with a channel."""
-        base = ["node_fault", "slots", "gpu_health"]
+        ``gpu_health``, ``agent_instance``, and ``push_channel`` with a channel."""
+        base = ["node_fault", "slots", "gpu_health", "agent_instance"]
         return [*base, "push_channel"] if self.channel_url else base
 
     def answer_interval(self, channel_connected: bool) -> int:

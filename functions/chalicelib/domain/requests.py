@@ -165,6 +165,8 @@ class Heartbeat:
     boot_id: str | None = None
     #: every GPU's health when it changed (None: unchanged since the last report, or not reported)
     gpu_health: tuple[GpuHealthReport, ...] | None = None
+    #: the agent process's random id (None: not reported, e.g. an agent older than the field)
+    agent_instance_id: str | None = None
 
 
 def heartbeat(body: dict[str, Any]) -> Heartbeat:
@@ -182,6 +184,7 @@ def heartbeat(body: dict[str, Any]) -> Heartbeat:
         slots=_slots(body.get("slots")),
         boot_id=body.get("boot_id"),
         gpu_health=_gpu_health(body.get("gpu_health")),
+        agent_instance_id=body.get("agent_instance_id"),
     )
 
 

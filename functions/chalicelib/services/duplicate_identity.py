@@ -7,21 +7,69 @@ replacement). After a report, the claims of the node's UUIDs show every other no
 of them: live ones (not offline, credential active) are flagged as partners on both sides, and
 partners that no longer share any UUID are unflagged on both sides, each change a set addition or
 deletion with its state-log event. Readiness re-checks liveness at read time.
+
+Two agents on one identity (a cloned disk or state volume, a leftover agent): each agent process
+sends a random ``agent_instance_id``. The heartbeat's one update keeps it, guarded by "the stored
+one is this one"; only a heartbeat from another instance fails that guard, and is then judged
+(``judge_instance``) and written with what changed: the instance before and when. A restart
+changes the instance once; heartbeats that go back to the instance before within
+``INSTANCE_WINDOW_INTERVALS`` heartbeat intervals come from two live agents, and the same write
+records when (``duplicate_instance_at``). No heartbeat costs an extra write for this.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from chalicelib.config.settings import Settings
 from chalicelib.domain import liveness
 from chalicelib.domain.errors import GuardFailed
-from chalicelib.domain.records import Event, Node
+from chalicelib.domain.records import Event, Heartbeat, Node
 from chalicelib.stores.contract import CLAIM_CHANGES_PER_WRITE, PARTNERS_PER_WRITE, Stores
 
 T = TypeVar("T")
+
+
+#: Heartbeats that go back to the agent instance before within this many heartbeat intervals come
+#: from two agents; the flag shows for as long after the last such heartbeat.
+INSTANCE_WINDOW_INTERVALS = 3
+
+
+def instance_window_seconds(settings: Settings) -> float:
+    return float(INSTANCE_WINDOW_INTERVALS * settings.heartbeat_interval_seconds)
+
+
+def judge_instance(beat: Heartbeat, node: Node, settings: Settings, now: float) -> Heartbeat:
+    """``beat`` as written over ``node`` (just read): guarded by the stored instance, and, when the
+    instance changed, with the one before, the time, and the flag's time when it went back to the
+    instance before within the window."""
+    new, old = beat.agent_instance_id, node.agent_instance_id
+    if new is None:  # an agent older than the field (or its first heartbeat): nothing to judge
+        return replace(beat, instance_guard=None)
+    if old is None or old == new:
+        return replace(beat, instance_guard=new)
+    went_back = (
+        node.agent_instance_previous == new
+        and node.agent_instance_switched_at is not None
+        and now - node.agent_instance_switched_at <= instance_window_seconds(settings)
+    )
+    return replace(
+        beat,
+        instance_guard=old,
+        agent_instance_previous=old,
+        agent_instance_switched_at=now,
+        duplicate_instance_at=now if went_back else None,
+    )
+
+
+def duplicate_instances_at(node: Node, settings: Settings, now: float) -> float | None:
+    """When the node's heartbeats last went back to an earlier agent instance, while that is within
+    the window; None otherwise."""
+    at = node.duplicate_instance_at
+    return at if at is not None and now - at <= instance_window_seconds(settings) else None
 
 
 def gpu_uuids(inventory: dict[str, Any] | None) -> list[str]:

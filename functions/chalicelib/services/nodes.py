@@ -109,29 +109,39 @@ def heartbeat(
         agent_version=request.agent_version,
         protocol_version=request.protocol_version,
         slots=request.slots,
+        # the same agent process as the stored one (another: judged after a read, in _recorded)
+        agent_instance_id=request.agent_instance_id,
+        instance_guard=request.agent_instance_id,
         **channel_fields,
     )
     holder = Holder(caller.node_id, caller.credential_sha256)
-    recorded = _recorded(stores, caller, holder, beat, now, known if known is not None else KnownCallers(capacity=1))
+    known = known if known is not None else KnownCallers(capacity=1)
+    recorded = _recorded(stores, settings, caller, holder, beat, now, known)
     return HeartbeatResult(
         recorded.node, recorded.transitioned_from, ticket, _gpu_answer(stores, holder, request, recorded.node, now)
     )
 
 
 def _recorded(
-    stores: Stores, caller: NodeCaller, holder: Holder, beat: Heartbeat, now: float, known: KnownCallers
+    stores: Stores,
+    settings: Settings,
+    caller: NodeCaller,
+    holder: Holder,
+    beat: Heartbeat,
+    now: float,
+    known: KnownCallers,
 ) -> HeartbeatResult:
     key = (caller.node_id, caller.credential_sha256)
     if key in known:
         try:
             return HeartbeatResult(stores.nodes.record_heartbeat(holder, beat, now), None)
         except GuardFailed:
-            known.forget(key)  # revoked, or no longer online: read to answer precisely
+            known.forget(key)  # revoked, no longer online, or another agent instance: read and judge
     node = require_holder(stores.nodes.get(caller.node_id), caller)
     known.remember(key)
     for _ in range(_TRANSITION_ATTEMPTS):
         try:
-            return _record(stores, holder, node, beat, now)
+            return _record(stores, holder, node, duplicate_identity.judge_instance(beat, node, settings, now), now)
         except GuardFailed:
             node = require_holder(stores.nodes.get(caller.node_id), caller)  # moved meanwhile: judge again
     raise Conflict("heartbeat_conflict", "the node changed concurrently; retry the heartbeat")

@@ -194,6 +194,15 @@ def _worker(node: Node) -> Check:
 def _identity_unique(stores: Stores, node: Node, inventory: Inventory | None, settings: Settings, now: float) -> Check:
     uuids = duplicate_identity.gpu_uuids(inventory.inventory if inventory else None)
     others = duplicate_identity.live_duplicates(stores, settings, node.node_id, uuids, now)
+    instances_at = duplicate_identity.duplicate_instances_at(node, settings, now)
+    if instances_at is not None:
+        return _check(
+            "identity_unique", False,
+            f"heartbeats come from two agent processes in turn (last at {iso(instances_at)}): two agents run with "
+            "this node's identity (a cloned disk or state volume, or an agent left running)",
+            "stop the extra agent; a cloned machine needs its own identity: revoke this one "
+            "(POST /api/v1/admin/nodes/<node_id>/revoke-credential) and enroll each machine with its own token",
+        )  # fmt: skip
     if not others:
         return _check("identity_unique", True, "no other live node reports this node's GPUs", "")
     names = ", ".join(sorted(others))

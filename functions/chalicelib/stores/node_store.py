@@ -123,6 +123,13 @@ def online_node_item(node_id: str, last_heartbeat_at: float, created_at: float, 
     return item
 
 
+def _with_instance_guard(condition: Any, expected: str | None) -> Any:
+    """``condition``, and the stored agent instance is ``expected`` or none (None: any)."""
+    if expected is None:
+        return condition
+    return condition & ((NodeModel.agent_instance_id == expected) | NodeModel.agent_instance_id.does_not_exist())
+
+
 def heartbeat_after(cutoff: float) -> Any:
     """The condition any write that assigns work to a node must carry: the node is online by its
     persisted state *and* by the age of its last heartbeat (after ``cutoff``) at the moment of the
@@ -214,10 +221,12 @@ class DynamoNodeStore:
         try:
             node.update(
                 actions=update_actions(NodeModel, self._heartbeat_values(heartbeat, now)),
-                condition=(
+                condition=_with_instance_guard(
                     holds_credential(holder.credential_sha256)
                     # an online node stays online: no transition, nothing to log
-                    & (NodeModel.liveness == "online")
+                    & (NodeModel.liveness == "online"),
+                    # the same agent process as the last heartbeat's (another: the service judges it)
+                    heartbeat.instance_guard,
                 ),
             )
         except UpdateError as error:

@@ -30,7 +30,8 @@ def register(commands: Any) -> None:
         "list",
         help="every node: status, last heartbeat, GPUs, versions",
         description="List every node (all pages). STATUS carries ',revoked' when its credential is revoked, "
-        "',duplicate' when another node reports one of its GPUs, ',drained' when an admin drained it and "
+        "',duplicate' when another node reports one of its GPUs or two agents heartbeat with its identity, "
+        "',drained' when an admin drained it and "
         "',gpu-fault' when one of its GPUs takes no work (`nodes show` says which and why). CHANNEL is "
         "'connected' while the node holds a push-channel connection, else 'fallback' (it claims on the "
         "heartbeat's hint; `nodes show` says why).",
@@ -78,11 +79,17 @@ def _gpus(node: dict[str, Any]) -> Any:
     return len(inventory.get("gpus") or []) if isinstance(inventory, dict) else None
 
 
+def _two_agents(seen_at: Any) -> str | None:
+    if not seen_at:
+        return None
+    return f"heartbeats from two agent processes with this identity (last {seen_at}): stop the extra agent"
+
+
 def _status(node: dict[str, Any]) -> str:
     marks = [str(node.get("status") or "-")]
     if (node.get("credential") or {}).get("state") == "revoked":
         marks.append("revoked")
-    if node.get("duplicate_suspected"):
+    if node.get("duplicate_suspected") or node.get("duplicate_agent_instances_at"):
         marks.append("duplicate")
     if node.get("drained"):
         marks.append("drained")
@@ -135,6 +142,7 @@ def describe(node: dict[str, Any]) -> str:
         ("health", " ".join(str(part) for part in (health.get("status"), health.get("detail")) if part) or None),
         ("production eligible", node.get("production_eligible")),
         ("duplicate of", ", ".join(node.get("duplicate_suspected") or []) or None),
+        ("two agents", _two_agents(node.get("duplicate_agent_instances_at"))),
         ("liveness hold", hold.get("reason") if isinstance(hold, dict) else None),
         ("channel", " ".join(str(part) for part in (node.get("channel"), node.get("channel_reason")) if part) or None),
         ("slots", _slots(node.get("slots"))),

@@ -26,7 +26,7 @@ function summary(node) {
     ["Protocol", `${node.protocol_version} (${node.protocol_verdict})`],
     ["Credential", credential],
     ["Health", node.health ? `${node.health.status}${node.health.detail ? `: ${node.health.detail}` : ""}` : "not reported"],
-    ["Duplicate identity", node.duplicate_suspected.length ? `suspected: ${node.duplicate_suspected.join(", ")}` : "none"],
+    ["Duplicate identity", duplicateText(node)],
     ["Push channel", channelText(node)],
     ["Job slots", slotsText(node)],
     ["Drained", node.drained ? "yes: it takes no new work" : "no"],
@@ -34,6 +34,15 @@ function summary(node) {
     ["Enrollment", node.enrollment_id],
     ["Enrolled at", node.created_at],
   ]);
+}
+
+function duplicateText(node) {
+  const parts = [];
+  if (node.duplicate_suspected.length) parts.push(`suspected: ${node.duplicate_suspected.join(", ")}`);
+  if (node.duplicate_agent_instances_at) {
+    parts.push(`two agents heartbeat with this identity (last ${node.duplicate_agent_instances_at}): stop the extra agent`);
+  }
+  return parts.length ? parts.join("; ") : "none";
 }
 
 function inventory(node) {
