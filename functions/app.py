@@ -1,16 +1,12 @@
 """ModelForge control plane: the Chalice app behind API Gateway.
 
-Each route is declared once: ``@endpoint(operations.NAME)`` registers the view at the operation's
-method and path, and the OpenAPI document is built from the operations the routes carry
-(``chalicelib/api/operations.py``). Routes parse the request into a typed request
-(``chalicelib/domain/requests.py``), call a service and shape the answer (``chalicelib/api/views.py``).
-Domain errors become JSON answers in one place (``chalicelib/api/error_answers.py``); nothing else
-reaches the caller.
-
-Cold start: this module imports the edge, the stores and the auth check. Each route imports its
-services, views and typed requests inside its body, so a function instance loads only what the
-requests it serves need (``tests/unit/test_cold_start_imports.py``; ``bench/cold_start.py``).
-"""
+Each route is declared once: ``@endpoint(operations.NAME)`` registers the view at its operation's method and path, and
+the OpenAPI document is built from those operations (``chalicelib/api/operations.py``). Routes parse a typed request
+(``chalicelib/domain/requests.py``), call a service and shape the answer (``chalicelib/api/views.py``); domain errors
+become JSON answers in one place (``chalicelib/api/error_answers.py``), and nothing else reaches the caller.
+Cold start: this module imports the edge, the stores and the auth check; each route imports its services, views and
+typed requests in its body, so an instance loads only what the requests it serves need
+(``tests/unit/test_cold_start_imports.py``; ``bench/cold_start.py``)."""
 
 from __future__ import annotations
 
@@ -266,6 +262,14 @@ def revoke_node_credential(node_id: str) -> dict[str, Any]:
     now = _now()
     node = nodes.revoke_credential(inst.stores, node_id, now)
     return views.node(listing.with_inventory(inst.stores, node), inst.settings, now)
+
+
+@endpoint(operations.DELETE_NODE)
+def delete_node(node_id: str) -> dict[str, Any]:
+    from chalicelib.services import node_removal
+
+    inst, _ = _admin(), _query()
+    return {**vars(node_removal.delete(inst.stores, inst.settings, node_id, _now())), "deleted": True}
 
 
 def _node_answer(inst: instance.Instance, node_id: str, now: float) -> dict[str, Any]:

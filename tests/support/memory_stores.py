@@ -27,7 +27,15 @@ from chalicelib.domain.records import (
     WorkItem,
 )
 from chalicelib.stores import changes
-from chalicelib.stores.contract import CLAIM_CHANGES_PER_WRITE, PARTNERS_PER_WRITE, Holder, LeaseCheck, PageKey, Stores
+from chalicelib.stores.contract import (
+    CLAIM_CHANGES_PER_WRITE,
+    NODE_DELETE_PARTS,
+    PARTNERS_PER_WRITE,
+    Holder,
+    LeaseCheck,
+    PageKey,
+    Stores,
+)
 
 from tests.support.journal import Journal, MemoryObjectStore
 from tests.support.memory_channel import MemoryChannelStore, MemoryParkStore
@@ -150,6 +158,9 @@ class MemoryNodeStore(_Store[Node]):
     def __init__(self, journal: Journal, control: MemoryControlStore, bucket_seconds: int) -> None:
         super().__init__(journal)
         self._control, self._bucket_seconds = control, bucket_seconds
+        #: what a node's deletion also removes from (set by ``memory_stores``)
+        self.enrollments: MemoryEnrollmentStore | None = None
+        self.parking: MemoryParkStore | None = None
         #: by node id; their ``claimed_uuids`` are the node's GPU claims (the gpu_claims table)
         self.inventories: dict[str, Inventory] = {}
 
@@ -285,6 +296,40 @@ class MemoryNodeStore(_Store[Node]):
     def revoke_credential(self, node_id: str, now: float, event: Event) -> None:
         revoked = changes.credential_revoked(now)
         self._update("revoke_credential", node_id, lambda n: n.credential_state == "active", revoked, event)
+
+    def delete_node(self, node: Node, inventory: Inventory | None, silent_since: float, event: Event) -> None:
+        partners = sorted(node.duplicate_partners or ())
+        claimed = sorted(inventory.claimed_uuids or ()) if inventory else []
+        if len(partners) + len(claimed) > NODE_DELETE_PARTS:
+            raise ValueError(f"at most {NODE_DELETE_PARTS} claims and partners a deletion")
+        with self._writing("delete_node", event):
+            stored = self.records.get(node.node_id)
+            _require(stored is not None and stored.liveness == node.liveness, "liveness unchanged")
+            silent = stored.last_heartbeat_at is not None and stored.last_heartbeat_at <= silent_since
+            _require(stored.credential_state == "revoked" or stored.liveness == "offline" or silent, "removable")
+            kept = self.inventories.get(node.node_id)
+            _require((kept and kept.revision) == (inventory and inventory.revision), "inventory unchanged")
+            _require(all(partner in self.records for partner in partners), "every partner exists")
+            enrollment = self.enrollments.records.get(node.enrollment_id) if self.enrollments else None
+            _require(enrollment is None or enrollment.node_id == node.node_id, "its own enrollment")
+            del self.records[node.node_id]
+            self.inventories.pop(node.node_id, None)
+            if enrollment is not None:
+                del self.enrollments.records[node.enrollment_id]
+            for partner in partners:
+                stored_partner = self.records[partner]
+                stored_partner.duplicate_partners = (
+                    set(stored_partner.duplicate_partners or ()) - {node.node_id}
+                ) or None
+            for key in [key for key in self.parking.items if key[1] == node.node_id] if self.parking else []:
+                del self.parking.items[key]
+            if node.liveness == "online":
+                self._control.add_online(-1)
+
+    def offline_since(self, cutoff: float, limit: int) -> list[str]:
+        with self._reading("offline_since"):
+            gone = self._found(lambda n: n.liveness == "offline" and n.liveness_changed_at <= cutoff, str)
+            return [node.node_id for node in gone][:limit]
 
     # --- the push channel (not logged) ---
 
@@ -462,4 +507,5 @@ def memory_stores(bucket_seconds: int = 45) -> MemoryStores:
     nodes = MemoryNodeStore(journal, control, bucket_seconds)
     enrollments, work = MemoryEnrollmentStore(journal, nodes), MemoryWorkStore(journal, nodes)
     parking, channel = MemoryParkStore(journal, nodes), MemoryChannelStore(journal)
+    nodes.enrollments, nodes.parking = enrollments, parking
     return MemoryStores(enrollments, nodes, control, work, MemoryObjectStore(journal), parking, channel, journal)

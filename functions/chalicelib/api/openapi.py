@@ -213,6 +213,15 @@ READINESS = closed(
     required=["node_id", "enrollment_id", "ready", "checks"],
 )
 
+NODE_DELETED = closed(
+    {
+        "node_id": NODE_ID,
+        "deleted": {"const": True},
+        "reason": {"enum": ["credential_revoked", "offline"], "description": "why it could be removed"},
+        "leases_released": {"type": "integer", "minimum": 0, "description": "its leases, back in the queue"},
+    }
+)
+
 _SUBMIT = work_protocol.SUBMIT_WORK["properties"]
 WORK_ITEM = closed(
     {
@@ -358,6 +367,7 @@ COMPONENT_SCHEMAS: dict[str, Any] = {
     "Enrollment": ENROLLMENT,
     "MintedEnrollment": MINTED_ENROLLMENT,
     "Node": NODE_VIEW,
+    "NodeDeleted": NODE_DELETED,
     "Readiness": READINESS,
     "WorkItem": WORK_ITEM,
     "Enrolled": ENROLLED,

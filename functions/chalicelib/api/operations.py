@@ -226,6 +226,21 @@ REVOKE_NODE_CREDENTIAL = Operation(
     refusals={404: ("node_not_found",), 409: ("credential_already_revoked",)},
 )
 
+DELETE_NODE = Operation(
+    "DELETE",
+    "/api/v1/admin/nodes/{node_id}",
+    "deleteNode",
+    "Remove a node whose credential is revoked or that is offline, and everything of it",
+    "nodes",
+    ADMIN,
+    parameters=(_NODE_PARAMETER,),
+    answers={200: Answer("the node is gone; its leases went back to the queue", ref("NodeDeleted"))},
+    refusals={404: ("node_not_found",), 409: ("node_not_removable", "node_conflict")},
+    description="Its inventory, GPU claims and GPU state, duplicate flags, channel connection, park entries, "
+    "slot counters and enrollment record go with it (one `node.deleted` state-log event); its agent's "
+    "credential no longer authenticates.",
+)
+
 _GPU_PARAMETER = path_id("gpu_uuid", {"type": "string", "pattern": "^(GPU|MIG)-[0-9A-Za-z-]{8,96}$"}, "a GPU UUID")
 _NODE_GPU_VIEW = {200: Answer("the node, with each GPU's effective health", ref("Node"))}
 

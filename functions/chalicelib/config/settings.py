@@ -57,6 +57,9 @@ class Settings:
     #: accept nodes whose inventory says ``simulated`` (an agent on a scripted NVML fake): a
     #: development control plane's choice, never the deployed stack's default
     allow_simulated_nodes: bool = False
+    #: the sweep removes nodes offline for longer than this many days (services/node_removal.py);
+    #: None (``MODELFORGE_NODE_RETENTION_DAYS`` unset, the default): none is removed automatically
+    node_retention_days: int | None = None
 
     @property
     def features(self) -> list[str]:
@@ -225,6 +228,18 @@ def _resource_names(reader: Reader, problems: list[str]) -> dict[str, str]:
     return names
 
 
+#: days a node may stay offline before the sweep removes it (unset: never)
+NODE_RETENTION_DAYS_VAR = "MODELFORGE_NODE_RETENTION_DAYS"
+
+
+def _node_retention_days(reader: Reader) -> int | None:
+    """A whole number of days from 1 to 3650, or None when unset: then nothing is removed."""
+    if not reader.text(NODE_RETENTION_DAYS_VAR):
+        return None
+    days: int = reader.integer(NODE_RETENTION_DAYS_VAR, 0, 1, 3650)
+    return days
+
+
 #: true: enroll and inventory accept a simulated node (false, the default: 403 simulated_node_refused)
 ALLOW_SIMULATED_NODES_VAR = "MODELFORGE_ALLOW_SIMULATED_NODES"
 CHANNEL_URL_VAR = "MODELFORGE_CHANNEL_URL"
@@ -284,6 +299,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     fallback_interval = _read_int(reader, "MODELFORGE_FALLBACK_HEARTBEAT_INTERVAL_SECONDS")
     channel_url, channel_management_url = _channel(reader, problems)
     allow_simulated = reader.flag(ALLOW_SIMULATED_NODES_VAR, False)
+    node_retention_days = _node_retention_days(reader)
     if stale and stale <= interval:
         problems.append(
             "MODELFORGE_NODE_STALE_AFTER_SECONDS must exceed MODELFORGE_HEARTBEAT_INTERVAL_SECONDS "
@@ -305,4 +321,5 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         channel_management_url=channel_management_url,
         fallback_heartbeat_interval_seconds=fallback_interval,
         allow_simulated_nodes=allow_simulated,
+        node_retention_days=node_retention_days,
     )

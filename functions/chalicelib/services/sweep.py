@@ -8,6 +8,9 @@ Work leases: each sweep takes back leases that expired (``expired_leases``: one 
 node it marks offline loses its leases at once (``work.release_node``); each release is fenced by
 the item's epoch, so a holder that renewed or finished first wins.
 
+Node retention: with ``MODELFORGE_NODE_RETENTION_DAYS`` set, each sweep also removes up to
+``node_removal.RETIRED_PER_SWEEP`` nodes offline for longer than that (``node_removal.retire_offline``).
+
 Mass-outage guard: when more than ``mass_stale_fraction`` of the online nodes (and at least
 ``MASS_STALE_MIN_NODES`` of them) would go stale in one sweep, the likely cause is on the
 control-plane side (its network, a missed schedule). The sweep then holds every transition,
@@ -29,7 +32,7 @@ from chalicelib.config.settings import Settings
 from chalicelib.domain import liveness
 from chalicelib.domain.errors import GuardFailed
 from chalicelib.domain.records import MASS_STALE_HOLD, ONLINE_NODES, ControlItem, Event
-from chalicelib.services import work
+from chalicelib.services import node_removal, work
 from chalicelib.stores.contract import Stores
 
 log = logging.getLogger("modelforge.sweep")
@@ -49,6 +52,8 @@ class SweepReport:
     leases_expired: int = 0
     #: work leases taken from nodes this sweep marked offline
     leases_released: int = 0
+    #: nodes removed for being offline longer than MODELFORGE_NODE_RETENTION_DAYS (node_removal.py)
+    nodes_removed: int = 0
 
 
 def run(stores: Stores, settings: Settings, now: float, *, clock: Callable[[], float] = time.time) -> SweepReport:
@@ -84,7 +89,10 @@ def run(stores: Stores, settings: Settings, now: float, *, clock: Callable[[], f
             else:
                 skipped += 1
     expired = work.release_expired(stores, now)
-    return SweepReport(items_read, len(to_stale), len(to_offline), transitioned, skipped, False, expired, released)
+    removed = node_removal.retire_offline(stores, settings, now)
+    return SweepReport(
+        items_read, len(to_stale), len(to_offline), transitioned, skipped, False, expired, released, removed
+    )
 
 
 def _online_nodes(stores: Stores, now: float, clock: Callable[[], float], at_least: int) -> tuple[int, int]:

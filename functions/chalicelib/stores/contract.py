@@ -130,6 +130,19 @@ class NodeStore(Protocol):
     def count_in_state(self, liveness: str) -> int:
         """How many nodes are persisted in ``liveness`` (online or stale)."""
 
+    def delete_node(self, node: Node, inventory: Inventory | None, silent_since: float, event: Event) -> None:
+        """One transaction: delete ``node`` (as read) and everything of it: its inventory (GPU
+        state included), its GPU claims (``inventory.claimed_uuids``), its enrollment record, its
+        park items, and its id from each duplicate partner's flags (moving the online counter when
+        it was persisted online). Only if its liveness is still the one read, its credential is
+        revoked or it is persisted offline or its last heartbeat is at or before ``silent_since``,
+        and its inventory's revision is still the one read (none: it still has none). At most
+        ``NODE_DELETE_PARTS`` claims and partners together. GuardFailed otherwise."""
+
+    def offline_since(self, cutoff: float, limit: int) -> list[str]:
+        """Up to ``limit`` ids of nodes persisted offline since ``cutoff`` or earlier (reads only
+        offline nodes; a node that went offline before the index held offline nodes is not found)."""
+
     # --- the push channel (ephemeral state: not logged) ---
 
     def connect_channel(self, node_id: str, ticket_sha256: str, connection_id: str, now: float) -> None:
@@ -293,6 +306,9 @@ class ObjectStore(Protocol):
 CLAIM_CHANGES_PER_WRITE = 98
 #: One duplicate-flag write changes at most this many partners (plus the node and the event).
 PARTNERS_PER_WRITE = 98
+#: A node's deletion changes at most this many GPU claims and duplicate partners together (plus the
+#: node, its inventory, its enrollment, its park items, the online counter and the event).
+NODE_DELETE_PARTS = 64
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,14 @@ from chalicelib.domain.records import Event, Heartbeat, Inventory, Node
 from chalicelib.stores import changes, control_store
 from chalicelib.stores.contract import Holder, PageKey
 from chalicelib.stores.item_records import record_of
-from chalicelib.stores.models import GpuClaimModel, InventoryModel, NodeModel, OutboxModel
+from chalicelib.stores.models import (
+    ControlModel,
+    EnrollmentModel,
+    GpuClaimModel,
+    InventoryModel,
+    NodeModel,
+    OutboxModel,
+)
 from chalicelib.stores.state_log import delete_change, event_item, put_change, update_change
 from chalicelib.stores.transactions import run_transaction, update_with_event
 from chalicelib.stores.update_actions import update_actions
@@ -75,8 +82,9 @@ def shard_of(node_id: str) -> int:
 
 
 def index_partition(state: str, node_id: str) -> str | None:
-    """The sweep index partition of a node in this state; None (not indexed) unless online or stale."""
-    if state not in (liveness.ONLINE, liveness.STALE):
+    """The index partition of a node in this state; None (not indexed) unless online, stale or
+    offline (offline: what the sweep's node retention reads)."""
+    if state not in (liveness.ONLINE, liveness.STALE, liveness.OFFLINE):
         return None
     return f"{state}#{shard_of(node_id)}"
 
@@ -266,6 +274,8 @@ class DynamoNodeStore:
     ) -> None:
         """Persist a liveness transition decided by the sweep, unless the node moved meanwhile."""
         values = {**changes.liveness_changed(target, now), "liveness_shard": index_partition(target, node_id)}
+        if target == liveness.OFFLINE:  # offline nodes sort by when they went offline (node retention)
+            values["heartbeat_bucket"] = bucket(now, self._bucket_seconds)
         online_delta = changes.online_delta(source, target)
         logged = [update_change(NodeModel, node_id, values)]
         if online_delta:
@@ -436,6 +446,91 @@ class DynamoNodeStore:
             transaction.save(outbox, condition=OutboxModel.event_id.does_not_exist())
 
         run_transaction(build)
+
+    # --- removal ---------------------------------------------------------------------------
+
+    def delete_node(self, node: Node, inventory: Inventory | None, silent_since: float, event: Event) -> None:
+        """Everything keyed by the node in one transaction (node, inventory, claims, enrollment,
+        partners' flags, counter, event; park items unlogged, as parking is)."""
+        from chalicelib.stores.park_store import park_name  # park_store reads this module's guard
+
+        node_id = node.node_id
+        claims = [
+            GpuClaimModel(uuid, node_id) for uuid in sorted((inventory.claimed_uuids if inventory else None) or ())
+        ]
+        partners = {
+            partner: {"delete": {"duplicate_partners": {node_id}}} for partner in sorted(node.duplicate_partners or ())
+        }
+        parks = [ControlModel(park_name(capability, node_id)) for capability in sorted(node.capabilities or ())]
+        gone = [NodeModel(node_id), *([InventoryModel(node_id)] if inventory else []), *claims]
+        gone.append(EnrollmentModel(node.enrollment_id))
+        logged = [delete_change(item) for item in gone]
+        logged += [update_change(NodeModel, partner, {}, **change) for partner, change in partners.items()]
+        counter = node.liveness == liveness.ONLINE
+        if counter:
+            logged.append(control_store.online_nodes_log_change(-1))
+        outbox = self._event(event, logged)
+        removable = (
+            (NodeModel.credential_state == "revoked")
+            | (NodeModel.liveness == liveness.OFFLINE)
+            | (NodeModel.last_heartbeat_at <= silent_since)
+        )
+        unchanged_inventory = (
+            InventoryModel.node_id.does_not_exist()
+            if inventory is None
+            else InventoryModel.revision.does_not_exist()
+            if inventory.revision is None
+            else InventoryModel.revision == inventory.revision
+        )
+
+        def build(transaction: TransactWrite) -> None:
+            # still in the liveness read (a node that came back online meanwhile stays)
+            transaction.delete(NodeModel(node_id), condition=(NodeModel.liveness == node.liveness) & removable)
+            # no inventory (and so no claim) was written since it was read
+            transaction.delete(InventoryModel(node_id), condition=unchanged_inventory)
+            for claim in claims:
+                transaction.delete(claim)
+            # its own enrollment record only (a simulated or seeded node may have none)
+            transaction.delete(
+                EnrollmentModel(node.enrollment_id),
+                condition=EnrollmentModel.enrollment_id.does_not_exist() | (EnrollmentModel.node_id == node_id),
+            )
+            for partner, change in partners.items():
+                transaction.update(
+                    NodeModel(partner),
+                    actions=update_actions(NodeModel, {}, **change),
+                    condition=NodeModel.node_id.exists(),
+                )
+            for park in parks:
+                transaction.delete(park)
+            if counter:
+                item, actions = control_store.online_nodes_change(-1)
+                transaction.update(item, actions=actions)
+            # mutation-equivalent: a new event id (time, counter, random bits) never exists; kept against overwrite
+            transaction.save(outbox, condition=OutboxModel.event_id.does_not_exist())
+
+        run_transaction(build)
+
+    def offline_since(self, cutoff: float, limit: int) -> list[str]:
+        """The index's offline partitions hold each offline node under the bucket of its move to
+        offline: nodes offline since ``cutoff`` are read there (``limit`` a shard at most), and their
+        items (eventually consistent) keep those still offline since then."""
+        candidates: list[str] = []
+        for shard in range(SHARDS):
+            query = NodeModel.by_liveness.query(
+                f"{liveness.OFFLINE}#{shard}", NodeModel.heartbeat_bucket <= cutoff, limit=limit
+            )
+            candidates.extend(item.node_id for item in query)
+        if not candidates:
+            return []
+        still = {
+            item.node_id
+            for item in NodeModel.batch_get(
+                candidates, attributes_to_get=["node_id", "liveness", "liveness_changed_at"]
+            )
+            if item.liveness == liveness.OFFLINE and item.liveness_changed_at <= cutoff
+        }
+        return sorted(node_id for node_id in candidates if node_id in still)[:limit]
 
     # --- the push channel (ephemeral: not logged) ----------------------------------------
 
