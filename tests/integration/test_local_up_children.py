@@ -5,6 +5,7 @@ before it could offer to move the first one's identity."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -83,3 +84,30 @@ def test_a_second_local_up_on_the_same_agent_folder_is_refused_naming_the_first_
         assert "mv " not in second.stdout + second.stderr
         assert (agent_state / "identity.json").is_file()
         assert "Traceback" not in first.output()
+
+
+def test_a_ctrl_c_on_the_terminal_stops_local_up_and_its_children_in_turn_without_a_traceback(tmp_path: Path) -> None:
+    """A terminal's Ctrl-C sends SIGINT to its whole foreground process group: it reaches local up
+    alone (each child has its own group), and local up stops the children with SIGTERM."""
+    log = tmp_path / "run.log"
+    args = ("--with-worker", str(tmp_path / "worker"), "--with-cpu-agent", str(tmp_path / "agent-state"))
+    with open(log, "wb") as out:
+        process = subprocess.Popen(
+            local_up_command(*args),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **ENV},
+            start_new_session=True,  # the group a terminal's Ctrl-C is sent to
+        )
+        try:
+            wait_until(lambda: "agent: heartbeating every" in log.read_text(), 120, "the agent's heartbeat")
+            os.killpg(process.pid, signal.SIGINT)
+            assert process.wait(timeout=60) == 0
+        finally:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+    output = log.read_text()
+    assert "Traceback" not in output and "KeyboardInterrupt" not in output, output
+    assert "agent: stopped" in output and "modelforge control plane stopped" in output

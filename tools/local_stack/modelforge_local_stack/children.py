@@ -11,7 +11,8 @@ each child started with its own settings only, dying with local up.
   folder with it, naming its pid and how to stop it.
 - **Children die with local up** (``PR_SET_PDEATHSIG``, armed before the child runs: see
   ``modelforge_protocol.child_processes``); local up starts them from its main thread, which
-  lives as long as it does.
+  lives as long as it does. Each runs in its own process group, so a Ctrl-C reaches local up
+  alone, which stops them in turn.
 - **Only their own environment.** A child gets ``PROCESS_ENVIRONMENT``, its own component's
   ``MODELFORGE_*`` settings and what local up sets for it: never the admin token or anything else
   of local up's environment.
@@ -66,6 +67,10 @@ def start(kind: Kind, env: Mapping[str, str]) -> subprocess.Popen[bytes]:
         env=dict(env),
         stdin=subprocess.DEVNULL,
         preexec_fn=die_with_parent_before_exec(),  # one system call in the child, looked up before the fork
+        # its own process group: a Ctrl-C on the terminal reaches local up alone, which stops each
+        # child in turn (SIGTERM), rather than every process of the tree at once (a slot process of
+        # the worker printed a KeyboardInterrupt traceback)
+        process_group=0,
     )
 
 
