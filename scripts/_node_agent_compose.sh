@@ -7,7 +7,11 @@
 # - read_env_file FILE: the node's .env (NAME=value lines, non-secret). Sets SETTINGS (its lines,
 #   as written), STATE_DIR, IMAGE, CA_CERT and TOKEN_LINE (the line that holds an enrollment
 #   token, 0 when none: that line is never copied anywhere). The file is read, never sourced.
-# - check_settings: the state directory, the CA file and the image reference, before anything runs.
+# - check_settings: the control plane's URL (an origin and nothing else), the state directory, the
+#   CA file and the image reference, before anything runs; with NO_CONTAINER=1 (set by the caller
+#   for --no-container) the URL, the state directory and the CA file only. A .env whose
+#   MODELFORGE_AGENT_ACCELERATOR_MODE is cpu is started with docker-compose.node-agent.cpu.yml
+#   (no GPU reserved) instead of docker-compose.node-agent.yml.
 # - open_work_dir: a private temporary folder (mode 0700) that holds the env file given to Compose
 #   (mode 0600) and the output of docker commands; the EXIT trap removes it, and INT, TERM and HUP
 #   exit through that trap, after stopping the docker command that runs then.
@@ -29,6 +33,9 @@ STATE_DIR=""
 IMAGE=""
 IMAGE_ID=""
 CA_CERT=""
+CONTROL_PLANE_URL=""
+ACCELERATOR_MODE=""
+NO_CONTAINER=${NO_CONTAINER:-0}
 TOKEN_LINE=0
 COMPOSE=()
 WORK=""
@@ -107,6 +114,8 @@ read_env_file() {
       MODELFORGE_AGENT_STATE_VOLUME) STATE_DIR=$value ;;
       MODELFORGE_NODE_AGENT_IMAGE) IMAGE=$value ;;
       MODELFORGE_AGENT_CA_CERT_PATH) CA_CERT=$value ;;
+      MODELFORGE_AGENT_CONTROL_PLANE_URL) CONTROL_PLANE_URL=$value ;;
+      MODELFORGE_AGENT_ACCELERATOR_MODE) ACCELERATOR_MODE=$value ;;
     esac
     SETTINGS+=("$line")
   done <"$file"
@@ -123,13 +132,62 @@ compose_default_image() {
   return 1
 }
 
+#: an origin, as modelforge_protocol.addresses.origin_problem accepts one: scheme://host[:port][/],
+#: the host a DNS name, an IPv4 address or a bracketed IPv6 address; nothing else (no quote, $(),
+#: space, path, user or control character)
+DNS_LABEL='[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?'
+ORIGIN_RE="^(https?)://(\\[[0-9A-Fa-f:.]{2,45}\\]|${DNS_LABEL}(\\.${DNS_LABEL})*\\.?)(:([0-9]{1,5}))?/?\$"
+IPV4_RE='^([0-9]{1,3})\.([0-9]{1,3})\.([0-9]{1,3})\.([0-9]{1,3})$'
+
+# check_origin NAME VALUE: exit 2 unless VALUE is an origin the agent may be given.
+check_origin() {
+  local name=$1 url=$2 scheme host port octet last
+  local shape="scheme://host[:port] only (https, or http for a loopback address; no path, user, quote, space or control character)"
+  if ! [[ $url =~ $ORIGIN_RE ]]; then
+    die 2 "$name in the .env is not an origin: it must be $shape"
+  fi
+  scheme=${BASH_REMATCH[1]}
+  host=${BASH_REMATCH[2]}
+  port=${BASH_REMATCH[7]}
+  if [ -n "$port" ] && { [ "$((10#$port))" -lt 1 ] || [ "$((10#$port))" -gt 65535 ]; }; then
+    die 2 "$name in the .env has a port outside 1-65535"
+  fi
+  if [[ $host =~ $IPV4_RE ]]; then
+    for octet in "${BASH_REMATCH[@]:1}"; do
+      if [ "$((10#$octet))" -gt 255 ]; then die 2 "$name in the .env is not an origin: $host is not an IPv4 address"; fi
+    done
+  else
+    last=${host%.}
+    last=${last##*.}
+    if [[ $host != \[* && $last =~ ^[0-9]+$ ]]; then
+      die 2 "$name in the .env is not an origin: $host is neither an IPv4 address nor a DNS name"
+    fi
+  fi
+  if [ "$scheme" = http ] && ! [[ $host == localhost || $host =~ ^127\.[0-9.]+$ || $host == "[::1]" ]]; then
+    die 2 "$name in the .env must use https:// (plain http:// is allowed only for a loopback address)"
+  fi
+}
+
 check_settings() {
   local env_file=$1 owner last
+  if [ -z "$CONTROL_PLANE_URL" ]; then
+    die 2 "$env_file does not set MODELFORGE_AGENT_CONTROL_PLANE_URL (the control plane's origin, https://host[:port])"
+  fi
+  check_origin MODELFORGE_AGENT_CONTROL_PLANE_URL "$CONTROL_PLANE_URL"
   if [ -z "$STATE_DIR" ]; then
     die 2 "$env_file does not set MODELFORGE_AGENT_STATE_VOLUME (the host directory that keeps the node's identity)"
   fi
   if [[ $STATE_DIR != /* ]]; then
     die 2 "MODELFORGE_AGENT_STATE_VOLUME must be an absolute path"
+  fi
+  if [ "$NO_CONTAINER" = 1 ]; then
+    if [ ! -d "$STATE_DIR" ]; then
+      die 2 "MODELFORGE_AGENT_STATE_VOLUME: $STATE_DIR is not a directory. Create it on durable storage for the user that runs the agent: install -d -m 0700 '$STATE_DIR'"
+    fi
+    if [ -n "$CA_CERT" ] && { [ ! -f "$CA_CERT" ] || [ ! -r "$CA_CERT" ]; }; then
+      die 2 "MODELFORGE_AGENT_CA_CERT_PATH: $CA_CERT is not a readable file"
+    fi
+    return 0
   fi
   if [ ! -d "$STATE_DIR" ]; then
     die 2 "MODELFORGE_AGENT_STATE_VOLUME: $STATE_DIR is not a directory. Create it on durable storage for the agent's user: sudo install -d -m 0700 -o $AGENT_UID -g $AGENT_UID '$STATE_DIR'"
@@ -138,7 +196,11 @@ check_settings() {
   if [ "$owner" != "$AGENT_UID" ]; then
     say "warning: $STATE_DIR is owned by uid $owner; the agent runs as uid $AGENT_UID and must be able to write it (sudo chown $AGENT_UID:$AGENT_UID '$STATE_DIR')"
   fi
-  COMPOSE=(compose -f "$ROOT/docker-compose.yml" -f "$ROOT/docker-compose.node-agent.yml")
+  AGENT_FILE=docker-compose.node-agent.yml
+  if [ "$ACCELERATOR_MODE" = cpu ]; then
+    AGENT_FILE=docker-compose.node-agent.cpu.yml # no GPU reserved
+  fi
+  COMPOSE=(compose -f "$ROOT/docker-compose.yml" -f "$ROOT/$AGENT_FILE")
   if [ -n "$CA_CERT" ]; then
     if [ ! -f "$CA_CERT" ] || [ ! -r "$CA_CERT" ]; then
       die 2 "MODELFORGE_AGENT_CA_CERT_PATH: $CA_CERT is not a readable file"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 set +x # first of all: the enrollment token passes through this shell; never trace it, even under bash -x
-# node-agent-start.sh ENV_FILE: start a node's agent with its one-time enrollment token (the
-# seed's start command; run it from the repository, in Bash).
+# node-agent-start.sh [--no-container] ENV_FILE: start a node's agent with its one-time enrollment
+# token (the seed's start command; run it from the repository, in Bash).
 #
 # ENV_FILE is the node's .env of non-secret settings (.env.example). The token is read from the
 # terminal without echo, or from standard input when that is not a terminal; it is never an
@@ -18,8 +18,16 @@ set +x # first of all: the enrollment token passes through this shell; never tra
 #   and removes the temporary folder on every exit: success, error, INT, TERM or HUP.
 # After the agent enrolled, remove the token from the container: scripts/recreate-node-agent.sh.
 #
+# --no-container (a development or bare-metal node: a checkout, or the agent's wheels): steps 1
+# and 2 the same (no image), then the agent process itself runs in the foreground instead of
+# Compose, its settings and token handed over through that same temporary file
+# (scripts/_node_agent_process.sh), which is removed as soon as the agent has read it and, with
+# its folder, on every exit. Once it has enrolled, scripts/recreate-node-agent.sh --no-container
+# restarts it without the token.
+#
 # Exit status: 0 started; 2 bad arguments or settings (nothing started); 1 or docker's own status
-# when docker fails; 130/143/129 when interrupted.
+# when docker fails; 130/143/129 when interrupted. With --no-container, the agent's own status
+# when it exits by itself.
 set +a # allexport (set -a, or SHELLOPTS=allexport from the caller) would export the token to docker
 set -euo pipefail
 PROG=node-agent-start.sh
@@ -27,15 +35,22 @@ PROG=node-agent-start.sh
 # and hand the token to every docker command's environment. Unset, it is a plain shell variable.
 unset TOKEN
 TOKEN=""
+NO_CONTAINER=0
+if [ "${1:-}" = --no-container ]; then
+  NO_CONTAINER=1
+  shift
+fi
 source "$(dirname "${BASH_SOURCE[0]}")/_node_agent_compose.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/_node_agent_process.sh"
 
 #: what an enrollment token looks like (modelforge_protocol.credentials.ENROLLMENT_TOKEN_RE)
 TOKEN_SHAPE='^mfe\.enr_[0-9a-f]{32}\.[A-Za-z0-9_-]{43}$'
 
 usage() {
-  printf 'usage: scripts/node-agent-start.sh ENV_FILE\n' >&2
+  printf 'usage: scripts/node-agent-start.sh [--no-container] ENV_FILE\n' >&2
   printf '  ENV_FILE: the node'\''s .env of non-secret settings; the enrollment token is read from the\n' >&2
   printf '  terminal (hidden), or from standard input when that is not a terminal\n' >&2
+  printf '  --no-container: run the agent process (this checkout'\''s .venv, or the one installed) instead of Compose\n' >&2
   exit 2
 }
 
@@ -69,6 +84,18 @@ if [ "$TOKEN_LINE" -ne 0 ]; then
   die 2 "$ENV_FILE line $TOKEN_LINE holds MODELFORGE_AGENT_ENROLLMENT_TOKEN: delete that line (the .env holds no secret; this script asks for the token)"
 fi
 check_settings "$ENV_FILE"
+if [ "$NO_CONTAINER" = 1 ]; then
+  find_agent_command
+  install_traps
+  open_work_dir
+  read_token
+  write_env_file "$TOKEN"
+  TOKEN=""
+  say "once the agent has enrolled (its \"enrolled as node_...\" line), restart it without the token: bash scripts/recreate-node-agent.sh --no-container $ENV_FILE"
+  status=0
+  run_agent || status=$?
+  exit "$status"
+fi
 install_traps
 open_work_dir
 capture_image_id

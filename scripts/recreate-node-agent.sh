@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 set +x # no secret is read here, but the .env may still hold a token line: never trace it
-# recreate-node-agent.sh [ENV_FILE]: after the agent enrolled, recreate its container without the
+# recreate-node-agent.sh [--no-container] [ENV_FILE]: after the agent enrolled, recreate its container without the
 # one-time enrollment token, keeping the state volume (the node's identity and credential). The
 # seed's "container recreation command"; run it from the repository, in Bash. ENV_FILE defaults
 # to .env.
@@ -17,12 +17,24 @@ set +x # no secret is read here, but the .env may still hold a token line: never
 #     up -d --force-recreate --no-build --pull never node-agent
 # where TMP is a temporary mode-0600 copy of ENV_FILE's settings without any token line.
 #
+# --no-container: the same for the agent process that scripts/node-agent-start.sh --no-container
+# runs. The identity is checked by a Python on this node (the state directory is this user's); then
+# the agent running on this state directory (this user's process with that .env's
+# MODELFORGE_AGENT_STATE_VOLUME) is stopped, and the agent runs again in the foreground without the
+# token (scripts/_node_agent_process.sh). This is also the command for every later start.
+#
 # Exit status: 0 recreated; 2 bad arguments or settings; 3 no enrolled identity (none yet, not
 # enrolled yet, unreadable or not JSON); 1 or docker's own status when docker fails; 130/143/129
 # when interrupted.
 set -euo pipefail
 PROG=recreate-node-agent.sh
+NO_CONTAINER=0
+if [ "${1:-}" = --no-container ]; then
+  NO_CONTAINER=1
+  shift
+fi
 source "$(dirname "${BASH_SOURCE[0]}")/_node_agent_compose.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/_node_agent_process.sh"
 
 # The identity check, run by the image's python3 (distroless: no shell) on the file given as its
 # argument. Exit 0: enrolled (node_id a non-empty string); 3: no identity file; 4: an identity
@@ -54,7 +66,7 @@ sys.exit(0 if isinstance(node_id, str) and node_id.strip() else 4)
 "
 
 usage() {
-  printf 'usage: scripts/recreate-node-agent.sh [ENV_FILE]   (default: .env)\n' >&2
+  printf 'usage: scripts/recreate-node-agent.sh [--no-container] [ENV_FILE]   (default: .env)\n' >&2
   exit 2
 }
 
@@ -85,6 +97,17 @@ if [ "$TOKEN_LINE" -ne 0 ]; then
   say "warning: $ENV_FILE line $TOKEN_LINE holds MODELFORGE_AGENT_ENROLLMENT_TOKEN: left out of the new container; delete that line"
 fi
 check_settings "$ENV_FILE"
+if [ "$NO_CONTAINER" = 1 ]; then
+  find_agent_command
+  require_identity_here
+  install_traps
+  open_work_dir
+  write_env_file
+  stop_agents_on_state_dir
+  status=0
+  run_agent || status=$?
+  exit "$status"
+fi
 install_traps
 open_work_dir
 capture_image_id

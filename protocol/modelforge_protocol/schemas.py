@@ -166,8 +166,9 @@ ENROLL = _obj(
     ],
 )
 
-#: Image sources of a node's agent settings: the release bundle's tag, or a registry image by digest.
-IMAGE_SOURCES = ("release_bundle", "registry")
+#: Image sources of a node's agent settings: the release bundle's tag, a registry image by digest, or
+#: no container (the agent process from a checkout or installed wheels: development, bare metal).
+IMAGE_SOURCES = ("release_bundle", "registry", "no_container")
 #: The largest pasted release manifest entry the settings check reads.
 MAX_MANIFEST_ENTRY_CHARS = 32 * 1024
 

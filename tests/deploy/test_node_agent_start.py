@@ -225,7 +225,7 @@ def test_start_script_private_ca_file_missing_refused(node: NodeHost) -> None:
 def test_start_script_wrong_arguments_print_usage_and_exit_2(node: NodeHost, arguments: tuple[str, ...]) -> None:
     result = node.run(START, *arguments, stdin=new_token())
     assert result.returncode == 2
-    assert "usage: scripts/node-agent-start.sh ENV_FILE" in result.stderr
+    assert "usage: scripts/node-agent-start.sh [--no-container] ENV_FILE" in result.stderr
     assert node.calls() == []
 
 

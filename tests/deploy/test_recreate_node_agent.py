@@ -201,7 +201,7 @@ def test_recreate_script_sigint_while_docker_hangs_removes_env_file(node: NodeHo
 def test_recreate_script_too_many_arguments_print_usage(node: NodeHost) -> None:
     result = node.run(RECREATE, "a.env", "b.env")
     assert result.returncode == 2
-    assert "usage: scripts/recreate-node-agent.sh [ENV_FILE]" in result.stderr
+    assert "usage: scripts/recreate-node-agent.sh [--no-container] [ENV_FILE]" in result.stderr
     assert node.calls() == []
 
 

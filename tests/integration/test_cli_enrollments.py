@@ -10,6 +10,7 @@ from pathlib import Path
 
 from modelforge_protocol.versions import IMAGE_TAG_VERSION
 
+from tests.deploy.node_host import ROOT
 from tests.support.admin_cli import modelforge
 from tests.support.api import AgentIdentity, ControlPlane
 from tests.support.polling import wait_until
@@ -33,15 +34,29 @@ def test_create_prints_the_token_once_apart_from_the_nodes_settings_and_the_next
     assert token.group(1) not in settings and "ENROLLMENT_TOKEN" not in settings  # the .env is non-secret
     assert settings.splitlines() == [
         f"MODELFORGE_AGENT_CONTROL_PLANE_URL={remote.base_url}",
+        "MODELFORGE_AGENT_HOSTNAME=rack_4_box",  # issue 21: not the container's id
         "MODELFORGE_AGENT_ACCELERATOR_MODE=nvidia",
         "MODELFORGE_AGENT_TLS_VERIFY=true",
         "MODELFORGE_AGENT_STATE_VOLUME=/var/lib/modelforge/agent-state",
         "MODELFORGE_AGENT_IDENTITY_MODE=persisted",
         f"MODELFORGE_NODE_AGENT_IMAGE=modelforge-node-agent:{IMAGE_TAG_VERSION}",
+        "MODELFORGE_AGENT_WORKER_URL=unix:///var/lib/modelforge/worker/worker.sock",
     ]
     assert "shown only now" in done.stdout
-    for command in ("bash scripts/node-agent-start.sh .env", "bash scripts/recreate-node-agent.sh .env"):
+    for command in (
+        "docker compose -f docker-compose.yml -f docker-compose.runtime-worker.yml up -d --no-build --pull never "
+        "runtime-worker",
+        "bash scripts/node-agent-start.sh .env",
+        "bash scripts/recreate-node-agent.sh .env",
+        "bash scripts/node-agent-start.sh --no-container .env",
+        "bash scripts/recreate-node-agent.sh --no-container .env",
+    ):
         assert f"\n{command}\n" in done.stdout
+    # issue 21: no command leaves the token exported in the admin's shell
+    assert "export MODELFORGE_AGENT_ENROLLMENT_TOKEN" not in done.stdout and "read -rsp" not in done.stdout
+    bare = _env_block(done.stdout, 1)
+    assert "MODELFORGE_NODE_AGENT_IMAGE" not in bare and "MODELFORGE_AGENT_WORKER_URL" not in bare
+    assert "MODELFORGE_AGENT_HOSTNAME=rack_4_box" in bare
     assert f"modelforge nodes readiness {enrollment_id}" in done.stdout
     shown = remote.admin("GET", f"/api/v1/admin/node-enrollments/{enrollment_id}").json()
     assert shown["display_name"] == "rack 4 box" and shown["status"] == "pending"
@@ -137,22 +152,23 @@ def test_revoke_an_unused_token_then_refusals_with_their_codes(remote: ControlPl
 
 
 def test_the_printed_next_command_starts_an_agent_that_becomes_ready(remote: ControlPlane, tmp_path: Path) -> None:
-    done = modelforge(remote, "enrollments", "create", "--name", "next step box")
+    """Issue 21: without containers, the printed command is scripts/node-agent-start.sh --no-container,
+    run here from this checkout as printed, the token typed at its prompt (here: standard input)."""
+    done = modelforge(remote, "enrollments", "create", "--name", "next step box", "--hostname", "next-step")
     token = re.search(r"^(mfe\.\S+)$", done.stdout, re.M)
-    start = re.search(r"^set -a && .*modelforge-node-agent$", done.stdout, re.M)
+    start = re.search(r"^bash scripts/node-agent-start.sh --no-container \.env$", done.stdout, re.M)
     assert token is not None and start is not None, done.stdout
     enrollment_id = re.search(r"modelforge nodes readiness (enr_\w+)", done.stdout).group(1)  # type: ignore[union-attr]
     # as on a CPU-only node, with its state volume here; the rest exactly as printed
-    config = _env_block(done.stdout).replace("ACCELERATOR_MODE=nvidia", "ACCELERATOR_MODE=cpu")
+    config = _env_block(done.stdout, 1).replace("ACCELERATOR_MODE=nvidia", "ACCELERATOR_MODE=cpu")
     config = re.sub(r"STATE_VOLUME=.*", f"STATE_VOLUME={tmp_path / 'state'}", config)
+    (tmp_path / "state").mkdir(mode=0o700)
     (tmp_path / ".env").write_text(config + "\n")
-    # the token is typed at the prompt: here, standard input (read -s reads it from a pipe too)
     typed = tmp_path / "typed"
     typed.write_text(token.group(1) + "\n")
     venv_bin = str(Path(sys.executable).parent)
-    started = start.group(0).replace("modelforge-node-agent", "exec modelforge-node-agent")
-    command = ["bash", "-c", f"cd {tmp_path} && {{ {started}; }} < {typed}"]
-    env = {"PATH": f"{venv_bin}:/usr/bin:/bin", "MODELFORGE_AGENT_HEARTBEAT_INTERVAL_SECONDS": "0.5"}
+    command = ["bash", "-c", f"cd {ROOT} && exec {start.group(0).replace('.env', str(tmp_path / '.env'))} < {typed}"]
+    env = {"PATH": f"{venv_bin}:/usr/bin:/bin", "HOME": str(tmp_path), "TMPDIR": str(tmp_path)}
     with LoggedProcess(command, tmp_path / "agent.log", env) as agent:
         wait_until(
             lambda: modelforge(remote, "nodes", "readiness", enrollment_id).returncode == 0,
@@ -162,11 +178,15 @@ def test_the_printed_next_command_starts_an_agent_that_becomes_ready(remote: Con
             detail=agent.output,
         )
         assert token.group(1) not in agent.output()
-        assert agent.stop(signal.SIGTERM) == 0
+        shown = remote.admin("GET", f"/api/v1/admin/node-enrollments/{enrollment_id}").json()
+        node = remote.admin("GET", f"/api/v1/admin/nodes/{shown['node_id']}").json()
+        assert node["hostname"] == "next-step"
+        assert agent.stop(signal.SIGTERM) == 143
+    assert [path.name for path in tmp_path.iterdir() if path.name.startswith("modelforge-node-agent.")] == []
 
 
-def _env_block(printed: str) -> str:
-    """The .env the output tells the admin to write on the node."""
-    block = re.search(r"^cat > \.env <<'EOF'\n(.*?)\n^EOF$", printed, re.M | re.S)
-    assert block is not None, printed
-    return block.group(1)
+def _env_block(printed: str, number: int = 0) -> str:
+    """The .env the output tells the admin to write on the node: with containers (0), without (1)."""
+    blocks = re.findall(r"^cat > \.env <<'EOF'\n(.*?)\n^EOF$", printed, re.M | re.S)
+    assert len(blocks) == 2, printed
+    return str(blocks[number])

@@ -69,6 +69,7 @@ def test_check_with_a_release_manifest_entry_gives_the_settings_in_order_with_th
         ("MODELFORGE_AGENT_STATE_VOLUME", "/mnt/user/appdata/modelforge/agent-state"),
         ("MODELFORGE_AGENT_IDENTITY_MODE", "persisted"),
         ("MODELFORGE_NODE_AGENT_IMAGE", TAG),
+        ("MODELFORGE_AGENT_WORKER_URL", "unix:///var/lib/modelforge/worker/worker.sock"),
     ]
 
 
@@ -220,3 +221,62 @@ def test_the_answer_never_holds_a_token_and_lists_settings_by_name() -> None:
     assert "ENROLLMENT_TOKEN" not in json.dumps(answer)
     refused = views.node_agent_settings(node_agent_settings.check(typed.node_agent_settings(_body(hostname=""))))
     assert refused["ok"] is False and refused["settings"] == [] and refused["problems"][0]["field"] == "hostname"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        'https://"modelforge".example.com',
+        "https://modelforge$(id).example.com",
+        "https://model forge.example.com",
+        "https://modelforge.example.com\n",
+        "https://modelforge.example.com\nMODELFORGE_AGENT_TLS_VERIFY=false",
+        " https://modelforge.example.com",
+        "https://modelforge.example.com\t",
+        "https://modelforge.example.com/\x00",
+        "http://modelforge.example.com",
+        "https://[fe80::zz]",
+        "https://999.1.2.3",
+        "https://modelforge.example.com/#x",
+    ],
+)
+def test_check_refuses_a_control_plane_url_that_is_not_exactly_an_origin(url: str) -> None:
+    """Security pass 9: quotes, $(), spaces and control characters are refused, not dropped."""
+    assert [name for name, _ in _problems(_body(control_plane_url=url))] == ["control_plane_url"]
+
+
+@pytest.mark.parametrize(
+    ("url", "written"),
+    [
+        ("https://modelforge.example.com/", "https://modelforge.example.com"),
+        ("https://modelforge.example.com:8443", "https://modelforge.example.com:8443"),
+        ("http://127.0.0.1:8000", "http://127.0.0.1:8000"),
+        ("http://localhost:8000", "http://localhost:8000"),
+        ("http://[::1]:8000", "http://[::1]:8000"),
+        ("https://[2001:db8::1]:443", "https://[2001:db8::1]:443"),
+        ("https://10.0.0.5", "https://10.0.0.5"),
+    ],
+)
+def test_check_accepts_a_real_origin(url: str, written: str) -> None:
+    result = node_agent_settings.check(typed.node_agent_settings(_body(control_plane_url=url)))
+    assert result.ok, result.problems
+    assert dict(result.settings)["MODELFORGE_AGENT_CONTROL_PLANE_URL"] == written
+
+
+def test_check_without_a_container_names_no_image_and_reads_no_image_field() -> None:
+    result = node_agent_settings.check(
+        typed.node_agent_settings(_body(image_source="no_container", manifest_entry="junk", image_reference="x"))
+    )
+    assert result.ok, result.problems
+    names = [name for name, _ in result.settings]
+    assert "MODELFORGE_NODE_AGENT_IMAGE" not in names and "MODELFORGE_AGENT_WORKER_URL" not in names
+    assert dict(result.settings)["MODELFORGE_AGENT_HOSTNAME"] == "gpu_node"
+
+
+@pytest.mark.parametrize(("mode", "worker"), [("nvidia", True), ("auto", True), ("cpu", False)])
+def test_check_with_a_container_gives_a_gpu_node_the_runtime_workers_socket(mode: str, worker: bool) -> None:
+    result = node_agent_settings.check(typed.node_agent_settings(_body(accelerator_mode=mode)))
+    settings = dict(result.settings)
+    assert settings["MODELFORGE_NODE_AGENT_IMAGE"] == TAG
+    expected = "unix:///var/lib/modelforge/worker/worker.sock" if worker else None
+    assert settings.get("MODELFORGE_AGENT_WORKER_URL") == expected

@@ -14,9 +14,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
 from modelforge_protocol import schemas, strict_json
+from modelforge_protocol.addresses import origin_problem
 from modelforge_protocol.agent_env import agent_settings
 from modelforge_protocol.image_reference import check_pinned_reference
 from modelforge_protocol.release_bundle import NODE_AGENT_IMAGE, check_image_entry, release_tag
@@ -24,7 +24,7 @@ from modelforge_protocol.versions import IMAGE_TAG_VERSION
 
 from chalicelib.domain import requests
 
-RELEASE_BUNDLE, REGISTRY = schemas.IMAGE_SOURCES
+RELEASE_BUNDLE, REGISTRY, NO_CONTAINER = schemas.IMAGE_SOURCES
 _HOSTNAME = re.compile(schemas.HOSTNAME_PATTERN)
 #: An absolute path that needs no quoting in a .env file or a shell: no spaces, quotes, ``$`` or ``#``.
 _STATE_VOLUME = re.compile(r"/[A-Za-z0-9._@%+=:,/-]{1,4094}\Z")
@@ -83,36 +83,27 @@ def check(request: requests.NodeAgentSettings) -> SettingsCheck:
 
 
 def _control_plane_url(raw: str, problems: list[Problem]) -> str:
-    """``scheme://host[:port]``: what the agent's MODELFORGE_AGENT_CONTROL_PLANE_URL must be."""
-    parts = urlsplit(raw.strip())
-    try:
-        port_ok = parts.port is None or 1 <= parts.port <= 65535
-    except ValueError:
-        port_ok = False
-    if (
-        parts.scheme not in ("http", "https")
-        or not parts.hostname
-        or not port_ok
-        or parts.path not in ("", "/")
-        or parts.query
-        or parts.fragment
-        or "@" in parts.netloc
-    ):
+    """``scheme://host[:port]``: what the agent's MODELFORGE_AGENT_CONTROL_PLANE_URL must be, exactly
+    (``modelforge_protocol.addresses.origin_problem``): nothing is stripped or dropped, so a value
+    with a newline, a quote or a ``$()`` is refused, never cleaned up into another one."""
+    problem = origin_problem(raw)
+    if problem is not None:
         problems.append(
             Problem(
                 "control_plane_url",
-                "must be an origin, scheme://host[:port], that serves the API at its root "
-                "(an agent's URL has no path): when the console is served under a path such as an API Gateway "
-                "stage, open it through a domain that "
-                "maps the API at the empty base path (docs/DEPLOY.md)",
+                f"{problem}. An agent's URL has no path: when the console is served under a path such as an "
+                "API Gateway stage, open it through a domain that maps the API at the empty base path (docs/DEPLOY.md)",
             )
         )
         return ""
-    return f"{parts.scheme}://{parts.netloc}"
+    return raw.rstrip("/")
 
 
-def _image(request: requests.NodeAgentSettings, problems: list[Problem]) -> str:
-    """The value of MODELFORGE_NODE_AGENT_IMAGE: the release's local tag, or a pinned registry image."""
+def _image(request: requests.NodeAgentSettings, problems: list[Problem]) -> str | None:
+    """The value of MODELFORGE_NODE_AGENT_IMAGE: the release's local tag, or a pinned registry image;
+    None without a container (no image is run, and neither field is read)."""
+    if request.image_source == NO_CONTAINER:
+        return None
     if request.image_source == REGISTRY:
         reference = request.image_reference.strip()
         problems.extend(Problem("image_reference", message) for message in check_pinned_reference(reference))

@@ -7,10 +7,9 @@ import os
 import re
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
-from modelforge_protocol import agent_env
-from modelforge_protocol.addresses import is_loopback_host
+from modelforge_protocol import agent_env, schemas
+from modelforge_protocol.addresses import origin_problem
 from modelforge_protocol.release_bundle import NODE_AGENT_IMAGE, release_tag
 
 from . import tables
@@ -23,6 +22,8 @@ DEFAULT_NAME = "GPU Node"
 #: where nodes reach the control plane, when not at the admin API's URL (a deployed stack: its
 #: NodeControlPlaneUrl output, the nodes' HTTP API)
 NODE_URL_VAR = "MODELFORGE_NODE_URL"
+#: what the agent accepts as MODELFORGE_AGENT_HOSTNAME (the hostname its enroll request carries)
+HOSTNAME = re.compile(schemas.HOSTNAME_PATTERN)
 _DURATION = re.compile(r"(\d+)([smh]?)")
 _UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600}
 
@@ -78,6 +79,12 @@ def register(commands: Any) -> None:
         metavar="URL",
         help=f"the control plane's address for nodes, printed as MODELFORGE_AGENT_CONTROL_PLANE_URL (default "
         f"${NODE_URL_VAR}, else the API URL); a deployed stack's is its NodeControlPlaneUrl output",
+    )
+    create.add_argument(
+        "--hostname",
+        metavar="NAME",
+        help="the node's name as its agent reports it, written to the .env as MODELFORGE_AGENT_HOSTNAME (default: "
+        "made from --name, as the console's wizard does); without it a containerised agent reports its container id",
     )
     add_connection_options(create, "print the API's JSON answer (it holds the token) instead of the next steps")
     create.set_defaults(admin_handler=run_create)
@@ -140,29 +147,46 @@ def node_url(args: argparse.Namespace, api: AdminApi) -> str:
     """``--node-url``, else ``MODELFORGE_NODE_URL``, else the admin API's URL (the local stack
     serves both at one address)."""
     raw = (getattr(args, "node_url", None) or os.environ.get(NODE_URL_VAR) or api.api_url).strip().rstrip("/")
-    parts = urlsplit(raw)
-    if parts.scheme not in ("http", "https") or not parts.netloc or parts.path not in ("", "/"):
+    problem = origin_problem(raw)
+    if problem is not None:
         raise CommandFailed(
-            f"the node URL must be https://host[:port] with no path, not {raw!r} (--node-url or {NODE_URL_VAR})"
+            f"the node URL must be https://host[:port] with no path, not {raw!r} (--node-url or {NODE_URL_VAR}): "
+            f"it {problem}"
         )
     return raw
 
 
-def next_steps(minted: dict[str, Any], api: AdminApi, control_plane_url: str | None = None) -> str:
+def node_hostname(args: argparse.Namespace) -> str:
+    """``--hostname``, else one made from the display name; refused unless the agent accepts it."""
+    hostname = getattr(args, "hostname", None) or agent_env.hostname_from(getattr(args, "name", DEFAULT_NAME))
+    if not HOSTNAME.match(hostname):
+        raise CommandFailed(
+            f"--hostname {hostname!r} is not a hostname the agent accepts: 1 to 253 letters, digits, '.', '_' or "
+            "'-', starting with a letter or digit (give --hostname)"
+        )
+    return hostname
+
+
+def next_steps(
+    minted: dict[str, Any], api: AdminApi, control_plane_url: str | None = None, hostname: str | None = None
+) -> str:
     """The token once, on its own line; the node's non-secret .env (the console's settings); and the
-    commands that follow: start (which asks for the token), drop the token, check readiness."""
+    commands that follow, with containers (the agent and the runtime worker) and without: start
+    (which asks for the token), drop the token, check readiness."""
     enrollment_id = minted.get("enrollment_id")
     control_plane_url = control_plane_url or api.api_url
-    url = urlsplit(control_plane_url)
-    settings = agent_env.agent_settings(
-        control_plane_url=control_plane_url,
-        accelerator_mode="nvidia",
-        state_volume=agent_env.DEFAULT_STATE_VOLUME,
-        image=release_tag(NODE_AGENT_IMAGE),
-    )
-    if api.ca_cert:  # the node needs the API's CA certificate at this path
-        settings.append(("MODELFORGE_AGENT_CA_CERT_PATH", str(Path(api.ca_cert).resolve())))
+    hostname = hostname or agent_env.hostname_from(str(minted.get("display_name") or DEFAULT_NAME))
+    ca = [("MODELFORGE_AGENT_CA_CERT_PATH", str(Path(api.ca_cert).resolve()))] if api.ca_cert else []
+    common = {
+        "control_plane_url": control_plane_url,
+        "accelerator_mode": "nvidia",
+        "state_volume": agent_env.DEFAULT_STATE_VOLUME,
+        "hostname": hostname,
+    }
+    containers = agent_env.agent_settings(**common, image=release_tag(NODE_AGENT_IMAGE)) + ca
+    bare = agent_env.agent_settings(**common, image=None) + ca
     env_file = agent_env.ENV_FILE
+    worker = "docker compose -f docker-compose.yml -f docker-compose.runtime-worker.yml"
     lines = [
         f"enrollment {enrollment_id} ({minted.get('display_name')!r}) created; its token expires at "
         f"{minted.get('expires_at')} ({tables.relative(minted.get('expires_at'))}) and works once.",
@@ -174,7 +198,8 @@ def next_steps(minted: dict[str, Any], api: AdminApi, control_plane_url: str | N
         "",
         "1. On the node, in the node-agent repository (the folder with scripts/node-agent-start.sh),",
         f"   write the agent's non-secret settings to {env_file} (accelerator mode cpu for a node without",
-        "   NVIDIA GPUs; the state volume is a durable directory: the node's identity lives there):",
+        "   NVIDIA GPUs: then drop the MODELFORGE_AGENT_WORKER_URL line, the runtime worker's container",
+        "   reserves GPUs; the state volume is a durable directory: the node's identity lives there):",
         "",
         *(
             ["   Copy the API's CA certificate to the node at MODELFORGE_AGENT_CA_CERT_PATH below.", ""]
@@ -182,38 +207,50 @@ def next_steps(minted: dict[str, Any], api: AdminApi, control_plane_url: str | N
             else []
         ),
         f"cat > {env_file} <<'EOF'",
-        agent_env.env_text(settings),
+        agent_env.env_text(containers),
         "EOF",
         "",
-        "2. Start the agent; the script asks for the token without echo:",
+        "2. Start the runtime worker (it runs the work), then the agent; the script asks for the token",
+        "   without echo:",
         "",
+        f"{worker} up -d --no-build --pull never runtime-worker",
         f"bash scripts/node-agent-start.sh {env_file}",
-        "",
-        "   or, without containers, with the agent's wheels installed (docs/NODE_AGENT.md):",
-        "",
-        f"set -a && . ./{env_file} && set +a && read -rsp 'Enrollment token: ' MODELFORGE_AGENT_ENROLLMENT_TOKEN"
-        " && export MODELFORGE_AGENT_ENROLLMENT_TOKEN && modelforge-node-agent",
         "",
         "3. Once it has enrolled, recreate the container without the token (identity and credential stay):",
         "",
         f"bash scripts/recreate-node-agent.sh {env_file}",
         "",
         f"4. Check it here: modelforge nodes readiness {enrollment_id}",
+        "",
+        "Without containers (a development or bare-metal node: a checkout with .venv, or the agent's wheels,",
+        f"docs/NODES.md), the {env_file} names no image and no worker socket:",
+        "",
+        f"cat > {env_file} <<'EOF'",
+        agent_env.env_text(bare),
+        "EOF",
+        "",
+        "   Start the agent (it runs in the foreground; the script asks for the token without echo):",
+        "",
+        f"bash scripts/node-agent-start.sh --no-container {env_file}",
+        "",
+        "   Once it has enrolled, restart it without the token (also the command for every later start):",
+        "",
+        f"bash scripts/recreate-node-agent.sh --no-container {env_file}",
+        "",
+        "   To serve work, run the runtime worker beside it and add MODELFORGE_AGENT_WORKER_URL to the .env",
+        "   (docs/NODES.md, The runtime worker); without one, readiness says the node serves no work.",
     ]
-    if url.scheme == "http" and not is_loopback_host(url.hostname or ""):
-        lines.append(
-            f"Note: the agent refuses http:// except on loopback; give it the https:// address of {url.hostname}."
-        )
     return "\n".join(lines)
 
 
 def run_create(api: AdminApi, args: argparse.Namespace) -> int:
     control_plane_url = node_url(args, api)  # a bad one is refused before a token is minted
+    hostname = node_hostname(args)
     _, minted = api.post(PATH, {"display_name": args.name, "expires_in_seconds": args.expires})
     if args.json:
         tables.print_json(minted)
     else:
-        print(next_steps(minted, api, control_plane_url))
+        print(next_steps(minted, api, control_plane_url, hostname))
     return EXIT_OK
 
 
