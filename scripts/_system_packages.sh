@@ -3,10 +3,11 @@
 #                   compose files offline: `docker-compose config` needs no Docker engine
 #   chromium        the headless browser the console's end-to-end tests drive (Playwright)
 #   skopeo, umoci   build and read real OCI / docker-save images for the release bundle's tests
+#   fonts-dejavu-core  the TrueType font the OCR page tests render their pages in
 # As root (CI, a fresh container) the missing ones are installed with apt; otherwise the command
 # to install them is printed and the script stops, because their tests would fail without them.
 set -euo pipefail
-SYSTEM_PACKAGES=(docker-compose chromium skopeo umoci)
+SYSTEM_PACKAGES=(docker-compose chromium skopeo umoci fonts-dejavu-core)
 
 missing_system_packages() {
   local package

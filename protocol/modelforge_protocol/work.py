@@ -46,9 +46,15 @@ _EPOCH = {"type": "integer", "minimum": 1, "maximum": 2**53}
 _CAPABILITY = {"enum": list(CAPABILITIES)}
 
 #: Input of each capability (the control plane also checks an ``ocr`` image's base64 and type).
+#: ``ocr``'s ``detect_rotation`` (default false) runs the text-line orientation classifier, for
+#: pages with turned lines: on upright pages it turns some lines over and they are misread.
 INPUTS: dict[str, dict[str, Any]] = {
     OCR: _obj(
-        {"image_base64": {"type": "string", "minLength": 1, "maxLength": MAX_SUBMIT_BODY_BYTES}}, ["image_base64"]
+        {
+            "image_base64": {"type": "string", "minLength": 1, "maxLength": MAX_SUBMIT_BODY_BYTES},
+            "detect_rotation": {"type": "boolean"},
+        },
+        ["image_base64"],
     ),
     ECHO: {"type": "object", "maxProperties": 64},
     SLEEP: _obj({"seconds": {"type": "number", "minimum": 0, "maximum": MAX_SLEEP_SECONDS}}, ["seconds"]),

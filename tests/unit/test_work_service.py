@@ -274,6 +274,9 @@ def test_submits_without_a_key_make_distinct_items(stores: MemoryStores) -> None
         _body(OCR, {}),
         _body(OCR, {"image_base64": ""}),
         _body(OCR, {"image_base64": _b64(PNG), "extra": 1}),
+        _body(OCR, {"image_base64": _b64(PNG), "detect_rotation": "true"}),
+        _body(OCR, {"image_base64": _b64(PNG), "detect_rotation": 1}),
+        _body(OCR, {"image_base64": _b64(PNG), "detect_rotation": None}),
         {"capability": ECHO},
         {"input": {}},
         {**_body(), "priority": 1},
@@ -293,6 +296,9 @@ def test_submits_without_a_key_make_distinct_items(stores: MemoryStores) -> None
         "ocr-no-image",
         "ocr-empty-image",
         "ocr-extra-field",
+        "ocr-detect-rotation-string",
+        "ocr-detect-rotation-number",
+        "ocr-detect-rotation-null",
         "no-input",
         "no-capability",
         "unknown-field",
@@ -302,6 +308,13 @@ def test_submits_without_a_key_make_distinct_items(stores: MemoryStores) -> None
 def test_an_invalid_submission_writes_nothing(stores: MemoryStores, body: dict[str, Any]) -> None:
     _refused(stores, lambda: work.submit(stores, typed.submit_work(body), NOW), Invalid, "invalid_request")
     assert stores.objects.objects == {} and stores.journal.calls == []
+
+
+@pytest.mark.parametrize("detect_rotation", [True, False])
+def test_an_ocr_input_may_ask_for_rotation_detection(stores: MemoryStores, detect_rotation: bool) -> None:
+    document = {"image_base64": _b64(PNG), "detect_rotation": detect_rotation}
+    item = work.submit(stores, typed.submit_work(_body(OCR, document)), NOW).item
+    assert json.loads(stores.objects.body(item.input_key)) == document
 
 
 @pytest.mark.parametrize("image", [PNG, JPEG], ids=["png", "jpeg"])

@@ -119,8 +119,9 @@ def test_ocr_reads_the_text_of_a_png(worker: Worker) -> None:
     answer = worker.client().run("ocr", {"image_base64": b64(text_png(["MODELFORGE 2026", "Runtime Worker"]))})
     assert answer.status == 200, answer.body
     result = answer.body["result"]
-    assert set(result) == {"lines", "device", "model_sha256", "duration_ms"}
+    assert set(result) == {"lines", "device", "model_sha256", "duration_ms", "detect_rotation", "score_note"}
     assert (result["device"], result["model_sha256"]) == ("cpu", models_digest(BUNDLED))
+    assert result["detect_rotation"] is False and "likely misread" in result["score_note"]
     assert result["duration_ms"] > 0
     assert [squash(line["text"]) for line in result["lines"]] == ["MODELFORGE2026", "RUNTIMEWORKER"], result["lines"]
     for line in result["lines"]:
@@ -143,6 +144,22 @@ def test_ocr_reads_a_jpeg_too(worker: Worker) -> None:
     assert "INVOICE4711" in squash("".join(line["text"] for line in answer.body["result"]["lines"]))
 
 
+def test_upside_down_lines_are_turned_only_when_detect_rotation_asks(worker: Worker) -> None:
+    import io
+
+    from PIL import Image
+
+    upside_down = io.BytesIO()
+    Image.open(io.BytesIO(text_png(["MODELFORGE 2026", "Runtime Worker"]))).rotate(180).save(upside_down, "PNG")
+    expected = {"MODELFORGE2026", "RUNTIMEWORKER"}
+    turned = worker.client().run("ocr", {"image_base64": b64(upside_down.getvalue()), "detect_rotation": True})
+    assert turned.status == 200 and turned.body["result"]["detect_rotation"] is True
+    assert {squash(line["text"]) for line in turned.body["result"]["lines"]} == expected
+    as_is = worker.client().run("ocr", {"image_base64": b64(upside_down.getvalue())}).body["result"]
+    assert {squash(line["text"]) for line in as_is["lines"]} != expected
+    assert min(line["score"] for line in as_is["lines"]) < 0.8  # what the score note calls likely misread
+
+
 def test_an_image_without_text_has_no_lines(worker: Worker) -> None:
     answer = worker.client().run("ocr", {"image_base64": b64(text_png([""], size=(200, 100)))})
     assert (answer.status, answer.body["result"]["lines"]) == (200, [])
@@ -157,6 +174,9 @@ def test_an_image_without_text_has_no_lines(worker: Worker) -> None:
         ({"image_base64": b64(b"hello, I am a text file")}, "not a PNG or JPEG"),
         ({"image_base64": b64(b"\x89PNG\r\n\x1a\n" + b"\0" * 64)}, "could not be decoded as PNG"),
         ({"image_base64": "", "language": "en"}, "unknown fields: language"),
+        ({"image_base64": "", "detect_rotation": "true"}, "detect_rotation must be true or false"),
+        ({"image_base64": "", "detect_rotation": 1}, "detect_rotation must be true or false"),
+        ({"image_base64": "", "detect_rotation": None}, "detect_rotation must be true or false"),
     ],
 )
 def test_bad_ocr_input_is_422_not_retryable(worker: Worker, payload: dict, says: str) -> None:

@@ -30,6 +30,13 @@ OCR = "ocr"
 ECHO = "diagnostic.echo"
 SLEEP = "diagnostic.sleep"
 OCR_MODEL = f"rapidocr-{RAPIDOCR_VERSION}/PP-OCRv6-small"
+#: ``ocr``'s input fields.
+OCR_FIELDS = ("image_base64", "detect_rotation")
+#: What a line's ``score`` means, in every ``ocr`` result (and worker/README.md).
+SCORE_NOTE = (
+    "score: the recogniser's confidence in the line's text, 0-1 (lines under 0.5 are left out); under 0.8 the "
+    "line is likely misread. On pages with turned lines, run with detect_rotation: true."
+)
 #: What the reasons mean, for the refusal's message.
 REASONS = {
     QUARANTINED: "its model files did not match the artifact manifest and were quarantined (see the worker's log "
@@ -180,17 +187,24 @@ class Ocr:
     def run(self, payload: dict[str, Any], cancel: Cancel) -> dict[str, Any]:
         if self._engine is None:
             raise refuse_unavailable(self)
-        unknown = sorted(set(payload) - {"image_base64"})
+        unknown = sorted(set(payload) - set(OCR_FIELDS))
         if unknown:
-            raise invalid_input(f"input has unknown fields: {', '.join(unknown)} (ocr takes image_base64 only)")
+            raise invalid_input(
+                f"input has unknown fields: {', '.join(unknown)} (ocr takes {' and '.join(OCR_FIELDS)} only)"
+            )
+        detect_rotation = payload.get("detect_rotation", False)
+        if not isinstance(detect_rotation, bool):
+            raise invalid_input("input/detect_rotation must be true or false (default false)")
         started = time.monotonic()
         image = decode_image(
             payload.get("image_base64"), timeout_seconds=self._decode_timeout, memory_bytes=self._decode_memory
         )
-        lines = self._engine.recognise(image, cancel)
+        lines = self._engine.recognise(image, cancel, detect_rotation)
         return {
             "lines": lines,
             "device": self.device,
             "model_sha256": self.model_sha256,
             "duration_ms": round((time.monotonic() - started) * 1000, 2),
+            "detect_rotation": detect_rotation,
+            "score_note": SCORE_NOTE,
         }
