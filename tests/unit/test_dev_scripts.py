@@ -189,3 +189,16 @@ def test_the_test_scripts_extra_installs_the_test_tools_once_and_dev_up_then_kee
     assert _dev_up(checkout)[1] == []  # the test tools stay; dev-up does not reinstall without them
     for script in ("test", "lint", "mutation-check"):
         assert 'MODELFORGE_EXTRAS="${MODELFORGE_EXTRAS:-test}"' in (ROOT / "scripts" / script).read_text(), script
+
+
+def test_the_local_stack_installs_no_server_mode_dependencies_of_other_aws_services() -> None:
+    """moto's [server] extra brings cfn-lint, networkx, docker, ... (about 70 MB) for services the
+    emulator does not serve; the dispatcher needs Flask and Flask-Cors only."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "tools" / "local_stack" / "pyproject.toml").read_text())
+    requirements = [Requirement(entry) for entry in project["project"]["dependencies"]]
+    (moto,) = [requirement for requirement in requirements if requirement.name == "moto"]
+    assert moto.extras == {"dynamodb", "s3"}
+    assert {"flask", "flask-cors"} <= {requirement.name for requirement in requirements}
+    import moto.moto_server.werkzeug_app  # noqa: F401 - the dispatcher the emulator serves with imports
