@@ -152,6 +152,7 @@ class Node:
             "scripts",
             "docker-compose.yml",
             "docker-compose.node-agent.yml",
+            "docker-compose.node-agent.cpu.yml",
             "docker-compose.node-agent.private-ca.yml",
         ]:
             (folder / name).symlink_to(REPO / name)
@@ -205,6 +206,7 @@ def test_enroll_a_cpu_agent_from_the_console_until_it_is_ready(
     assert [radio.get_attribute("value") for radio in source.get_by_role("radio").all()] == [
         "release_bundle",
         "registry",
+        "no_container",
     ]
     expect(source.get_by_role("radio", name="Registry image")).to_have_count(1)
     eligible = wizard.get_by_role("checkbox", name="Production eligible")

@@ -23,6 +23,38 @@ const ENV_FILE = ".env";
 const HEREDOC = "MODELFORGE_ENV";
 /** The agent image's user (scripts/_node_agent_compose.sh): it must own the state directory. */
 const AGENT_UID = 65532;
+/** The image sources (modelforge_protocol.schemas.IMAGE_SOURCES). */
+const NO_CONTAINER = "no_container";
+const WORKER_URL = "MODELFORGE_AGENT_WORKER_URL";
+const RUNTIME_WORKER_UP =
+  "docker compose -f docker-compose.yml -f docker-compose.runtime-worker.yml up -d --no-build --pull never runtime-worker";
+/**
+ * What a node costs a month on each API, US$, at the default 45 s heartbeat with the push channel:
+ * bench/cost.py's model, the totals of bench/README.md's table [2] (a test compares them).
+ */
+export const NODE_MONTH_USD = { rest: "0.33", http: "0.18" };
+
+function isLoopback(origin) {
+  try {
+    const host = new URL(origin).hostname.replace(/^\[|\]$/g, "");
+    return host === "localhost" || host === "::1" || /^127\.\d+\.\d+\.\d+$/.test(host);
+  } catch {
+    return false;
+  }
+}
+
+/** Which API a node enrolled here uses, and what a node-month costs there. */
+export function nodeApiNote(origin) {
+  if (isLoopback(origin)) {
+    return "Nodes use this local stack's one API, at this address; a local stack has no per-node cost.";
+  }
+  return (
+    `Nodes use the API behind this origin. Unless this domain maps the node routes (/api/v1/agent) to the HTTP API ` +
+    `(docs/DEPLOY.md, custom domain), that is the REST API, which serves this console: about $${NODE_MONTH_USD.rest} ` +
+    `per node-month on the REST API, against about $${NODE_MONTH_USD.http} on the HTTP API ` +
+    "(a heartbeat every 45 s, the push channel included; bench/cost.py)."
+  );
+}
 
 function suggestHostname(displayName) {
   return displayName.trim().toLowerCase().replace(/[^a-z0-9._-]+/g, "_").replace(/^[^a-z0-9]+/, "").slice(0, 63);
@@ -79,21 +111,50 @@ export function envText(settings) {
   return settings.map(({ name, value }) => `${name}=${value}`).join("\n");
 }
 
-export function startCommand(settings) {
-  const stateVolume = settings.find(({ name }) => name === "MODELFORGE_AGENT_STATE_VOLUME").value;
-  return [
-    "# In a Bash shell, from the node-agent repository (the folder with scripts/node-agent-start.sh).",
-    "# Once, if the state directory does not exist yet:",
-    `#   sudo install -d -m 0700 -o ${AGENT_UID} -g ${AGENT_UID} ${stateVolume}`,
+export function startCommand(settings, source) {
+  const setting = (wanted) => settings.find(({ name }) => name === wanted);
+  const stateVolume = setting("MODELFORGE_AGENT_STATE_VOLUME").value;
+  const writeEnv = [
     `# This replaces ${ENV_FILE} there with the settings below; the script then asks for the token.`,
     `cat > ${ENV_FILE} <<'${HEREDOC}'`,
     envText(settings),
     HEREDOC,
+  ];
+  if (source === NO_CONTAINER) {
+    return [
+      "# In a Bash shell, from a checkout of the repository: with its .venv (scripts/dev-up makes it),",
+      "# or with the agent's wheels installed (docs/NODES.md, Without containers).",
+      "# Once, if the state directory does not exist yet (owned by the user that runs the agent):",
+      `#   install -d -m 0700 ${stateVolume}`,
+      ...writeEnv,
+      "# The agent runs in the foreground (Ctrl-C stops it). To serve work, run the runtime worker",
+      `# beside it and add ${WORKER_URL} to ${ENV_FILE} (docs/NODES.md, The runtime worker);`,
+      "# without one, readiness says the node serves no work.",
+      `bash scripts/node-agent-start.sh --no-container ${ENV_FILE}`,
+    ].join("\n");
+  }
+  const worker = setting(WORKER_URL)
+    ? ["# The runtime worker, which runs the work (the agent reaches it through a shared volume):", RUNTIME_WORKER_UP]
+    : ["# A cpu node runs no runtime worker container (its Compose file reserves GPUs): readiness will", "# say the node serves no work."];
+  return [
+    "# In a Bash shell, from the node-agent repository (the folder with scripts/node-agent-start.sh).",
+    "# Once, if the state directory does not exist yet:",
+    `#   sudo install -d -m 0700 -o ${AGENT_UID} -g ${AGENT_UID} ${stateVolume}`,
+    ...writeEnv,
+    ...worker,
     `bash scripts/node-agent-start.sh ${ENV_FILE}`,
   ].join("\n");
 }
 
-export function recreationCommand() {
+export function recreationCommand(source) {
+  if (source === NO_CONTAINER) {
+    return [
+      "# After the node has enrolled, from the same folder: stops the agent started above and runs it",
+      "# again without the one-time token; the identity and credential stay in the state directory.",
+      "# It is also the command for every later start.",
+      `bash scripts/recreate-node-agent.sh --no-container ${ENV_FILE}`,
+    ].join("\n");
+  }
   return [
     "# After the node has enrolled, from the same folder: the container is recreated without the",
     "# one-time token; the identity and credential stay in the state directory.",
@@ -107,6 +168,8 @@ export function openEnrollWizard({ onClosed }) {
   let tick = null;
   let enrollment = null;
   let tokenArea = null;
+  /** "Revoke unused token": taken off the page once the token is used (or revoked). */
+  let revoke = null;
 
   const modal = openModal({
     title: "Enroll node",
@@ -141,7 +204,7 @@ export function openEnrollWizard({ onClosed }) {
   const origin = field(
     "API origin",
     h("input", { type: "text", readonly: true, value: api.API_ORIGIN, spellcheck: "false" }),
-    "The node reaches this control plane here (MODELFORGE_AGENT_CONTROL_PLANE_URL); locked to this console's origin.",
+    `The node reaches this control plane here (MODELFORGE_AGENT_CONTROL_PLANE_URL); locked to this console's origin. ${nodeApiNote(api.API_ORIGIN)}`,
   );
   const accelerator = field(
     "Accelerator mode",
@@ -166,7 +229,7 @@ export function openEnrollWizard({ onClosed }) {
   const imageSource = radioGroup(
     "Image source",
     uid("image-source"),
-    [["Local release bundle", "release_bundle"], ["Registry image", "registry"]],
+    [["Local release bundle", "release_bundle"], ["Registry image", "registry"], ["No container", NO_CONTAINER]],
     "release_bundle",
     () => showImageSource(),
   );
@@ -174,9 +237,9 @@ export function openEnrollWizard({ onClosed }) {
     return group.radios.find((radio) => radio.checked).value;
   }
   function showImageSource() {
-    const registry = chosen(imageSource) === "registry";
-    manifestEntry.wrapper.hidden = registry;
-    imageReference.wrapper.hidden = !registry;
+    const source = chosen(imageSource);
+    manifestEntry.wrapper.hidden = source !== "release_bundle";
+    imageReference.wrapper.hidden = source !== "registry";
   }
   showImageSource();
 
@@ -246,16 +309,17 @@ export function openEnrollWizard({ onClosed }) {
     create.disabled = true;
     status.textContent = "Checking the settings…";
     try {
-      const registry = chosen(imageSource) === "registry";
+      const source = chosen(imageSource);
       const body = {
-        control_plane_url: origin.control.value,
+        // locked: this console's own origin, never the field's (a text field drops line breaks)
+        control_plane_url: api.API_ORIGIN,
         hostname: hostname.control.value,
         accelerator_mode: accelerator.control.value,
         state_volume: stateVolume.control.value,
         image_source: chosen(imageSource),
       };
-      if (registry) body.image_reference = imageReference.control.value;
-      else body.manifest_entry = manifestEntry.control.value;
+      if (source === "registry") body.image_reference = imageReference.control.value;
+      else if (source === "release_bundle") body.manifest_entry = manifestEntry.control.value;
       const checked = (await api.post("admin/node-agent-settings/check", body)).data;
       if (!checked.ok) {
         status.textContent = "";
@@ -272,7 +336,7 @@ export function openEnrollWizard({ onClosed }) {
       const { token, ...record } = minted;
       secret = token;
       enrollment = record;
-      showResult(checked.settings);
+      showResult(checked.settings, source);
     } catch (error) {
       status.textContent = "";
       fill(problems, h("p", {}, error.message));
@@ -285,7 +349,7 @@ export function openEnrollWizard({ onClosed }) {
   const verdict = verdictLine();
   const readinessDetails = h("div", {});
 
-  function showResult(settings) {
+  function showResult(settings, source) {
     const expiresMs = Date.parse(enrollment.expires_at);
     // the token's lifetime as the API set it, counted on this browser's clock (immune to skew)
     const deadline = Date.now() + (expiresMs - Date.parse(enrollment.created_at));
@@ -310,11 +374,15 @@ export function openEnrollWizard({ onClosed }) {
 
     const blocks = [
       block("Generated .env", envText(settings), "Copy .env", `Non-secret settings only: the token is never in this file. The start command below writes it as ${ENV_FILE}.`),
-      block("Start command", startCommand(settings), "Copy start command", "Paste into a Bash shell from the node-agent repository. scripts/node-agent-start.sh turns shell tracing off, asks for the token without echo, passes it in a temporary mode-0600 env file that it removes on every exit, and starts with --no-build --pull never."),
-      block("Container recreation command", recreationCommand(), "Copy container recreation command", "After the enrollment is consumed: recreates the container without the one-time token in its environment, keeping the node's persisted identity and credential."),
+      block("Start command", startCommand(settings, source), "Copy start command", source === NO_CONTAINER
+        ? "Paste into a Bash shell from a checkout. scripts/node-agent-start.sh --no-container turns shell tracing off, asks for the token without echo, hands it to the agent process in a temporary mode-0600 env file that it removes on every exit, and runs the agent instead of Compose."
+        : "Paste into a Bash shell from the node-agent repository. scripts/node-agent-start.sh turns shell tracing off, asks for the token without echo, passes it in a temporary mode-0600 env file that it removes on every exit, and starts with --no-build --pull never."),
+      source === NO_CONTAINER
+        ? block("Recreation command", recreationCommand(source), "Copy recreation command", "After the enrollment is consumed: restarts the agent process without the one-time token in its environment, keeping the node's persisted identity and credential.")
+        : block("Container recreation command", recreationCommand(source), "Copy container recreation command", "After the enrollment is consumed: recreates the container without the one-time token in its environment, keeping the node's persisted identity and credential."),
     ];
     const readinessButton = h("button", { type: "button", class: "primary", onclick: checkReadiness }, "Check node readiness");
-    const revoke = h("button", { type: "button", class: "danger", onclick: revokeUnused }, "Revoke unused token");
+    revoke = h("button", { type: "button", class: "danger", onclick: revokeUnused }, "Revoke unused token");
     fill(
       content,
       h(
@@ -373,6 +441,7 @@ export function openEnrollWizard({ onClosed }) {
     problems.replaceChildren();
     try {
       const record = (await api.get(`admin/node-enrollments/${encodeURIComponent(enrollment.enrollment_id)}`)).data;
+      if (record.status !== "pending") dropRevoke();
       // the exact node this enrollment record names; before any node used it, the record's own
       // readiness says so (no node id yet)
       const target = record.node_id || record.enrollment_id;
@@ -394,10 +463,21 @@ export function openEnrollWizard({ onClosed }) {
     try {
       const revoked = (await api.post(`admin/node-enrollments/${encodeURIComponent(enrollment.enrollment_id)}/revoke`, {})).data;
       status.textContent = `Enrollment ${revoked.enrollment_id} is ${revoked.status}: its token can no longer enroll a node.`;
+      dropRevoke();
     } catch (error) {
       fill(problems, h("p", {}, error.message));
-      button.disabled = false;
+      if (error.code === "enrollment_consumed") dropRevoke();
+      else button.disabled = false;
     }
+  }
+
+  /** The token can no longer be revoked (a node used it, or it is revoked): no button offers it. */
+  function dropRevoke() {
+    if (revoke === null) return;
+    const hadFocus = revoke === document.activeElement;
+    revoke.remove();
+    revoke = null;
+    if (hadFocus) content.querySelector("button.primary")?.focus();
   }
 
   return modal;
