@@ -4,6 +4,7 @@ no real time passes in these tests."""
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from modelforge_node_agent.exit_codes import CONFIGURATION_INVALID, IDENTITY_REF
 from modelforge_node_agent.failures import ConfigurationInvalid, IdentityRefused, Refused, TransientFailure
 from modelforge_node_agent.gpu import GpuInfo, GpuTelemetry
 from modelforge_node_agent.identity import StateVolume
+from modelforge_protocol.schemas import AGENT_INSTANCE_ID_PATTERN
 
 from tests.agent.fake_control_plane import FakeClock, RecordingStop, in_process_agent
 
@@ -237,3 +239,16 @@ def test_agent_resends_inventory_when_the_refresh_interval_passes(tmp_path: Path
     stop.wait = advancing_wait  # type: ignore[method-assign]
     agent.run()
     assert client.paths() == [ENROLL, HEARTBEAT, HEARTBEAT, INVENTORY, HEARTBEAT]
+
+
+def test_agent_heartbeats_carry_its_instance_id_only_where_the_feature_is_listed(tmp_path: Path) -> None:
+    listed = {**ONLINE, "features": ["agent_instance"]}
+    client = FakeControlPlane({ENROLL: [ENROLLED], HEARTBEAT: [listed, ONLINE, ONLINE]})
+    agent, _ = _agent(tmp_path, client, RecordingStop(limit=3))
+    agent.run()
+    beats = [body for path, body, _ in client.calls if path == HEARTBEAT]
+    # the first knows no features yet; the second follows an answer listing it; the third one that does not
+    assert ["agent_instance_id" in body for body in beats] == [False, True, False]
+    assert re.fullmatch(AGENT_INSTANCE_ID_PATTERN, beats[1]["agent_instance_id"])
+    restarted, _ = _agent(tmp_path, FakeControlPlane({HEARTBEAT: [listed]}), RecordingStop(limit=1))
+    assert restarted.instance_id != agent.instance_id  # random per process start
