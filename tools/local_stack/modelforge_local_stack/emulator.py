@@ -20,7 +20,7 @@ from typing import Any
 
 from werkzeug.serving import BaseWSGIServer, make_server
 
-from . import attribute_serializer, key_index, service_folders
+from . import attribute_serializer, key_index, raw_uploads, service_folders
 
 #: Marks requests of the local stream poller, which stands in for Lambda's event source mapping.
 POLLER_USER_AGENT = "modelforge-local-stream-poller"
@@ -77,6 +77,7 @@ MOTO_INTERNALS = (
     *key_index.MOTO_INTERNALS,
     *attribute_serializer.MOTO_INTERNALS,
     *service_folders.MOTO_INTERNALS,
+    *raw_uploads.MOTO_INTERNALS,
 )
 
 
@@ -197,6 +198,8 @@ class SerializingMiddleware:
 
     def __call__(self, environ: dict, start_response: Callable[..., Any]) -> Iterable[bytes]:
         operation, by_poller = self._count(environ)
+        if operation == "S3:PUT":
+            raw_uploads.mark(environ)  # stored as sent, as S3 does, whatever its Content-Type
         if operation is not None and not by_poller and operation not in READ_OPERATIONS:
             start_response = self._counting_accepted_writes(start_response)
         if not self._serialize:
@@ -400,6 +403,7 @@ class Emulator:
         key_index.make_queries_read_only_their_key()
         attribute_serializer.make_attribute_values_serialize_in_one_step()
         service_folders.make_service_list_read_once()
+        raw_uploads.make_put_bodies_raw()
         self.middleware = SerializingMiddleware(
             DomainDispatcherApplication(create_backend_app), serialize=self.serialize
         )
