@@ -146,6 +146,8 @@ def test_the_configured_proxy_carries_the_control_plane_and_the_channel(
         assert len(plane.seen) == 1 and len(channel_plane.connections) == 1
         plane_port, channel_port = plane.url.rsplit(":", 1)[1], channel_plane.port
     assert proxy.connects == [f"127.0.0.1:{plane_port}", f"127.0.0.1:{channel_port}"]
+    objects = build_object_session(config)  # presigned transfers: the same one proxy, for https:// only
+    assert objects.proxies == {"https": proxy.url} and objects.trust_env is False
 
 
 def test_a_proxy_that_refuses_the_tunnel_is_named_without_its_address(
