@@ -33,8 +33,11 @@ ASSETS: dict[str, str] = {
     "node_detail.js": "text/javascript; charset=utf-8",
     "gpu_health.js": "text/javascript; charset=utf-8",
     "readiness.js": "text/javascript; charset=utf-8",
+    "refresh.js": "text/javascript; charset=utf-8",
     "signin.js": "text/javascript; charset=utf-8",
     "styles.css": "text/css; charset=utf-8",
+    "work.js": "text/javascript; charset=utf-8",
+    "work_detail.js": "text/javascript; charset=utf-8",
 }
 HTML = "text/html; charset=utf-8"
 

@@ -1,5 +1,7 @@
 // How values read on the page.
 
+import { h } from "./dom.js";
+
 export function age(seconds) {
   if (seconds === null || seconds === undefined || Number.isNaN(seconds)) return "never";
   const s = Math.max(0, Math.round(seconds));
@@ -35,8 +37,36 @@ export function countdown(milliseconds) {
   return hours ? `${hours}:${String(minutes).padStart(2, "0")}:${seconds}` : `${minutes}:${seconds}`;
 }
 
+/**
+ * The one way the console writes a moment: "2026-12-02 15:51:22 UTC", from an ISO string (as the
+ * API gives times) or milliseconds; "–" for none. UTC, as the API and the CLI write times.
+ */
+export function timeText(value) {
+  if (value === null || value === undefined || value === "") return "–";
+  const ms = typeof value === "number" ? value : Date.parse(value);
+  if (Number.isNaN(ms)) return String(value);
+  return `${new Date(ms).toISOString().slice(0, 19).replace("T", " ")} UTC`;
+}
+
+/** A moment as a <time> element reading `timeText`; "never" for none. */
+export function timeElement(iso) {
+  return iso ? h("time", { datetime: iso }, timeText(iso)) : "never";
+}
+
+/** How long ago a moment was ("12 s ago"), with the moment itself (`timeText`) as its title. */
+export function ageElement(iso, nowMs) {
+  if (!iso) return "never";
+  return h("time", { datetime: iso, title: timeText(iso) }, age(secondsSince(iso, nowMs)));
+}
+
+/** Kept for the pages that show a clock time: the same format as every other time. */
 export function clockTime(ms) {
-  return new Date(ms).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" });
+  return timeText(ms);
+}
+
+/** A work item's attempts: "1 of 3 attempts", "0 of 1 attempt". */
+export function attemptsText(item) {
+  return `${item.attempts} of ${item.max_attempts} ${item.max_attempts === 1 ? "attempt" : "attempts"}`;
 }
 
 export function yesNo(value) {

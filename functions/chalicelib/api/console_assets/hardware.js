@@ -4,8 +4,9 @@
 import * as api from "./api.js";
 import { fill, h } from "./dom.js";
 import { openEnrollWizard } from "./enroll.js";
-import { age, bytes, channelText, clockTime, secondsSince, yesNo } from "./format.js";
+import { ageElement, bytes, channelText, timeText, yesNo } from "./format.js";
 import { openNodeDetail } from "./node_detail.js";
+import { startRefreshing } from "./refresh.js";
 
 export const REFRESH_SECONDS = 5;
 const COLUMNS = [
@@ -55,7 +56,7 @@ function row(node, jobs, serverTime, open) {
     h("th", { scope: "row" }, name),
     h("td", { class: "mono" }, node.node_id),
     statusCell(node.status),
-    h("td", {}, age(secondsSince(node.last_heartbeat_at, serverTime))),
+    h("td", {}, ageElement(node.last_heartbeat_at, serverTime)),
     h("td", {}, gpuNames(node)),
     h("td", {}, telemetryList(node)),
     h("td", {}, yesNo(node.production_eligible)),
@@ -74,10 +75,6 @@ function row(node, jobs, serverTime, open) {
 
 /** Show the page in `main`; returns the function that stops its refreshing. */
 export function showHardware(main) {
-  let timer = null;
-  let stopped = false;
-  let inFlight = false;
-  let again = false;
   const body = h("tbody", {});
   const updated = h("p", { class: "muted" }, "Loading nodes…");
   const problem = h("p", { class: "error", role: "alert" });
@@ -94,20 +91,13 @@ export function showHardware(main) {
     openNodeDetail(node.node_id, { onClosed: refreshSoon });
   }
 
-  async function refresh() {
-    if (inFlight) {
-      again = true;
-      return;
-    }
-    if (timer !== null) clearTimeout(timer);
-    timer = null;
-    inFlight = true;
+  async function load(isStopped) {
     try {
       const [nodes, leased] = await Promise.all([
         api.getAll("admin/nodes?limit=100", "nodes"),
         api.get("admin/work?status=leased&limit=100"),
       ]);
-      if (stopped) return;
+      if (isStopped()) return;
       const jobs = new Map();
       for (const item of leased.data.work) {
         if (!jobs.has(item.node_id)) jobs.set(item.node_id, []);
@@ -123,25 +113,12 @@ export function showHardware(main) {
         const refocus = body.querySelector(`button[data-node-id="${focused}"]`);
         if (refocus) refocus.focus();
       }
-      fill(updated, `${nodes.items.length} node(s), updated at ${clockTime(Date.now())}; refreshes every ${REFRESH_SECONDS} s.`);
+      fill(updated, `${nodes.items.length} node(s), updated at ${timeText(Date.now())}; refreshes every ${REFRESH_SECONDS} s.`);
       problem.textContent = "";
     } catch (error) {
-      if (stopped || error.code === "signed_out") return;
+      if (isStopped() || error.code === "signed_out") return;
       problem.textContent = `Could not refresh the nodes: ${error.message}`;
-    } finally {
-      inFlight = false;
     }
-    if (stopped) return;
-    if (again) {
-      again = false;
-      refresh();
-    } else {
-      timer = setTimeout(refresh, REFRESH_SECONDS * 1000);
-    }
-  }
-
-  function refreshSoon() {
-    if (!stopped) refresh();
   }
 
   main.replaceChildren(
@@ -155,9 +132,9 @@ export function showHardware(main) {
     ),
   );
   document.title = "Hardware · ModelForge console";
-  refresh();
-  return () => {
-    stopped = true;
-    if (timer !== null) clearTimeout(timer);
-  };
+  const refreshing = startRefreshing(REFRESH_SECONDS, load);
+  function refreshSoon() {
+    refreshing.soon();
+  }
+  return refreshing.stop;
 }
