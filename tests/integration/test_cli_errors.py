@@ -26,6 +26,9 @@ def test_without_the_admin_token_every_command_exits_2_saying_which_variable(
     done = modelforge(None, *args, env={"MODELFORGE_API_URL": remote.base_url})
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.startswith("modelforge: set MODELFORGE_ADMIN_TOKEN") and len(done.stderr.splitlines()) == 1
+    # where the token is, not a claim that something prints it (dev-up never prints the token)
+    assert 'export MODELFORGE_ADMIN_TOKEN="$(cat .modelforge/admin-token)"' in done.stderr
+    assert "--admin-token-file" in done.stderr and "print" not in done.stderr
 
 
 @pytest.mark.parametrize("args", READS, ids=lambda args: " ".join(args[:2]))
@@ -109,3 +112,10 @@ def test_usage_errors_exit_2_and_every_help_exits_0(remote: ControlPlane) -> Non
         assert done.returncode == 0 and done.stdout.startswith("usage: modelforge")
         if command:
             assert "exit codes:" in done.stdout and "MODELFORGE_ADMIN_TOKEN" in done.stdout
+
+
+def test_the_missing_token_message_names_the_file_dev_up_keeps_the_token_in() -> None:
+    from modelforge_cli.admin_api import DEV_UP_TOKEN_FILE
+
+    dev_up = (Path(__file__).resolve().parents[2] / "scripts" / "dev-up").read_text()
+    assert f"--admin-token-file {DEV_UP_TOKEN_FILE} " in dev_up

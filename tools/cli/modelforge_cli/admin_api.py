@@ -28,6 +28,14 @@ DEFAULT_API_URL = "http://127.0.0.1:8000"
 API_URL_VAR = "MODELFORGE_API_URL"
 TOKEN_VAR = "MODELFORGE_ADMIN_TOKEN"
 CA_CERT_VAR = "MODELFORGE_CA_CERT_PATH"
+#: Where the token is: dev-up keeps it in the checkout's .modelforge/admin-token (it never prints
+#: it), local up in its --admin-token-file, a deployed stack's admin in a secret manager.
+DEV_UP_TOKEN_FILE = ".modelforge/admin-token"
+MISSING_TOKEN = (
+    f"set {TOKEN_VAR} to the control plane's admin token: ./scripts/dev-up keeps it in {DEV_UP_TOKEN_FILE} in "
+    f'the checkout (export {TOKEN_VAR}="$(cat {DEV_UP_TOKEN_FILE})"), modelforge local up in its '
+    "--admin-token-file; for a deployed stack, the token you made with modelforge admin-token new"
+)
 REQUEST_TIMEOUT_SECONDS = 30
 PAGE_LIMIT = 100
 
@@ -142,9 +150,7 @@ class AdminApi:
             raise CommandFailed(f"no such CA certificate file: {ca_cert} (--ca-cert or {CA_CERT_VAR})")
         token = os.environ.get(TOKEN_VAR, "")
         if not token:
-            raise CommandFailed(
-                f"set {TOKEN_VAR} to the control plane's admin token (./scripts/dev-up and local up print it)"
-            )
+            raise CommandFailed(MISSING_TOKEN)
         if not token.isascii() or not token.isprintable() or any(char.isspace() for char in token):
             raise CommandFailed(
                 f"{TOKEN_VAR} holds characters an HTTP header cannot carry (spaces, control or non-ASCII characters)"
