@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from modelforge_cli.tables import counted
 from modelforge_protocol import files
 
 from .emulator import POLLER_USER_AGENT, READ_OPERATIONS, Emulator
@@ -161,13 +162,14 @@ class Restored:
     def describe(self, data_dir: Path) -> str:
         if self.migrated_requests:
             return (
-                f"migrated {self.migrated_requests} recorded requests from {data_dir / LEGACY_RECORDING} into "
-                f"{data_dir / SNAPSHOT_FILE} (the recording was removed)"
+                f"migrated {counted(self.migrated_requests, 'recorded request')} from "
+                f"{data_dir / LEGACY_RECORDING} into {data_dir / SNAPSHOT_FILE} (the recording was removed)"
             )
         age = f", taken {max(0, round(time.time() - self.taken_at))} s ago" if self.taken_at else ""
         return (
-            f"restored {self.tables} tables ({self.items} items) and {self.objects} objects from "
-            f"{data_dir / SNAPSHOT_FILE}{age}; {self.unshipped} state-log events still to ship"
+            f"restored {counted(self.tables, 'table')} ({counted(self.items, 'item')}) and "
+            f"{counted(self.objects, 'object')} from {data_dir / SNAPSHOT_FILE}{age}; "
+            f"{counted(self.unshipped, 'state-log event')} still to ship"
         )
 
 
