@@ -133,3 +133,35 @@ def test_revoke_credential_on_a_terminal_asks_and_does_only_what_the_answer_says
     accepted = modelforge_on_a_terminal(remote, "nodes", "revoke-credential", str(identity.node_id), answer="y")
     assert accepted.returncode == 0, accepted.stderr
     assert remote.node(str(identity.node_id))["credential"]["state"] == "revoked"
+
+
+def test_delete_refuses_a_live_node_then_removes_it_once_revoked(remote: ControlPlane) -> None:
+    identity = _gpu_node(remote, "delete box", gpus=1)
+    node_id = str(identity.node_id)
+    refused = modelforge(remote, "nodes", "delete", node_id)
+    assert refused.returncode == 2 and "--yes" in refused.stderr and refused.stdout == ""
+    live = modelforge(remote, "nodes", "delete", node_id, "--yes")
+    assert live.returncode == 2 and live.stderr.startswith("modelforge: node_not_removable: the node is online")
+    assert modelforge(remote, "nodes", "revoke-credential", node_id, "--yes").returncode == 0
+
+    done = modelforge(remote, "nodes", "delete", node_id, "--yes")
+    assert done.returncode == 0, done.stderr
+    assert f"node {node_id} deleted (its credential was revoked)" in done.stdout
+    assert modelforge(remote, "nodes", "show", node_id).returncode == 1
+    beat = remote.heartbeat(identity, gpus=1)
+    assert beat.status_code == 401 and beat.json()["error"]["code"] == "credential_invalid"
+    gone = modelforge(remote, "nodes", "delete", node_id, "--yes", "--json")
+    assert gone.returncode == 1 and "node_not_found" in gone.stderr
+
+
+def test_delete_on_a_terminal_asks_and_does_only_what_the_answer_says(remote: ControlPlane) -> None:
+    identity = _gpu_node(remote, "prompted delete box", gpus=1)
+    node_id = str(identity.node_id)
+    assert modelforge(remote, "nodes", "revoke-credential", node_id, "--yes").returncode == 0
+    declined = modelforge_on_a_terminal(remote, "nodes", "delete", node_id, answer="n")
+    assert declined.returncode == 1, declined.stderr
+    assert "prompted delete box" in declined.stderr and "[y/N]" in declined.stderr and "not deleted" in declined.stderr
+    assert remote.node(node_id)["node_id"] == node_id
+    accepted = modelforge_on_a_terminal(remote, "nodes", "delete", node_id, answer="y")
+    assert accepted.returncode == 0, accepted.stderr
+    assert remote.admin("GET", f"/api/v1/admin/nodes/{node_id}").status_code == 404

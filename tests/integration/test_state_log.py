@@ -267,6 +267,19 @@ def _gpu_scenario(cp: ControlPlane) -> None:
     assert cp.admin("POST", f"{node}/undrain").status_code == 200
 
 
+def _delete_scenario(cp: ControlPlane) -> None:
+    """A node deleted with everything of it: its inventory, GPU claims, GPU state, enrollment and a
+    duplicate partner's flag (one node.deleted event); the partner stays."""
+    shared = {**gpu_inventory(1), "capabilities": ["cuda"]}
+    doomed, partner = AgentIdentity(), AgentIdentity()
+    for twin in (doomed, partner):
+        assert cp.enroll(cp.mint()["token"], twin, accelerator_mode="nvidia", inventory=shared).status_code == 201
+    assert cp.heartbeat(doomed, gpus=1).status_code == 200
+    assert cp.admin("POST", f"/api/v1/admin/nodes/{doomed.node_id}/drain").status_code == 200  # GPU state too
+    assert cp.admin("POST", f"/api/v1/admin/nodes/{doomed.node_id}/revoke-credential").status_code == 200
+    assert cp.admin("DELETE", f"/api/v1/admin/nodes/{doomed.node_id}").status_code == 200
+
+
 def _replay_and_compare(cp: ControlPlane, endpoint: str) -> None:
     _scenario(cp)
     _work_scenario(cp)
@@ -275,13 +288,14 @@ def _replay_and_compare(cp: ControlPlane, endpoint: str) -> None:
     twins = [AgentIdentity(), AgentIdentity()]
     for twin in twins:  # duplicate flags and GPU claims are state too
         assert cp.enroll(cp.mint()["token"], twin, accelerator_mode="nvidia", inventory=shared).status_code == 201
+    _delete_scenario(cp)
     live_names = provision.resource_names("modelforge")
     _sweep_scenario(cp, endpoint, live_names)
     _wait_until_shipped(endpoint, live_names)
     logged = [
         json.loads(body) for body in state_log_objects(endpoint, live_names["MODELFORGE_STATE_LOG_BUCKET"]).values()
     ]
-    assert {"sweep.mass_stale_held", "sweep.mass_stale_released", "sweep.online_counter_repaired"} <= {
+    assert {"sweep.mass_stale_held", "sweep.mass_stale_released", "sweep.online_counter_repaired", "node.deleted"} <= {
         event["type"] for event in logged
     }
     sweep_steps = {(e["subject"]["from"], e["subject"]["to"]) for e in logged if e["subject"].get("cause") == "sweep"}

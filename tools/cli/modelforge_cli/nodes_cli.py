@@ -1,4 +1,4 @@
-"""`modelforge nodes list|show|readiness|revoke-credential` (and, from ``nodes_gpu_cli``, drain, undrain,
+"""`modelforge nodes list|show|readiness|revoke-credential|delete` (and, from ``nodes_gpu_cli``, drain, undrain,
 clear-gpu and accept-gpus): the enrolled nodes."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ def register(commands: Any) -> None:
     nodes = add_command(
         commands,
         "nodes",
-        help="list, show, check and revoke enrolled nodes",
+        help="list, show, check, revoke and delete enrolled nodes",
         description="The nodes enrolled in the control plane.",
     )
     sub = nodes.add_subparsers(dest="nodes_command", required=True, metavar="COMMAND")
@@ -71,6 +71,20 @@ def register(commands: Any) -> None:
     revoke.add_argument("--yes", "-y", action="store_true", help="revoke without asking for confirmation")
     add_connection_options(revoke)
     revoke.set_defaults(admin_handler=run_revoke_credential)
+
+    delete = add_command(
+        sub,
+        "delete",
+        help="remove a node whose credential is revoked or that is offline (asks first unless --yes)",
+        description="Remove a node whose credential is revoked or that is offline, with everything of it "
+        "(inventory, GPU claims and state, duplicate flags, enrollment record); its leased work goes back to the "
+        "queue. A node online with an active credential is refused (node_not_removable, exit 2). Asks for "
+        "confirmation on a terminal; without one, --yes is required (else exit 2).",
+    )
+    delete.add_argument("node_id", metavar="ID", help="the node id (node_...)")
+    delete.add_argument("--yes", "-y", action="store_true", help="delete without asking for confirmation")
+    add_connection_options(delete)
+    delete.set_defaults(admin_handler=run_delete)
     nodes_gpu_cli.register(sub)
 
 
@@ -214,27 +228,25 @@ def run_readiness(api: AdminApi, args: argparse.Namespace) -> int:
     return readiness_cli.show(api, args.node_id, args.json)
 
 
-def _confirmed(api: AdminApi, node_id: str) -> bool:
+def _confirmed(api: AdminApi, node_id: str, doing: str, question: str) -> bool:
+    """Unless ``--yes``: on a terminal, show the node and ask ``question``; without one, refuse."""
+    if not sys.stdin.isatty():
+        raise CommandFailed(f"{doing} needs confirmation and stdin is not a terminal: pass --yes")
     node = api.get(f"{PATH}/{segment(node_id)}")
     print(tables.table(HEADERS, [row(node)]), file=sys.stderr)
-    print(
-        "Revoke this node's credential? Its agent stops at its next heartbeat (exit 4) and the host can only "
-        "come back by enrolling again with a new token. [y/N] ",
-        end="",
-        file=sys.stderr,
-        flush=True,
-    )
+    print(f"{question} [y/N] ", end="", file=sys.stderr, flush=True)
     answer = sys.stdin.readline().strip().lower()
     return answer in ("y", "yes")
 
 
 def run_revoke_credential(api: AdminApi, args: argparse.Namespace) -> int:
-    if not args.yes:
-        if not sys.stdin.isatty():
-            raise CommandFailed("revoking a credential needs confirmation and stdin is not a terminal: pass --yes")
-        if not _confirmed(api, args.node_id):
-            print("modelforge: not revoked", file=sys.stderr)
-            return EXIT_NO
+    question = (
+        "Revoke this node's credential? Its agent stops at its next heartbeat (exit 4) and the host can only "
+        "come back by enrolling again with a new token."
+    )
+    if not args.yes and not _confirmed(api, args.node_id, "revoking a credential", question):
+        print("modelforge: not revoked", file=sys.stderr)
+        return EXIT_NO
     _, node = api.post(f"{PATH}/{segment(args.node_id)}/revoke-credential")
     if args.json:
         tables.print_json(node)
@@ -244,6 +256,26 @@ def run_revoke_credential(api: AdminApi, args: argparse.Namespace) -> int:
         "401 credential_revoked and the agent stops (exit 4).\n"
         "To bring the host back: modelforge enrollments create, then on the node move identity.json out of the "
         "agent's state volume and start the agent with the new token."
+    )
+    return EXIT_OK
+
+
+def run_delete(api: AdminApi, args: argparse.Namespace) -> int:
+    question = (
+        "Delete this node and everything of it (inventory, GPU claims and state, duplicate flags, enrollment "
+        "record)? Its leased work goes back to the queue; the host can only come back by enrolling again."
+    )
+    if not args.yes and not _confirmed(api, args.node_id, "deleting a node", question):
+        print("modelforge: not deleted", file=sys.stderr)
+        return EXIT_NO
+    _, removed = api.call("DELETE", f"{PATH}/{segment(args.node_id)}")
+    if args.json:
+        tables.print_json(removed)
+        return EXIT_OK
+    reason = "its credential was revoked" if removed.get("reason") == "credential_revoked" else "it was offline"
+    print(
+        f"node {removed.get('node_id')} deleted ({reason}); {removed.get('leases_released', 0)} leased work "
+        "item(s) went back to the queue. An agent still running with its identity gets 401 and exits 4."
     )
     return EXIT_OK
 
