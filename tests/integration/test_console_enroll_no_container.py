@@ -219,3 +219,41 @@ def test_the_wizards_node_month_figures_are_bench_cost_models() -> None:
     shown = re.search(r'NODE_MONTH_USD = \{ rest: "([\d.]+)", http: "([\d.]+)" \}', ENROLL_JS.read_text())
     assert shown is not None
     assert (shown.group(1), shown.group(2)) == (f"{rest:.2f}", f"{http:.2f}")
+
+
+DOMAIN = "https://modelforge.test"
+
+
+def test_under_admin_on_a_custom_domain_the_node_origin_is_the_domains_root_on_the_http_api(
+    console: Console,
+) -> None:
+    """Issue 21, first hour 6: DEPLOY.md's one domain (the console and admins under /admin on the
+    REST API, the node routes at the root on the HTTP API). Here the browser's requests for
+    https://modelforge.test/admin/... are served by the local stack at /...; the wizard locks the
+    node's origin to the domain's root, the cheap path, and says so with its cost."""
+    page = console.page
+
+    def forward(route: Any) -> None:
+        path = route.request.url.removeprefix(DOMAIN)
+        if not path.startswith("/admin/"):
+            route.fulfill(status=404, body="")
+            return
+        route.fulfill(response=route.fetch(url=console.url + path.removeprefix("/admin")))
+
+    page.route(f"{DOMAIN}/**", forward)
+    page.goto(f"{DOMAIN}/admin/console/")
+    console.sign_in()
+    wizard = console.open_wizard()
+    expect(wizard.get_by_label("API origin")).to_have_value(DOMAIN)
+    expect(wizard.get_by_text(f"Nodes use {DOMAIN}, this domain's root")).to_contain_text(
+        "$0.18 per node-month on the HTTP API"
+    )
+    wizard.get_by_role("radiogroup", name="Image source").get_by_role("radio", name="No container").check()
+    console.choose(wizard, name="Domain Node")
+    token = console.create(wizard)
+    settings = dict(line.split("=", 1) for line in console.block(wizard, "Generated .env").splitlines())
+    assert settings["MODELFORGE_AGENT_CONTROL_PLANE_URL"] == DOMAIN
+    console.screenshot("wizard-one-domain", mask=[wizard.get_by_label("One-time token")], mask_color="#8c959f")
+    wizard.get_by_role("button", name="Revoke unused token").click()
+    expect(wizard.get_by_role("button", name="Revoke unused token")).to_have_count(0)
+    console.log.assert_clean([token, ADMIN_TOKEN])

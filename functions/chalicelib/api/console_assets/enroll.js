@@ -43,16 +43,43 @@ function isLoopback(origin) {
   }
 }
 
+const EXECUTE_API_HOST = /\.execute-api\.[a-z0-9-]+\.amazonaws\.com$/;
+
+/**
+ * The node's API origin, locked to this console's: its API's URL when that is an origin (the local
+ * stack, or a domain that maps the REST API at its root); the page's own origin when the API is
+ * under a path on a custom domain (docs/DEPLOY.md's one domain: the console and admins under
+ * /admin on the REST API, the node routes at the root on the HTTP API). At an execute-api URL the
+ * stage path is kept, and the settings check refuses it with what to do (that host's root serves
+ * nothing). `kind`: local, rest, http or stage.
+ */
+export function nodeOrigin(apiOrigin) {
+  const url = new URL(apiOrigin);
+  if (apiOrigin === url.origin) return { url: apiOrigin, kind: isLoopback(apiOrigin) ? "local" : "rest" };
+  if (EXECUTE_API_HOST.test(url.hostname)) return { url: apiOrigin, kind: "stage" };
+  return { url: url.origin, kind: "http" };
+}
+
 /** Which API a node enrolled here uses, and what a node-month costs there. */
-export function nodeApiNote(origin) {
-  if (isLoopback(origin)) {
+export function nodeApiNote({ url, kind }) {
+  const figures = "(a heartbeat every 45 s, the push channel included; bench/cost.py)";
+  if (kind === "local") {
     return "Nodes use this local stack's one API, at this address; a local stack has no per-node cost.";
   }
+  if (kind === "http") {
+    return (
+      `Nodes use ${url}, this domain's root, not the console's path: with the node routes mapped there to the HTTP API ` +
+      `(docs/DEPLOY.md, one domain), about $${NODE_MONTH_USD.http} per node-month on the HTTP API ` +
+      `(about $${NODE_MONTH_USD.rest} on the REST API) ${figures}.`
+    );
+  }
+  if (kind === "stage") {
+    return "This console is served under an API Gateway stage, which no node can use: open it through a custom domain (docs/DEPLOY.md).";
+  }
   return (
-    `Nodes use the API behind this origin. Unless this domain maps the node routes (/api/v1/agent) to the HTTP API ` +
-    `(docs/DEPLOY.md, custom domain), that is the REST API, which serves this console: about $${NODE_MONTH_USD.rest} ` +
-    `per node-month on the REST API, against about $${NODE_MONTH_USD.http} on the HTTP API ` +
-    "(a heartbeat every 45 s, the push channel included; bench/cost.py)."
+    `Nodes use the REST API, which serves this console at this origin: about $${NODE_MONTH_USD.rest} per node-month ` +
+    `on the REST API, against about $${NODE_MONTH_USD.http} on the HTTP API ${figures}. ` +
+    "For the cheaper one, serve the console under /admin on a domain whose root maps the HTTP API (docs/DEPLOY.md, one domain)."
   );
 }
 
@@ -201,10 +228,11 @@ export function openEnrollWizard({ onClosed }) {
     h("label", { class: "choice", for: eligibleId }, h("input", { type: "checkbox", id: eligibleId, disabled: true }), " Production eligible"),
     h("p", { class: "hint" }, "production_eligible=false: release-candidate enrollments are never production eligible."),
   );
+  const nodeApi = nodeOrigin(api.API_ORIGIN);
   const origin = field(
     "API origin",
-    h("input", { type: "text", readonly: true, value: api.API_ORIGIN, spellcheck: "false" }),
-    `The node reaches this control plane here (MODELFORGE_AGENT_CONTROL_PLANE_URL); locked to this console's origin. ${nodeApiNote(api.API_ORIGIN)}`,
+    h("input", { type: "text", readonly: true, value: nodeApi.url, spellcheck: "false" }),
+    `The node reaches this control plane here (MODELFORGE_AGENT_CONTROL_PLANE_URL); locked to this console's origin. ${nodeApiNote(nodeApi)}`,
   );
   const accelerator = field(
     "Accelerator mode",
@@ -312,7 +340,7 @@ export function openEnrollWizard({ onClosed }) {
       const source = chosen(imageSource);
       const body = {
         // locked: this console's own origin, never the field's (a text field drops line breaks)
-        control_plane_url: api.API_ORIGIN,
+        control_plane_url: nodeApi.url,
         hostname: hostname.control.value,
         accelerator_mode: accelerator.control.value,
         state_volume: stateVolume.control.value,
