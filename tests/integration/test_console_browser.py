@@ -327,6 +327,7 @@ def _node_detail_and_revoke(console: Console, node_id: str) -> None:
     detail.get_by_role("button", name="Check readiness").click()
     expect(detail.get_by_role("status", name="Readiness")).to_have_text("Ready")
 
+    expect(detail.get_by_role("button", name="Delete node")).to_be_disabled()  # online, credential active
     detail.get_by_role("button", name="Revoke credential").click()
     confirm = page.get_by_role("alertdialog", name="Revoke credential?")
     confirm.get_by_role("button", name="Cancel").click()
@@ -336,7 +337,19 @@ def _node_detail_and_revoke(console: Console, node_id: str) -> None:
     page.get_by_role("alertdialog", name="Revoke credential?").get_by_role("button", name="Revoke credential").click()
     expect(detail.get_by_text("The credential was revoked.")).to_be_visible()
     assert console.api.node(node_id)["credential"]["state"] == "revoked"
-    detail.get_by_role("button", name="Close").click()
+
+    # revoked: the node can be deleted, after a confirmation like the revocation's
+    detail.get_by_role("button", name="Delete node").click()
+    confirm = page.get_by_role("alertdialog", name="Delete node?")
+    confirm.get_by_role("button", name="Cancel").click()
+    expect(confirm).to_have_count(0)
+    assert console.api.node(node_id)["node_id"] == node_id
+    detail.get_by_role("button", name="Delete node").click()
+    console.screenshot("delete-node")
+    page.get_by_role("alertdialog", name="Delete node?").get_by_role("button", name="Delete node").click()
+    expect(detail).to_have_count(0)
+    assert console.api.admin("GET", f"/api/v1/admin/nodes/{node_id}").status_code == 404
+    expect(page.get_by_role("button", name="Console Node")).to_have_count(0)  # the Hardware list refreshed
 
 
 # --- signing in -----------------------------------------------------------------------------------

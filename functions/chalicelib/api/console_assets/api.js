@@ -75,6 +75,7 @@ async function request(token, method, path, body) {
 
 export const get = (path) => call("GET", path);
 export const post = (path, body) => call("POST", path, body);
+export const del = (path) => call("DELETE", path);
 
 /** Every item of a paged list (`key` names the list in each page), at most `maxPages` pages. */
 export async function getAll(path, key, maxPages = 20) {

@@ -1,4 +1,5 @@
-// A node's detail: identity, inventory, GPU health, readiness, and revoking its credential (confirmed first).
+// A node's detail: identity, inventory, GPU health, readiness, revoking its credential and deleting the node
+// (each confirmed first).
 
 import * as api from "./api.js";
 import { confirmAction, openModal } from "./dialogs.js";
@@ -118,6 +119,25 @@ export function openNodeDetail(nodeId, { onClosed }) {
     close.focus();
   }
 
+  async function remove(node, button) {
+    const confirmed = await confirmAction({
+      title: "Delete node?",
+      message: `${node.display_name} (${node.node_id}) and everything of it (inventory, GPU claims and state, duplicate flags, enrollment record) are removed; its leased work goes back to the queue. To bring the host back, enroll it again.`,
+      confirmLabel: "Delete node",
+    });
+    if (!confirmed) {
+      button.focus();
+      return;
+    }
+    try {
+      await api.del(`admin/nodes/${encodeURIComponent(nodeId)}`);
+      modal.close();
+    } catch (error) {
+      problem.textContent = error.message;
+      close.focus();
+    }
+  }
+
   function show(node) {
     modal.heading.textContent = `Node ${node.display_name}`;
     const readiness = h("button", { type: "button", onclick: (event) => checkReadiness(event.currentTarget) }, "Check readiness");
@@ -125,6 +145,13 @@ export function openNodeDetail(nodeId, { onClosed }) {
       "button",
       { type: "button", class: "danger", disabled: node.credential.state !== "active", onclick: (event) => revoke(node, event.currentTarget) },
       "Revoke credential",
+    );
+    // the API removes a node whose credential is revoked or that is offline, and refuses any other
+    const removable = node.credential.state === "revoked" || node.status === "offline";
+    const deleteButton = h(
+      "button",
+      { type: "button", class: "danger", disabled: !removable, onclick: (event) => remove(node, event.currentTarget) },
+      "Delete node",
     );
     fill(
       content,
@@ -148,6 +175,15 @@ export function openNodeDetail(nodeId, { onClosed }) {
       h("h3", {}, "Credential"),
       h("p", {}, "Revoking the credential stops this node at once; to bring it back, enroll it again."),
       h("div", { class: "actions" }, revokeButton),
+      h("h3", {}, "Delete"),
+      h(
+        "p",
+        {},
+        removable
+          ? "Deleting removes the node and everything of it; its leased work goes back to the queue."
+          : "A node can be deleted once its credential is revoked or it is offline.",
+      ),
+      h("div", { class: "actions" }, deleteButton),
     );
   }
 
