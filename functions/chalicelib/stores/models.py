@@ -96,9 +96,10 @@ class PackedSlotsAttribute(NumberAttribute):
 
 
 class LivenessIndex(GlobalSecondaryIndex):
-    """Online and stale nodes by shard and the bucket of their transition: what the sweep reads.
+    """Online, stale and offline nodes by shard and the bucket of their transition: what the sweep
+    reads (offline ones: for node retention, by the bucket of their move to offline).
 
-    Sparse: pending and offline nodes have no liveness_shard and are not in it. Keys only, and
+    Sparse: pending nodes have no liveness_shard and are not in it. Keys only, and
     written by transitions only: a steady heartbeat never writes the index.
     """
 
@@ -152,7 +153,7 @@ class NodeModel(Model):
     health = CompactHealthAttribute(null=True)
     #: per-GPU rows in TELEMETRY_COLUMNS order; compact so the item stays under 1 KB
     telemetry = CompactJSONAttribute(null=True)
-    #: "<liveness>#<shard>" while online or stale (the sweep's index partition), else absent
+    #: "<liveness>#<shard>" while online, stale or offline (the sweep's index partition), else absent
     liveness_shard = UnicodeAttribute(null=True)
     #: start of the bucket (settings.sweep_bucket_seconds wide) of the heartbeat that brought the
     #: node online: the index sort key, at or before every heartbeat since

@@ -8,7 +8,9 @@ transition and never with a steady heartbeat, so a heartbeat writes the node ite
 node's last heartbeat: the index finds every late node (and the on-time nodes online since before
 the cutoff), and the node items it names are read (keys, liveness and last heartbeat, eventually
 consistent) to keep the late ones. Reading a node item costs a twentieth of moving its index entry,
-so the sweep reads where the heartbeat used to write (bench/README.md, "cost.py").
+so the sweep reads where the heartbeat used to write (bench/README.md, "cost.py"). Offline nodes
+are in the index too (``offline#<shard>``), sorted by the bucket of their move to offline: what the
+sweep's node retention reads (``offline_since``).
 """
 
 from __future__ import annotations
