@@ -229,6 +229,7 @@ def test_the_local_scheduler_event_runs_the_deployed_sweep_handler(stack, cp: Co
         "held": False,
         "leases_expired": 0,  # no lease expires before this (past) clock
         "leases_released": 0,
+        "nodes_removed": 0,  # MODELFORGE_NODE_RETENTION_DAYS is unset: never
     }
     assert stores().nodes.get(identity.node_id).liveness == "stale"  # type: ignore[union-attr]
 

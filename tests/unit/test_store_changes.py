@@ -120,11 +120,12 @@ def test_work_cancel_leaves_every_index_whatever_its_state(status: str) -> None:
     }
 
 
-def test_node_index_partition_is_per_state_and_shard_and_only_while_online_or_stale() -> None:
+def test_node_index_partition_is_per_state_and_shard_and_never_while_pending() -> None:
     assert node_store.index_partition("online", NODE) == f"online#{0xB % node_store.SHARDS}"
     assert node_store.index_partition("stale", NODE) == f"stale#{0xB % node_store.SHARDS}"
+    # offline nodes too: what the sweep's node retention reads
+    assert node_store.index_partition("offline", NODE) == f"offline#{0xB % node_store.SHARDS}"
     assert node_store.index_partition("pending", NODE) is None
-    assert node_store.index_partition("offline", NODE) is None
 
 
 def test_node_heartbeat_bucket_starts_at_or_before_the_heartbeat() -> None:
@@ -175,7 +176,7 @@ def test_a_seeded_online_node_item_carries_the_index_keys_of_its_transition_to_o
     assert item["heartbeat_bucket"] == {"N": "900"}
     # a heartbeat older than the creation time (a test's clock in the past) bounds it instead
     assert instance.online_node_item(NODE, 800.5, 900.0, bucket_seconds=45)["heartbeat_bucket"] == {"N": "765"}
-    assert instance.sweep_index_partition("offline", NODE) is None
+    assert instance.sweep_index_partition("pending", NODE) is None
 
 
 def test_work_queue_key_shard_zero_is_the_capability_and_the_others_are_numbered() -> None:
