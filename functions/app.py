@@ -25,6 +25,7 @@ from chalicelib.domain.errors import invalid_request
 from chalicelib.domain.validation import ascii_int, parse_json_object, validate, validate_query
 from chalicelib.services.auth import require_admin, require_node
 from modelforge_protocol import work as work_protocol
+from modelforge_protocol.schemas import MAX_BODY_BYTES
 from modelforge_protocol.versions import (
     AGENT_PROTOCOL_VERSION,
     CONTROL_PLANE_RELEASE,
@@ -71,14 +72,11 @@ def _request() -> Any:
     return app.current_request
 
 
-def _body(max_bytes: int | None = None) -> dict[str, Any]:
+def _body(max_bytes: int = MAX_BODY_BYTES) -> dict[str, Any]:
     """The JSON body of a POST (empty counts as ``{}`` where the operation says the body is optional);
     POST endpoints take no query parameters."""
     _query()
-    allow_empty = _served().body_optional
-    if max_bytes is None:
-        return parse_json_object(_request().raw_body, allow_empty=allow_empty)
-    return parse_json_object(_request().raw_body, allow_empty=allow_empty, max_bytes=max_bytes)
+    return parse_json_object(_request().raw_body, allow_empty=_served().body_optional, max_bytes=max_bytes)
 
 
 def _admin() -> instance.Instance:
@@ -114,12 +112,8 @@ def _page_params(key_name: str) -> tuple[int, dict | None]:
 @endpoint(operations.GET_HEALTH)
 def health() -> dict[str, Any]:
     _query()
-    return {
-        "status": "ok",
-        "release": CONTROL_PLANE_RELEASE,
-        "agent_protocol_version": AGENT_PROTOCOL_VERSION,
-        "worker_protocol_version": WORKER_PROTOCOL_VERSION,
-    }
+    versions = {"agent_protocol_version": AGENT_PROTOCOL_VERSION, "worker_protocol_version": WORKER_PROTOCOL_VERSION}
+    return {"status": "ok", "release": CONTROL_PLANE_RELEASE, **versions}
 
 
 @endpoint(operations.GET_COMPATIBILITY)
@@ -453,6 +447,11 @@ def cancel_work(work_id: str) -> dict[str, Any]:
 
 
 # --- the web console (static files; it calls the admin API above from the same origin) ----
+
+
+@endpoint(operations.GET_ROOT, wrap_errors=False)
+def root() -> Response:
+    return console.root_answer()
 
 
 @endpoint(operations.GET_CONSOLE, wrap_errors=False)

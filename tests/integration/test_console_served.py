@@ -2,7 +2,7 @@
 `modelforge local up`): every console answer carries the security headers (refusals included:
 the app's, Chalice's and the local server's own) and its media type, `/console` is sent to
 `/console/`, nothing outside the file list is ever served, and the wizard's settings check is an
-admin operation."""
+admin operation; `/` is sent to the console."""
 
 from __future__ import annotations
 
@@ -48,6 +48,22 @@ def test_console_without_the_slash_is_sent_to_the_page(cp: ControlPlane) -> None
     _secured(response)
     followed = cp.request("GET", "/console")
     assert followed.status_code == 200 and followed.url.endswith("/console/")
+
+
+def test_the_root_is_sent_to_the_console_not_answered_404(cp: ControlPlane) -> None:
+    response = cp.request("GET", "/", allow_redirects=False)
+    assert response.status_code == 302 and response.headers["Location"] == "console/", response.text
+    _secured(response)
+    followed = cp.request("GET", "/")
+    assert followed.status_code == 200 and followed.url == cp.base_url.rstrip("/") + "/console/"
+    assert followed.headers["Content-Type"] == "text/html; charset=utf-8"
+
+
+def test_the_root_sends_a_stage_prefix_to_the_stages_console() -> None:
+    """Relative, as the deployed REST API serves the root under its stage (``/api/``)."""
+    assert requests.compat.urljoin("https://example.com/api/", console.root_answer().headers["Location"]) == (
+        "https://example.com/api/console/"
+    )
 
 
 @pytest.mark.parametrize("name", sorted(console.ASSETS))

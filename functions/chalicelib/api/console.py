@@ -109,6 +109,12 @@ def answer(status: int, body: str | dict[str, Any], content_type: str, **extra: 
     return Response(body=body, status_code=status, headers=headers)
 
 
+def root_answer() -> Response:
+    """``/`` is sent to the console (302 to the relative ``console/``, so that a stage prefix or a
+    custom domain's base path is kept), rather than answered 404."""
+    return answer(302, "", "text/plain; charset=utf-8", Location="console/")
+
+
 def page_answer(path: str) -> Response:
     """The page at ``/console/``; ``/console`` is sent there, so that its files' relative URLs
     (and the API's, ``../api/v1/``) resolve under any stage prefix."""

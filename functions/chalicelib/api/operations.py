@@ -437,6 +437,22 @@ GET_WORK_RESULT = _work_object("result", "getWorkResult", {409: ("result_not_rea
 
 # --- the web console ------------------------------------------------------------------------------
 
+GET_ROOT = Operation(
+    "GET",
+    "/",
+    "getRoot",
+    "The root: sent to the web console",
+    "console",
+    PUBLIC,
+    answers={
+        302: Answer(
+            "sent to the console (relative Location: console/, so that a stage prefix is kept)",
+            None,
+            headers={**_CONSOLE_HEADERS, "Location": {"required": True, "schema": {"const": "console/"}}},
+        ),
+    },
+)
+
 GET_CONSOLE = Operation(
     "GET",
     "/console",
