@@ -3,6 +3,7 @@
 
 import * as api from "./api.js";
 import { h } from "./dom.js";
+import { timeText } from "./format.js";
 
 function held(gpu) {
   const marks = ["latched", "drained", "missing"].filter((name) => gpu[name]);
@@ -13,7 +14,7 @@ function held(gpu) {
 function reasons(gpu) {
   if (!gpu.reasons.length) return "–";
   return gpu.reasons
-    .map((reason) => `${reason.code}${reason.xid !== undefined ? ` (Xid ${reason.xid})` : ""}: ${reason.action} since ${reason.since}`)
+    .map((reason) => `${reason.code}${reason.xid !== undefined ? ` (Xid ${reason.xid})` : ""}: ${reason.action} since ${timeText(reason.since)}`)
     .join("; ");
 }
 

@@ -2,6 +2,7 @@
 // result as text, its detail and its next step.
 
 import { fill, h } from "./dom.js";
+import { timeText } from "./format.js";
 
 const CHECK_NAMES = {
   connection: "Connection",
@@ -33,7 +34,7 @@ export function renderReadiness(verdict, details, result) {
     ),
   );
   const where = result.node_id
-    ? `Node ${result.node_id}${result.status ? ` (${result.status})` : ""}, checked at ${result.checked_at}.`
+    ? `Node ${result.node_id}${result.status ? ` (${result.status})` : ""}, checked at ${timeText(result.checked_at)}.`
     : `Enrollment ${result.enrollment_id}: no node has enrolled with it yet.`;
   fill(
     details,
