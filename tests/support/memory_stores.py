@@ -212,8 +212,8 @@ class MemoryNodeStore(_Store[Node]):
         with self._writing("record_heartbeat"):
             held = self._held_by(holder)
             _require(held.liveness == "online", "online")
-            guard = heartbeat.instance_guard
-            _require(guard is None or held.agent_instance_id in (None, guard), "agent instance unchanged")
+            guard = heartbeat.instance_fingerprint
+            _require(guard is None or (held.agent_instance or "").startswith(guard), "agent instance unchanged")
             return self._change(holder.node_id, changes.heartbeat(heartbeat, now))
 
     def bring_online(self, holder: Holder, previous: str, heartbeat: Heartbeat, now: float, event: Event) -> None:

@@ -17,6 +17,8 @@ from tests.support.memory_stores import MemoryStores, memory_stores
 from tests.unit.service_bodies import NOW, SETTINGS, Agent, heartbeat_body, node_record
 
 A, B, C = "a" * 32, "b" * 32, "c" * 32
+#: what the node item keeps of each
+FA, FB, FC = "a" * 8, "b" * 8, "c" * 8
 #: SETTINGS hand out a 15 s interval: the window is 45 s
 WINDOW = 45.0
 
@@ -40,6 +42,10 @@ def _beat(stores: MemoryStores, agent: Agent, at: float, instance: str | None, k
     nodes.heartbeat(stores, SETTINGS, agent.caller, typed.heartbeat(body), at, known)
 
 
+def _state(stores: MemoryStores, agent: Agent) -> duplicate_identity.InstanceState | None:
+    return duplicate_identity.InstanceState.of(stores.nodes.records[agent.node_id].agent_instance)
+
+
 def _flagged(stores: MemoryStores, agent: Agent, at: float) -> float | None:
     return duplicate_identity.duplicate_instances_at(stores.nodes.records[agent.node_id], SETTINGS, at)
 
@@ -60,7 +66,7 @@ def test_one_instance_costs_one_write_per_heartbeat_and_flags_nothing(stores: Me
         _beat(stores, agent, NOW + 15 * beat, A, known)
     assert stores.journal.calls == ["nodes.record_heartbeat"] * 4
     assert (stores.journal.reads, stores.journal.writes) == (0, 4)
-    assert stores.nodes.records[agent.node_id].agent_instance_id == A
+    assert stores.nodes.records[agent.node_id].agent_instance == FA  # 8 characters, under "ai"
     assert _flagged(stores, agent, NOW + 60) is None
 
 
@@ -68,16 +74,15 @@ def test_a_restart_changes_the_instance_once_and_flags_nothing(stores: MemorySto
     known = KnownCallers()
     for beat, instance in enumerate([A, A, B, B, B]):
         _beat(stores, agent, NOW + 15 * beat, instance, known)
-    node = stores.nodes.records[agent.node_id]
-    assert (node.agent_instance_id, node.agent_instance_previous, node.agent_instance_switched_at) == (B, A, NOW + 30)
-    assert node.duplicate_instance_at is None
+    assert _state(stores, agent) == duplicate_identity.InstanceState(FB, FA, int(NOW + 30))
+    assert _flagged(stores, agent, NOW + 60) is None
 
 
 def test_restarts_in_a_row_are_not_two_agents(stores: MemoryStores, agent: Agent) -> None:
     known = KnownCallers()
     for beat, instance in enumerate([A, B, C]):  # a crash loop: a new instance each time
         _beat(stores, agent, NOW + 5 * beat, instance, known)
-    assert stores.nodes.records[agent.node_id].duplicate_instance_at is None
+    assert _state(stores, agent) == duplicate_identity.InstanceState(FC, FB, int(NOW + 10))
 
 
 def test_two_instances_in_turn_flag_the_node_in_readiness_and_the_node_view(stores: MemoryStores, agent: Agent) -> None:
@@ -108,7 +113,7 @@ def test_going_back_after_the_window_is_a_restart_not_two_agents(stores: MemoryS
     _beat(stores, agent, NOW, A, known)
     _beat(stores, agent, NOW + 15, B, known)
     _beat(stores, agent, NOW + 15 + WINDOW + 1, A, known)
-    assert stores.nodes.records[agent.node_id].duplicate_instance_at is None
+    assert _state(stores, agent) == duplicate_identity.InstanceState(FA, FB, int(NOW + 15 + WINDOW + 1))
 
 
 def test_a_heartbeat_without_an_instance_keeps_the_stored_one_and_flags_nothing(
@@ -117,8 +122,7 @@ def test_a_heartbeat_without_an_instance_keeps_the_stored_one_and_flags_nothing(
     known = KnownCallers()
     for beat, instance in enumerate([A, None, A, None]):  # an older agent's beats, or a first beat
         _beat(stores, agent, NOW + 7 * beat, instance, known)
-    node = stores.nodes.records[agent.node_id]
-    assert (node.agent_instance_id, node.agent_instance_switched_at, node.duplicate_instance_at) == (A, None, None)
+    assert stores.nodes.records[agent.node_id].agent_instance == FA
 
 
 def test_another_instance_fails_the_steady_write_and_is_judged_after_one_read(
@@ -130,3 +134,29 @@ def test_another_instance_fails_the_steady_write_and_is_judged_after_one_read(
     _beat(stores, agent, NOW + 7, B, known)
     assert stores.journal.calls == ["nodes.record_heartbeat", "nodes.get", "nodes.record_heartbeat"]
     assert stores.journal.writes == 1  # the refused guard wrote nothing
+
+
+def test_what_a_change_left_is_cleared_by_a_later_read_once_the_window_passed(
+    stores: MemoryStores, agent: Agent
+) -> None:
+    known = KnownCallers()
+    for beat, instance in enumerate([A, B, A]):
+        _beat(stores, agent, NOW + 7 * beat, instance, known)
+    assert _state(stores, agent) == duplicate_identity.InstanceState(FA, FB, int(NOW + 14), int(NOW + 14))
+    _beat(stores, agent, NOW + 21, A, known)  # the steady path writes nothing of it
+    assert _state(stores, agent) == duplicate_identity.InstanceState(FA, FB, int(NOW + 14), int(NOW + 14))
+    _beat(stores, agent, NOW + 14 + WINDOW + 1, A, KnownCallers())  # a Lambda instance that reads first
+    assert stores.nodes.records[agent.node_id].agent_instance == FA
+
+
+@pytest.mark.parametrize(
+    "state",
+    [
+        duplicate_identity.InstanceState(FA),
+        duplicate_identity.InstanceState(FA, FB, 1_800_000_000),
+        duplicate_identity.InstanceState(FA, FB, 1_800_000_000, 1_800_000_007),
+    ],
+)
+def test_the_stored_state_reads_back_as_written(state: duplicate_identity.InstanceState) -> None:
+    assert duplicate_identity.InstanceState.of(state.stored()) == state
+    assert len(duplicate_identity.InstanceState(FA).stored()) == 8

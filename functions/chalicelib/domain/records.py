@@ -59,12 +59,10 @@ class Node:
     #: other nodes that reported one of this node's GPU UUIDs while live (duplicate identity)
     duplicate_partners: set[str] | None = None
     duplicate_suspected_at: float | None = None
-    #: the agent process behind its heartbeats, the one before it and when it changed, and when
-    #: heartbeats last went back to that one in the window: two agents on one identity
-    agent_instance_id: str | None = None
-    agent_instance_previous: str | None = None
-    agent_instance_switched_at: float | None = None
-    duplicate_instance_at: float | None = None
+    #: the agent process behind its heartbeats, compact (services/duplicate_identity.InstanceState):
+    #: its fingerprint, and after a change the one before, when, and when heartbeats last went back
+    #: to that one within the window (two agents on one identity)
+    agent_instance: str | None = None
     #: what the node serves: its inventory's capabilities
     capabilities: set[str] | None = None
     # --- the push channel (ephemeral: never in the state log, not rebuilt by replay) ---
@@ -180,15 +178,12 @@ class Heartbeat:
     channel_ticket_expires_at: float | None = None
     #: the node's job slots as reported: [total, busy, schedulable] (None: not reported)
     slots: list[int] | None = None
-    #: the reporting agent process (None: not reported: the stored one is kept, unguarded)
-    agent_instance_id: str | None = None
-    #: the write requires the stored instance id to be this one, or absent (None: no such guard)
-    instance_guard: str | None = None
-    #: set when the instance changed (services/duplicate_identity.judge_instance): the one before,
-    #: when, and, when the change went back to the one before within the window, the flag's time
-    agent_instance_previous: str | None = None
-    agent_instance_switched_at: float | None = None
-    duplicate_instance_at: float | None = None
+    #: the steady heartbeat's guard: the stored ``Node.agent_instance`` starts with this agent
+    #: process's fingerprint (None: no guard; an agent that sends no instance id)
+    instance_fingerprint: str | None = None
+    #: what ``Node.agent_instance`` becomes (services/duplicate_identity.judge_instance, after a
+    #: read; None: unchanged)
+    agent_instance: str | None = None
 
 
 @dataclass(frozen=True)

@@ -9,19 +9,21 @@ partners that no longer share any UUID are unflagged on both sides, each change 
 deletion with its state-log event. Readiness re-checks liveness at read time.
 
 Two agents on one identity (a cloned disk or state volume, a leftover agent): each agent process
-sends a random ``agent_instance_id``. The heartbeat's one update keeps it, guarded by "the stored
-one is this one"; only a heartbeat from another instance fails that guard, and is then judged
-(``judge_instance``) and written with what changed: the instance before and when. A restart
-changes the instance once; heartbeats that go back to the instance before within
-``INSTANCE_WINDOW_INTERVALS`` heartbeat intervals come from two live agents, and the same write
-records when (``duplicate_instance_at``). No heartbeat costs an extra write for this.
+sends a random ``agent_instance_id``. The node item keeps a short ``InstanceState``; the steady
+heartbeat's one update writes none of it and is guarded by "the stored instance starts with this
+one's fingerprint". Only a heartbeat from another instance (or a caller this Lambda instance has
+not seen) fails or skips that guard; it is judged after the read it already costs
+(``judge_instance``) and its one write records what changed. A restart changes the instance once;
+heartbeats that go back to the instance before within ``INSTANCE_WINDOW_INTERVALS`` heartbeat
+intervals come from two live agents, and the same write records when. No heartbeat costs an extra
+write, and a node with one agent stores 10 bytes for it.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from chalicelib.config.settings import Settings
@@ -36,40 +38,83 @@ T = TypeVar("T")
 #: Heartbeats that go back to the agent instance before within this many heartbeat intervals come
 #: from two agents; the flag shows for as long after the last such heartbeat.
 INSTANCE_WINDOW_INTERVALS = 3
+#: The node item keeps this much of an instance id (32 bits: two agents look alike once in 4e9).
+FINGERPRINT_CHARS = 8
+
+
+@dataclass(frozen=True)
+class InstanceState:
+    """What the node item keeps of its agent processes, as one short string: the current one's
+    fingerprint, and after a change the one before, when (whole seconds) and when heartbeats last
+    went back to that one within the window."""
+
+    current: str
+    previous: str | None = None
+    switched_at: int | None = None
+    flagged_at: int | None = None
+
+    def stored(self) -> str:
+        if self.previous is None:
+            return self.current
+        flagged = "" if self.flagged_at is None else f".{self.flagged_at}"
+        return f"{self.current}.{self.previous}.{self.switched_at}{flagged}"
+
+    @staticmethod
+    def of(stored: str | None) -> InstanceState | None:
+        if not stored:
+            return None
+        parts = stored.split(".")
+        times = [int(part) for part in parts[2:4] if part.isdigit()]
+        return InstanceState(
+            parts[0],
+            parts[1] if len(parts) > 1 else None,
+            times[0] if times else None,
+            times[1] if len(times) > 1 else None,
+        )
+
+
+def fingerprint(instance_id: str | None) -> str | None:
+    return None if instance_id is None else instance_id[:FINGERPRINT_CHARS]
 
 
 def instance_window_seconds(settings: Settings) -> float:
     return float(INSTANCE_WINDOW_INTERVALS * settings.heartbeat_interval_seconds)
 
 
+def _recent(at: int | None, window: float, now: float) -> bool:
+    return at is not None and now - at <= window
+
+
 def judge_instance(beat: Heartbeat, node: Node, settings: Settings, now: float) -> Heartbeat:
-    """``beat`` as written over ``node`` (just read): guarded by the stored instance, and, when the
-    instance changed, with the one before, the time, and the flag's time when it went back to the
-    instance before within the window."""
-    new, old = beat.agent_instance_id, node.agent_instance_id
+    """``beat`` as written over ``node`` (just read), with what ``node.agent_instance`` becomes.
+    The same instance keeps it (cleared to its fingerprint once the window passed); another
+    records the change; going back to the one before within the window sets the flag's time."""
+    new = beat.instance_fingerprint
     if new is None:  # an agent older than the field (or its first heartbeat): nothing to judge
-        return replace(beat, instance_guard=None)
-    if old is None or old == new:
-        return replace(beat, instance_guard=new)
-    went_back = (
-        node.agent_instance_previous == new
-        and node.agent_instance_switched_at is not None
-        and now - node.agent_instance_switched_at <= instance_window_seconds(settings)
-    )
-    return replace(
-        beat,
-        instance_guard=old,
-        agent_instance_previous=old,
-        agent_instance_switched_at=now,
-        duplicate_instance_at=now if went_back else None,
-    )
+        return beat
+    window, state = instance_window_seconds(settings), InstanceState.of(node.agent_instance)
+    if state is None or state.current == new:
+        settled = state is None or not (
+            _recent(state.switched_at, window, now) or _recent(state.flagged_at, window, now)
+        )
+        kept = InstanceState(new) if settled or state is None else state
+        return _judged(beat, kept)
+    went_back = state.previous == new and _recent(state.switched_at, window, now)
+    flagged = int(now) if went_back else (state.flagged_at if _recent(state.flagged_at, window, now) else None)
+    return _judged(beat, InstanceState(new, state.current, int(now), flagged))
+
+
+def _judged(beat: Heartbeat, state: InstanceState) -> Heartbeat:
+    """Written after a read: no fingerprint guard (the read decided), the state set."""
+    return replace(beat, instance_fingerprint=None, agent_instance=state.stored())
 
 
 def duplicate_instances_at(node: Node, settings: Settings, now: float) -> float | None:
     """When the node's heartbeats last went back to an earlier agent instance, while that is within
     the window; None otherwise."""
-    at = node.duplicate_instance_at
-    return at if at is not None and now - at <= instance_window_seconds(settings) else None
+    state = InstanceState.of(node.agent_instance)
+    flagged = None if state is None else state.flagged_at
+    return float(flagged) if flagged is not None and _recent(flagged, instance_window_seconds(settings), now) else None
 
 
 def gpu_uuids(inventory: dict[str, Any] | None) -> list[str]:

@@ -110,8 +110,7 @@ def heartbeat(
         protocol_version=request.protocol_version,
         slots=request.slots,
         # the same agent process as the stored one (another: judged after a read, in _recorded)
-        agent_instance_id=request.agent_instance_id,
-        instance_guard=request.agent_instance_id,
+        instance_fingerprint=duplicate_identity.fingerprint(request.agent_instance_id),
         **channel_fields,
     )
     holder = Holder(caller.node_id, caller.credential_sha256)

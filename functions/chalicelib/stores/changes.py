@@ -89,13 +89,8 @@ def heartbeat(heartbeat: Heartbeat, now: float) -> Changes:
         values.update(channel_state=heartbeat.channel_state, channel_reason=heartbeat.channel_reason)
     if heartbeat.channel_ticket_sha256 is not None:  # a ticket minted for this answer replaces the last one
         values.update(ticket(heartbeat.channel_ticket_sha256, heartbeat.channel_ticket_expires_at or now))
-    if heartbeat.agent_instance_id is not None:  # the reporting agent process (same update)
-        values["agent_instance_id"] = heartbeat.agent_instance_id
-    if heartbeat.agent_instance_switched_at is not None:  # it changed: what from, and when
-        values["agent_instance_previous"] = heartbeat.agent_instance_previous
-        values["agent_instance_switched_at"] = round(heartbeat.agent_instance_switched_at, 3)
-    if heartbeat.duplicate_instance_at is not None:
-        values["duplicate_instance_at"] = round(heartbeat.duplicate_instance_at, 3)
+    if heartbeat.agent_instance is not None:  # judged after a read (same update; the steady one sets nothing)
+        values["agent_instance"] = heartbeat.agent_instance
     return values
 
 

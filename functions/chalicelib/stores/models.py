@@ -188,12 +188,9 @@ class NodeModel(Model):
     #: requires sb < sq, and adds 1 to sb; each transaction that ends a lease takes 1 away
     slots_schedulable = NumberAttribute(null=True, attr_name="sq")
     slots_busy = NumberAttribute(null=True, attr_name="sb")
-    #: the agent process behind the heartbeats (records.Node), the one before it, when it changed,
-    #: and when heartbeats last went back to that one within the window (two agents, one identity)
-    agent_instance_id = UnicodeAttribute(null=True, attr_name="ai")
-    agent_instance_previous = UnicodeAttribute(null=True, attr_name="ap")
-    agent_instance_switched_at = NumberAttribute(null=True, attr_name="aw")
-    duplicate_instance_at = NumberAttribute(null=True, attr_name="di")
+    #: the agent process behind the heartbeats (records.Node.agent_instance): 10 bytes with its
+    #: name while one agent runs (the 1 KB a heartbeat rewrites, docs/DISPATCH.md "Item size")
+    agent_instance = UnicodeAttribute(null=True, attr_name="ai")
     by_liveness = LivenessIndex()
     by_channel = ConnectionIndex()
 

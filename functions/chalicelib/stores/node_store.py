@@ -133,11 +133,11 @@ def online_node_item(node_id: str, last_heartbeat_at: float, created_at: float, 
     return item
 
 
-def _with_instance_guard(condition: Any, expected: str | None) -> Any:
-    """``condition``, and the stored agent instance is ``expected`` or none (None: any)."""
-    if expected is None:
+def _with_instance_guard(condition: Any, fingerprint: str | None) -> Any:
+    """``condition``, and the stored agent instance starts with ``fingerprint`` (None: any)."""
+    if fingerprint is None:
         return condition
-    return condition & ((NodeModel.agent_instance_id == expected) | NodeModel.agent_instance_id.does_not_exist())
+    return condition & NodeModel.agent_instance.startswith(fingerprint)
 
 
 def heartbeat_after(cutoff: float) -> Any:
@@ -236,7 +236,7 @@ class DynamoNodeStore:
                     # an online node stays online: no transition, nothing to log
                     & (NodeModel.liveness == "online"),
                     # the same agent process as the last heartbeat's (another: the service judges it)
-                    heartbeat.instance_guard,
+                    heartbeat.instance_fingerprint,
                 ),
             )
         except UpdateError as error:
