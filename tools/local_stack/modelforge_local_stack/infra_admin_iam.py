@@ -33,7 +33,7 @@ POLICIES_DIR = REPO_ROOT / "infra" / "policies"
 #: role -> (the managed policy's logical id, what it may do, the methods it may call)
 ROLES: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "read-only": ("AdminReadOnlyPolicy", "read the admin API (GET routes)", ("GET",)),
-    "operator": ("AdminOperatorPolicy", "call every admin route", ("GET", "POST")),
+    "operator": ("AdminOperatorPolicy", "call every admin route", ("GET", "POST", "DELETE")),
 }
 
 PARAMETERS: dict[str, dict[str, Any]] = {
