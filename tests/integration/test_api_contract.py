@@ -42,7 +42,7 @@ def test_the_document_refuses_query_parameters_like_every_operation(cp: ControlP
 
 
 @pytest.mark.parametrize("method", ["GET", "POST", "PUT", "DELETE", "OPTIONS"])
-@pytest.mark.parametrize("path", ["/", "/api/v2/nodes", "/api/v1/admin/nodes/x/y/z", "/api/v1/nothing-here"])
+@pytest.mark.parametrize("path", ["/index.html", "/api/v2/nodes", "/api/v1/admin/nodes/x/y/z", "/api/v1/nothing-here"])
 def test_an_unknown_path_is_404_not_found_whatever_the_method(cp: ControlPlane, method: str, path: str) -> None:
     _error(cp.request(method, path, headers={"Authorization": "Bearer mfn.secret"}), 404, "not_found")
 
