@@ -369,7 +369,9 @@ SUBMIT_WORK = Operation(
     },
     refusals={400: ("invalid_input",), 409: ("idempotency_key_reused",)},
     description=f"The body may be up to {work_protocol.MAX_SUBMIT_BODY_BYTES} bytes (every other operation: "
-    f'{schemas.MAX_BODY_BYTES}). `ocr` takes `{{"image_base64": <PNG or JPEG>}}`; `diagnostic.echo` any object; '
+    f'{schemas.MAX_BODY_BYTES}). `ocr` takes `{{"image_base64": <PNG or JPEG>, "detect_rotation"?: true|false}}` '
+    "(`detect_rotation`, default false: turn upside-down lines before reading; for pages with turned lines only); "
+    "`diagnostic.echo` any object; "
     f'`diagnostic.sleep` `{{"seconds": 0-{work_protocol.MAX_SLEEP_SECONDS}}}`.',
 )
 
