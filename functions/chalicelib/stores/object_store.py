@@ -47,21 +47,14 @@ class S3ObjectStore:
         )
 
     def copy(self, source_key: str, key: str) -> bool:
-        try:
-            self._s3.copy_object(Bucket=self._bucket, Key=key, CopySource={"Bucket": self._bucket, "Key": source_key})
-        except ClientError as error:
-            if error.response.get("Error", {}).get("Code") in _MISSING:
-                return False
-            raise
-        return True
+        source = {"Bucket": self._bucket, "Key": source_key}
+        copied = _unless_missing(lambda: self._s3.copy_object(Bucket=self._bucket, Key=key, CopySource=source))
+        return copied is not None
 
     def read(self, key: str, max_bytes: int) -> bytes | int | None:
-        try:
-            found = self._s3.get_object(Bucket=self._bucket, Key=key)
-        except ClientError as error:
-            if error.response.get("Error", {}).get("Code") in _MISSING:
-                return None
-            raise
+        found = _unless_missing(lambda: self._s3.get_object(Bucket=self._bucket, Key=key))
+        if found is None:
+            return None
         body = found["Body"]
         try:
             size = int(found["ContentLength"])
@@ -70,12 +63,9 @@ class S3ObjectStore:
             body.close()
 
     def digest(self, key: str, max_bytes: int) -> tuple[str | None, int] | None:
-        try:
-            head = self._s3.head_object(Bucket=self._bucket, Key=key)
-        except ClientError as error:
-            if error.response.get("Error", {}).get("Code") in _MISSING:
-                return None
-            raise
+        head = _unless_missing(lambda: self._s3.head_object(Bucket=self._bucket, Key=key))
+        if head is None:
+            return None
         size = int(head["ContentLength"])
         if size > max_bytes:
             return None, size
@@ -90,3 +80,13 @@ class S3ObjectStore:
         finally:
             body.close()
         return digest.hexdigest(), read
+
+
+def _unless_missing(call: Callable[[], Any]) -> Any:
+    """``call()``'s answer, or None when S3 says there is no such object (or no copy source)."""
+    try:
+        return call()
+    except ClientError as error:
+        if error.response.get("Error", {}).get("Code") in _MISSING:
+            return None
+        raise
