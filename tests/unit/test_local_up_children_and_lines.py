@@ -5,6 +5,7 @@ the console and the admin CLI are."""
 from __future__ import annotations
 
 import logging
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -110,3 +111,19 @@ def test_the_where_line_names_the_console_and_the_cli_in_the_venv_with_its_url_a
         "console at http://127.0.0.1:8000/console/; admin CLI: .venv/bin/modelforge nodes list "
         "(or source .venv/bin/activate, then modelforge)"
     )
+
+
+def test_running_in_finds_an_agent_whose_state_folder_is_relative_to_its_working_directory(tmp_path: Path) -> None:
+    (tmp_path / "agent-state").mkdir()
+    other = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)", "-m", "modelforge_node_agent.main"],
+        env={"MODELFORGE_AGENT_STATE_VOLUME": "agent-state"},
+        cwd=tmp_path,
+    )
+    try:
+        assert children.running_in(tmp_path / "agent-state", children.AGENT) == [other.pid]
+        assert children.running_in(tmp_path / "agent-state", children.WORKER) == []  # another module
+        assert children.running_in(tmp_path / "elsewhere", children.AGENT) == []
+    finally:
+        other.kill()
+        other.wait()

@@ -3,7 +3,8 @@ each works in, held by one local up at a time; a child left running there, found
 each child started with its own settings only, dying with local up.
 
 - **One local up per folder.** Each child's folder gets the lock file a data dir has
-  (``persistence.DataDirLock``: ``flock``, our pid in it), held while local up runs. A second
+  (``persistence.DataDirLock``: ``flock``, our pid in it; not a data dir's rules), held while
+  local up runs. A second
   local up on the folder is refused before it starts anything, naming the first one's pid.
 - **Leftovers are named.** A start looks in ``/proc`` for a worker or agent process (its command
   line names the module) whose settings point into the folder: one left by a local up that was
@@ -138,8 +139,11 @@ class ChildFolder:
     def claim(self) -> None:
         """Create the folder (0700) and lock it; ``FolderInUse`` when another local up holds it or
         a process left running uses it (then nothing is held)."""
+        self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        # the lock of a data dir, without a data dir's rules (its mode): the folder is the child's
+        os.close(os.open(self._lock.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600))
         try:
-            self._lock.acquire()
+            self._lock.acquire_existing()
         except DataDirInUse as error:
             who = f"pid {error.pid}" if error.pid else "a process that has not written its pid yet"
             raise FolderInUse(
@@ -151,6 +155,7 @@ class ChildFolder:
         if pids:
             self.release()
             raise FolderInUse(leftovers_message(self.folder, self.kind, pids))
+        self._lock.describe()
 
     def release(self) -> None:
         self._lock.release()

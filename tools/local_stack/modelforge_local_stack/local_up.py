@@ -381,7 +381,7 @@ def serve(
     from . import dev_agent
 
     worker_dir = worker_dir.resolve() if worker_dir is not None else None
-    agent_dir = cpu_agent_state.resolve() if cpu_agent_state is not None else None
+    agent_dir = cpu_agent_state  # as given: the paths the agent's messages name
     simulation = None
     if agent_dir is not None and simulated_gpus:
         agent_dir, simulation = dev_agent.simulation_files(agent_dir, simulated_gpus)
