@@ -58,3 +58,35 @@ def test_cli_output_streams_escape_everything_written_to_them(monkeypatch: pytes
     assert sys.stdout is out and sys.stderr is err  # put back
     assert out.getvalue() == "NAME\nbox \\x1b]0;pwned\\x07\\x1b[31m\n"
     assert err.getvalue() == "modelforge: \\x1b]0;pwned\\x07\\x1b[31m\n"
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_work_result_on_a_terminal_is_escaped_and_piped_it_is_the_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    import argparse
+
+    from modelforge_cli import work_cli
+
+    body = ('{"text":"' + PAINT + '"}\n').encode()
+    item = {"status": "succeeded", "result": {"url": "https://objects.example/r", "size": len(body), "sha256": "x"}}
+
+    class Api:
+        def get(self, path: str) -> dict[str, object]:
+            return item
+
+    monkeypatch.setattr(work_cli, "download", lambda url, size, sha256: body)
+    args = argparse.Namespace(work_id="work_" + "0" * 32, output=None)
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stdout", terminal)
+    with tables.printable_output():
+        assert work_cli.run_result(Api(), args) == 0  # type: ignore[arg-type]
+    assert terminal.getvalue() == '{"text":"\\x1b]0;pwned\\x07\\x1b[31m"}\n'
+
+    piped = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
+    monkeypatch.setattr(sys, "stdout", piped)
+    with tables.printable_output():
+        assert work_cli.run_result(Api(), args) == 0  # type: ignore[arg-type]
+    assert piped.buffer.getvalue() == body  # type: ignore[attr-defined]

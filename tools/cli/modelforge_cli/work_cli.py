@@ -310,8 +310,12 @@ def run_result(api: AdminApi, args: argparse.Namespace) -> int:
     if item.get("status") != "succeeded" or not isinstance(result, dict):
         raise CommandFailed(_no_result(item), EXIT_NO)
     data = download(str(result["url"]), int(result["size"]), str(result["sha256"]))
-    if args.output in (None, "-"):
-        sys.stdout.buffer.write(data)
+    if args.output in (None, "-") and sys.stdout.isatty():
+        # a node wrote these bytes: on a terminal, as text with its control characters escaped
+        sys.stdout.write(data.decode("utf-8", errors="replace"))
+        sys.stdout.flush()
+    elif args.output in (None, "-"):
+        sys.stdout.buffer.write(data)  # piped or redirected: the verified bytes, as they are
         sys.stdout.buffer.flush()
     else:
         _write(Path(args.output), data)
