@@ -106,7 +106,7 @@ def read_admin_token_file(path: Path) -> str:
 
 
 def write_admin_token_file(path: Path, token: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)  # a folder made for it: its owner's only
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     with os.fdopen(fd, "w") as file:
         file.write(token + "\n")

@@ -104,9 +104,16 @@ class DataDirLock:
             self._lock(os.open(self.path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW))
 
     def acquire(self, **details: Any) -> None:
-        """Create the folder (0700) and its lock file as needed, lock it, and write our pid."""
+        """Create the folder (0700) and its lock file as needed, lock it, and write our pid. A
+        folder that other users can enter is refused: it holds the control plane's state."""
         if self._fd is None:
             self.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            mode = self.data_dir.stat().st_mode & 0o777
+            if mode & 0o077:
+                raise SnapshotError(
+                    f"the data dir {self.data_dir} is open to other users (mode {mode:04o}) and holds the control "
+                    f"plane's state: run chmod 700 {self.data_dir}"
+                )
             self._lock(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600))
         self.describe(**details)
 
