@@ -5,6 +5,7 @@ on connections and bodies, and JSON errors for everything, http.server's own ref
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import stat
@@ -382,3 +383,23 @@ def test_the_error_shape_is_the_same_everywhere(served: Served) -> None:
     answer = served.client().request("POST", "/v1/run", json.dumps({"capability": "nope", "input": {}}).encode())
     assert error(answer) == (404, "unknown_capability", False)
     assert "echoish" in answer.body["error"]["message"]
+
+
+def test_an_answered_status_ask_is_logged_at_debug_and_a_job_at_info(served: Served) -> None:
+    """The agent asks for the status at every heartbeat: those lines would fill an idle log."""
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.DEBUG)
+    handler.emit = records.append  # type: ignore[method-assign]
+    logger = logging.getLogger("modelforge.worker.http")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    try:
+        assert served.client().status().status == 200
+        assert served.client().run("echoish", {"a": 1}).status == 200
+        wait_until(lambda: len(records) >= 2, 5, "both access lines")
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    levels = {record.path: record.levelname for record in records}  # type: ignore[attr-defined]
+    assert levels == {"/v1/status": "DEBUG", "/v1/run": "INFO"}

@@ -309,7 +309,10 @@ class Handler(BaseHTTPRequestHandler):
             fields["capability"] = self._capability
         if error is not None:
             fields["error"] = error
-        log.info(f"{self.command} {fields['path']} {status}", extra=fields)
+        # the agent asks for the status at every heartbeat: an answered ask is routine (debug), so
+        # an idle worker's log stays quiet; jobs, refusals and errors are info
+        routine = self.command == "GET" and fields["path"] == "/v1/status" and status == 200
+        log.log(logging.DEBUG if routine else logging.INFO, f"{self.command} {fields['path']} {status}", extra=fields)
 
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
         """What ``http.server`` refuses by itself (a malformed request line, headers too long, an
