@@ -259,6 +259,8 @@ def test_a_second_worker_on_the_same_socket_exits_3_and_leaves_the_first_alone(w
 
 
 def test_every_log_line_is_json(worker: Worker) -> None:
+    assert worker.client().run("diagnostic.echo", {}).status == 200  # a job's access line (a status ask's is debug)
+    wait_until(lambda: '"http_request"' in worker.output(), 10, "the job's access line")
     lines = [line for line in worker.output().splitlines() if line.strip()]
     records = [json.loads(line) for line in lines]  # rapidocr's own coloured lines would fail here
     events = {record.get("event") for record in records}
