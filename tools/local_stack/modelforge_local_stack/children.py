@@ -92,8 +92,9 @@ def _points_into(value: str, folder: Path, cwd: Path | None) -> bool:
     return path == folder or folder in path.parents
 
 
-def _settings(pid: str) -> Iterator[str]:
-    environ = _read(_PROC / pid / "environ") or b""
+def _settings(process: Path) -> Iterator[str]:
+    """The values of the ``MODELFORGE_*`` variables a process (its ``/proc`` entry) started with."""
+    environ = _read(process / "environ") or b""
     for entry in environ.split(b"\0"):
         name, _, value = entry.decode(errors="replace").partition("=")
         if name.startswith("MODELFORGE_") and value:
@@ -115,7 +116,7 @@ def running_in(folder: Path, kind: Kind, proc: Path = _PROC) -> list[int]:
             cwd: Path | None = Path(os.readlink(entry / "cwd"))
         except OSError:
             cwd = None
-        if any(_points_into(value, folder, cwd) for value in _settings(entry.name)):
+        if any(_points_into(value, folder, cwd) for value in _settings(entry)):
             found.append(int(entry.name))
     return sorted(found)
 
