@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tests.conftest import ADMIN_TOKEN
 from tests.support.polling import wait_until
-from tests.support.processes import local_up_command, run_to_exit, start_local_up
+from tests.support.processes import local_up_command, run_to_exit, start_local_up, wait_until_exec
 
 ENV = {"MODELFORGE_ADMIN_TOKEN": ADMIN_TOKEN}
 
@@ -58,6 +58,7 @@ def test_a_worker_left_running_in_the_folder_is_named_with_its_pid_and_how_to_st
         env={"MODELFORGE_WORKER_LISTEN": f"unix://{folder}/worker.sock"},
     )
     try:
+        wait_until_exec(leftover.pid)
         done = run_to_exit(local_up_command("--with-worker", str(folder)), ENV, timeout=120)
     finally:
         leftover.kill()

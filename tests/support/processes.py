@@ -191,3 +191,9 @@ def run_to_exit(
     ``base_env`` (this process's by default) with ``env`` on top."""
     full_env = {**(os.environ if base_env is None else base_env), **(env or {})}
     return subprocess.run(command, env=full_env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
+def wait_until_exec(pid: int, timeout: float = 10) -> None:
+    """Until ``/proc/<pid>/cmdline`` shows the new program: ``Popen`` returns once the exec has
+    begun, a moment before the kernel has set the new command line and environment up."""
+    wait_until(lambda: Path(f"/proc/{pid}/cmdline").read_bytes(), timeout, f"pid {pid} to run its program")

@@ -14,6 +14,8 @@ import pytest
 from modelforge_local_stack.dev_agent import AGENT_EXITS, explain_exit
 from modelforge_node_agent import exit_codes
 
+from tests.support.processes import wait_until_exec
+
 API = "http://127.0.0.1:8001"
 
 
@@ -74,6 +76,7 @@ def test_the_move_is_never_offered_while_another_agent_process_runs_on_the_state
         env={"MODELFORGE_AGENT_STATE_VOLUME": str(state)},
     )
     try:
+        wait_until_exec(other.pid)
         explained = explain_exit(exit_codes.IDENTITY_REFUSED, state, API, None)
     finally:
         other.kill()

@@ -14,6 +14,8 @@ import pytest
 from modelforge_local_stack import children, terminal_lines
 from modelforge_protocol.child_processes import inherited
 
+from tests.support.processes import wait_until_exec
+
 PARENT = {
     "PATH": "/usr/bin",
     "HOME": "/home/dev",
@@ -121,6 +123,7 @@ def test_running_in_finds_an_agent_whose_state_folder_is_relative_to_its_working
         cwd=tmp_path,
     )
     try:
+        wait_until_exec(other.pid)
         assert children.running_in(tmp_path / "agent-state", children.AGENT) == [other.pid]
         assert children.running_in(tmp_path / "agent-state", children.WORKER) == []  # another module
         assert children.running_in(tmp_path / "elsewhere", children.AGENT) == []
