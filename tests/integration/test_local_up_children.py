@@ -27,6 +27,15 @@ def _gone(pid: int) -> bool:
     return state in ("Z", "X")
 
 
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (the worker's slot processes, below the worker)."""
+    found = []
+    for children in Path(f"/proc/{pid}/task").glob("*/children"):
+        for child in map(int, children.read_text().split()):
+            found += [child, *_descendants(child)]
+    return found
+
+
 def _environ(pid: int) -> dict[str, str]:
     entries = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     return dict(entry.decode().split("=", 1) for entry in entries if b"=" in entry)
@@ -37,7 +46,9 @@ def test_local_ups_worker_and_agent_get_no_admin_token_and_die_when_it_is_killed
     with start_local_up(tmp_path / "run.log", *args, env=ENV) as running:
         worker = int(running.wait_for(r"runtime worker started \(pid (\d+)", timeout=90).group(1))
         agent = int(running.wait_for(r"CPU node agent started \(pid (\d+)", timeout=60).group(1))
-        for pid in (worker, agent):
+        running.wait_for(r"agent: runtime worker ok", timeout=90)  # the worker's slots have started
+        assert _descendants(worker), "the worker's slot process should be running"
+        for pid in (worker, agent, *_descendants(worker)):
             environ = _environ(pid)
             assert "MODELFORGE_ADMIN_TOKEN" not in environ and ADMIN_TOKEN not in str(environ), sorted(environ)
             assert not [name for name in environ if name.startswith("AWS_")], sorted(environ)
@@ -45,7 +56,10 @@ def test_local_ups_worker_and_agent_get_no_admin_token_and_die_when_it_is_killed
         assert _environ(agent)["MODELFORGE_AGENT_STATE_VOLUME"] == str((tmp_path / "agent-state").resolve())
         running.process.send_signal(signal.SIGKILL)
         running.process.wait(timeout=10)
-        wait_until(lambda: _gone(worker) and _gone(agent), 10, "the worker and the agent to die with local up")
+        slots = _descendants(worker)
+        wait_until(
+            lambda: all(_gone(pid) for pid in (worker, agent, *slots)), 10, "the worker, its slots and the agent to die"
+        )
 
 
 def test_a_worker_left_running_in_the_folder_is_named_with_its_pid_and_how_to_stop_it(tmp_path: Path) -> None:
