@@ -38,6 +38,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from modelforge_protocol.child_processes import PROCESS_ENVIRONMENT
 from modelforge_protocol.work import MAX_WORKER_SLOTS
 
 from .capabilities import Capability
@@ -64,22 +65,10 @@ KILL_GRACE_SECONDS = 1.0
 READY_SECONDS = 300.0
 #: How often a waiting job looks at its abort switch.
 POLL_SECONDS = 0.05
-#: What a slot's process keeps of the worker's environment: what finds the interpreter, its packages
-#: and the CUDA libraries, the locale, a home and a temporary folder. Nothing else.
-SLOT_ENVIRONMENT = (
-    "PATH",
-    "HOME",
-    "LANG",
-    "LC_ALL",
-    "LC_CTYPE",
-    "TZ",
-    "TMPDIR",
-    "PYTHONHOME",
-    "PYTHONPATH",
-    "LD_LIBRARY_PATH",
-    "CUDA_CACHE_PATH",
-    "CUDA_MODULE_LOADING",
-)
+#: What a slot's process keeps of the worker's environment: what every child process keeps (what
+#: finds the interpreter, its packages and the CUDA libraries, the locale, a home and a temporary
+#: folder) and CUDA's own cache and loading settings. Nothing else.
+SLOT_ENVIRONMENT = (*PROCESS_ENVIRONMENT, "CUDA_CACHE_PATH", "CUDA_MODULE_LOADING")
 CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
 #: What the pool's slots also keep, to see the GPUs the worker sees, as they always have.
 _POOL_ENVIRONMENT = (CUDA_VISIBLE_DEVICES, "CUDA_DEVICE_ORDER")
