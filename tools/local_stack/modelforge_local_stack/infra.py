@@ -238,6 +238,7 @@ TABLE_ACTIONS = {
         "dynamodb:Query",
         "dynamodb:PutItem",
         "dynamodb:UpdateItem",
+        "dynamodb:DeleteItem",  # node retention: a node offline too long is removed
         "dynamodb:ConditionCheckItem",
     ],
     # the push channel's handlers: $connect reads the node and records the connection (one
@@ -289,11 +290,12 @@ def _roles(functions: dict[str, str], channel_stage: str | None) -> dict[str, An
     }
     stream = {"Effect": "Allow", "Action": STREAM_ACTIONS, "Resource": {"Fn::GetAtt": ["OutboxTable", "StreamArn"]}}
     put_events = {"Effect": "Allow", "Action": ["s3:PutObject"], "Resource": {"Fn::Sub": _STATE_LOG_OBJECTS}}
-    # wake and cancel are posted to (and a revoked node's connection deleted from) the channel
+    # wake and cancel are posted to (and a revoked or removed node's connection deleted from) the channel
     channel = [infra_channel.manage_connections(channel_stage)] if channel_stage is not None else []
     statements = {
         "APIHandler": [*tables("APIHandler"), work_objects, *channel],
-        "LivenessSweep": tables("LivenessSweep"),
+        # node retention closes a removed node's channel connection
+        "LivenessSweep": [*tables("LivenessSweep"), *channel],
         "StateLog": [stream, put_events],
     }
     names = {"APIHandler": "modelforge-api", "LivenessSweep": "modelforge-sweep", "StateLog": "modelforge-state-log"}
