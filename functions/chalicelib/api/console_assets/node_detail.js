@@ -5,7 +5,7 @@ import * as api from "./api.js";
 import { confirmAction, openModal } from "./dialogs.js";
 import { fill, h } from "./dom.js";
 import { gpuHealth } from "./gpu_health.js";
-import { bytes, channelText, slotsText, yesNo } from "./format.js";
+import { bytes, channelText, slotsText, timeElement, timeText, yesNo } from "./format.js";
 import { renderReadiness, verdictLine } from "./readiness.js";
 
 function facts(pairs) {
@@ -14,13 +14,13 @@ function facts(pairs) {
 
 function summary(node) {
   const credential = node.credential.revoked_at
-    ? `${node.credential.state} (revoked at ${node.credential.revoked_at})`
-    : `${node.credential.state} (issued at ${node.credential.issued_at})`;
+    ? `${node.credential.state} (revoked at ${timeText(node.credential.revoked_at)})`
+    : `${node.credential.state} (issued at ${timeText(node.credential.issued_at)})`;
   return facts([
     ["Node ID", node.node_id],
     ["Hostname", node.hostname],
     ["Status", node.status],
-    ["Last heartbeat", node.last_heartbeat_at || "never"],
+    ["Last heartbeat", timeElement(node.last_heartbeat_at)],
     ["Accelerator mode", node.accelerator_mode],
     ["Production eligible", yesNo(node.production_eligible)],
     ["Agent version", node.agent_version],
@@ -33,7 +33,7 @@ function summary(node) {
     ["Drained", node.drained ? "yes: it takes no new work" : "no"],
     ["Simulated", node.simulated ? "yes: its GPUs come from an NVML simulation, not hardware" : "no"],
     ["Enrollment", node.enrollment_id],
-    ["Enrolled at", node.created_at],
+    ["Enrolled at", timeElement(node.created_at)],
   ]);
 }
 
@@ -41,7 +41,7 @@ function duplicateText(node) {
   const parts = [];
   if (node.duplicate_suspected.length) parts.push(`suspected: ${node.duplicate_suspected.join(", ")}`);
   if (node.duplicate_agent_instances_at) {
-    parts.push(`two agents heartbeat with this identity (last ${node.duplicate_agent_instances_at}): stop the extra agent`);
+    parts.push(`two agents heartbeat with this identity (last ${timeText(node.duplicate_agent_instances_at)}): stop the extra agent`);
   }
   return parts.length ? parts.join("; ") : "none";
 }
@@ -55,7 +55,7 @@ function inventory(node) {
       ["CPU", inv.cpu ? `${inv.cpu.model}, ${inv.cpu.logical_cores} logical cores` : "–"],
       ["Memory", bytes(inv.memory_total_bytes)],
       ["Capabilities", (inv.capabilities || []).join(", ") || "none"],
-      ["Reported at", inv.updated_at],
+      ["Reported at", timeElement(inv.updated_at)],
     ]),
     gpus.length === 0
       ? h("p", {}, "No GPUs.")
