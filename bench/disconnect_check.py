@@ -430,7 +430,8 @@ def _start_control_plane(
     admin_token = secrets.token_urlsafe(32)
     control_plane = start_child(
         "control plane",
-        [sys.executable, "-m", "modelforge_cli.cli", "local", "up", "--host", LOOPBACK, "--port", "0"],
+        # --verbose: the access lines this check reads are routine lines, kept at debug otherwise
+        [sys.executable, "-m", "modelforge_cli.cli", "local", "up", "--host", LOOPBACK, "--port", "0", "--verbose"],
         child_environment(
             {
                 "MODELFORGE_ADMIN_TOKEN": admin_token,

@@ -103,6 +103,10 @@ def _size(folder: Path) -> tuple[int, int]:
     return total, files
 
 
+#: Where the checkout defines local up's options (an older checkout has no --verbose).
+LOCAL_UP_SOURCE = Path("tools/local_stack/modelforge_local_stack/local_up.py")
+
+
 def _environment(checkout: Path, admin_token: str) -> dict[str, str]:
     return child_environment(
         {
@@ -175,6 +179,9 @@ def _run(minutes: float, checkout: Path, scratch: Path, echo: Callable[[str], No
         "--with-cpu-agent",
         str(agent_state),
     ]
+    if "--verbose" in (checkout / LOCAL_UP_SOURCE).read_text():
+        # the heartbeats are counted from access lines, routine lines kept at debug since issue 21
+        args.append("--verbose")
     echo(f"checkout: {checkout}")
     echo(f"traffic: {minutes:g} min of one CPU agent heartbeating (15 s), the sweep (60 s) and the state log")
 
