@@ -793,7 +793,7 @@ def test_revoke_endpoint_non_empty_body_is_refused_400_invalid_request(
         ("PUT", "/api/v1/agent/heartbeat"),
         ("GET", "/api/v1/agent/inventory"),
         ("POST", "/api/v1/admin/nodes"),
-        ("DELETE", "/api/v1/admin/nodes/{node_id}"),
+        ("PUT", "/api/v1/admin/nodes/{node_id}"),
         ("GET", "/api/v1/admin/nodes/{node_id}/revoke-credential"),
     ],
 )
