@@ -5,8 +5,10 @@ from __future__ import annotations
 import base64
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import requests
 
@@ -157,13 +159,20 @@ def test_result_waits_for_success_then_downloads_and_verifies(remote: ControlPla
     assert done.returncode == 0 and done.stdout == "" and "verified" in done.stderr
     assert target.read_bytes() == body
 
-    # the object changes behind the API's back: the download is refused and nothing is written
+    # the upload URL is still valid, but complete sealed a copy that no upload URL reaches: a new
+    # upload changes nothing the CLI downloads
     assert requests.put(claimed["result_upload_url"], data=body.upper(), timeout=30).status_code == 200
+    assert subprocess_bytes(remote, "work", "result", item["work_id"]) == body
+
+    # the sealed copy itself changes behind the API's back (the local emulator takes any local
+    # process's made-up credentials, docs/SECURITY.md): the download is refused, nothing is written
+    sealed = _sealed_object(remote.work(item["work_id"])["result"]["url"])
+    sealed(body.upper())
     tampered = modelforge(remote, "work", "result", item["work_id"], "-o", str(tmp_path / "out" / "tampered.json"))
     assert tampered.returncode == 2 and "does not match the SHA-256" in tampered.stderr
     assert sorted(path.name for path in target.parent.iterdir()) == ["result.json"]
     assert "X-Amz-" not in tampered.stderr and "Signature" not in tampered.stderr  # the URL is a secret
-    assert requests.put(claimed["result_upload_url"], data=body + b" ", timeout=30).status_code == 200
+    sealed(body + b" ")
     longer = modelforge(remote, "work", "result", item["work_id"])
     assert longer.returncode == 2 and "larger than" in longer.stderr and longer.stdout == ""
 
@@ -182,6 +191,26 @@ def test_result_of_dead_work_names_the_last_reason(remote: ControlPlane, tmp_pat
     show = modelforge(remote, "work", "show", item["work_id"])
     assert re.search(r"^ATTEMPT\s+EPOCH\s+NODE\s+RETRYABLE\s+AT\s+REASON$", show.stdout, re.M)
     assert "cli test failure" in show.stdout
+
+
+def _sealed_object(url: str) -> Callable[[bytes], None]:
+    """Replaces the object a result URL serves, straight in the local emulator (not through the API)."""
+    import boto3
+
+    where = urlsplit(url)
+    bucket, key = where.path.lstrip("/").split("/", 1)
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=f"{where.scheme}://{where.netloc}",
+        region_name="us-east-1",
+        aws_access_key_id="local",
+        aws_secret_access_key="local",
+    )
+
+    def replace(data: bytes) -> None:
+        s3.put_object(Bucket=bucket, Key=key, Body=data)
+
+    return replace
 
 
 def subprocess_bytes(cp: ControlPlane, *args: str) -> bytes:
