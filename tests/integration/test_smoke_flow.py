@@ -21,7 +21,8 @@ def test_enroll_heartbeat_and_read_node_shows_it_online_with_inventory(cp: Contr
         "status": "online",
         "heartbeat_interval_seconds": 15,
         "work_waiting": False,
-        "features": ["node_fault", "slots", "gpu_health", "agent_instance", "push_channel"],  # the local stack serves the push channel
+        # the local stack serves the push channel
+        "features": ["node_fault", "slots", "gpu_health", "agent_instance", "push_channel"],
     }
     node = cp.node(identity.node_id)
     assert node["status"] == "online"

@@ -206,7 +206,8 @@ def test_heartbeat_answer_advertises_push_channel_and_carries_a_ticket_when_aske
     agent = Agent()
     stores.nodes.seed(node_record(agent, last_heartbeat_at=time.time() - 5))
     status, answer = _heartbeat(agent, push_channel={"state": "connecting", "need_ticket": True})
-    assert status == 200 and answer["features"] == ["node_fault", "slots", "gpu_health", "agent_instance", "push_channel"]
+    assert status == 200
+    assert answer["features"] == ["node_fault", "slots", "gpu_health", "agent_instance", "push_channel"]
     block = answer["channel"]
     assert block["url"] == "wss://channel.example.com/live" and block["expires_at"].endswith("Z")
     assert credentials.sha256_hex(block["ticket"]) == stores.nodes.records[agent.node_id].channel_ticket_sha256
