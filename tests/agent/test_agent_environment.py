@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import trustme
@@ -128,7 +129,10 @@ def test_environment_proxies_are_never_used(
         _heartbeat(config)
         _open_channel(config, channel_plane)
         assert len(plane.seen) == 1
-    assert proxy.requests == []
+    # none of the agent's connections went through it (other programs on the machine may read the
+    # variables meanwhile: a CI run once saw a stray CONNECT to a telemetry host)
+    ours = (urlsplit(plane.url).netloc, urlsplit(channel_plane.url).netloc)
+    assert [request.line for request in proxy.requests if request.line.split(" ")[1] in ours] == []
 
 
 def test_the_configured_proxy_carries_the_control_plane_and_the_channel(
