@@ -129,9 +129,9 @@ def test_environment_proxies_are_never_used(
         _heartbeat(config)
         _open_channel(config, channel_plane)
         assert len(plane.seen) == 1
+        ours = (urlsplit(plane.url).netloc, urlsplit(channel_plane.url).netloc)
     # none of the agent's connections went through it (other programs on the machine may read the
     # variables meanwhile: a CI run once saw a stray CONNECT to a telemetry host)
-    ours = (urlsplit(plane.url).netloc, urlsplit(channel_plane.url).netloc)
     assert [request.line for request in proxy.requests if request.line.split(" ")[1] in ours] == []
 
 
