@@ -271,7 +271,10 @@ def test_client_resets_log_one_json_line_each_and_no_traceback(split_local_up: R
         sock.sendall(HEALTH)  # one full exchange: the server's thread now waits for the next request
         sock.settimeout(10)
         assert sock.recv(65536).startswith(b"HTTP/1.1 200")
-        sock.sendall(b"POST /api/v1/admin/node-enrollments HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n{")
+        # an admin's request (a caller without the token is refused before its body is read): the
+        # server is reading its body when the client resets
+        head = b"POST /api/v1/admin/node-enrollments HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n"
+        sock.sendall(head + b"X-ModelForge-Admin-Token: " + ADMIN_TOKEN.encode() + b"\r\n\r\n{")
         raw_http.reset(sock)
     wait_until(
         lambda: sum('"connection_error"' in line for line in split_local_up.stderr_lines()) >= resets,
