@@ -68,8 +68,8 @@ def api_log() -> Iterator[logging.Logger]:
     root.setLevel(level)
 
 
-def _kept(logger: logging.Logger, event: str, level: int = logging.INFO) -> logging.LogRecord | None:
-    record = logger.makeRecord(logger.name, level, __file__, 1, "line", (), None, extra={"event": event})
+def _kept(logger: logging.Logger, event: str, level: int = logging.INFO, **fields: object) -> logging.LogRecord | None:
+    record = logger.makeRecord(logger.name, level, __file__, 1, "line", (), None, extra={"event": event, **fields})
     return record if logger.filter(record) else None
 
 
@@ -80,6 +80,11 @@ def test_routine_lines_are_debug_unless_verbose_or_debug_is_on(api_log: logging.
         assert _kept(api_log, event) is None
     assert _kept(logging.getLogger("modelforge.local.http"), "connection_timeout") is None
     assert _kept(api_log, "channel_connected") is not None  # anything else as it is
+    # a sweep that changed nothing is routine; one that moved a node or a lease is not
+    idle = {"transitioned": 0, "leases_expired": 0, "leases_released": 0, "nodes_removed": 0, "held": False}
+    assert _kept(api_log, "sweep_finished", **idle) is None
+    for change in ("transitioned", "leases_expired", "leases_released", "nodes_removed", "held"):
+        assert _kept(api_log, "sweep_finished", **{**idle, change: 1}) is not None
     assert _kept(api_log, "http_request", logging.WARNING) is not None
     logging.getLogger("modelforge").setLevel(logging.DEBUG)  # MODELFORGE_LOG_LEVEL=DEBUG
     shown = _kept(api_log, "http_request")

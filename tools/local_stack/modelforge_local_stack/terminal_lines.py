@@ -22,6 +22,10 @@ from pathlib import Path
 #: The ``event`` of each routine line (the access log, the state log's shipping, the server's idle
 #: connections).
 ROUTINE_EVENTS = frozenset({"http_request", "state_log_shipped", "connection_timeout"})
+#: A sweep's line is routine when the sweep changed nothing (its report's counts of what it did,
+#: functions/chalicelib/services/sweep.py SweepReport): an idle stack sweeps every minute.
+SWEEP_EVENT = "sweep_finished"
+SWEEP_CHANGES = ("transitioned", "leases_expired", "leases_released", "nodes_removed", "held")
 #: The loggers that write them (a logger's filter sees only its own records).
 ROUTINE_LOGGERS = ("modelforge.api", "modelforge.local.http")
 #: The admin CLI's API URL when MODELFORGE_API_URL is unset (modelforge_cli.admin_api).
@@ -33,10 +37,17 @@ class RoutineAtDebug(logging.Filter):
     logger is enabled for debug."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno != logging.INFO or getattr(record, "event", None) not in ROUTINE_EVENTS:
+        if record.levelno != logging.INFO or not _routine(record):
             return True
         record.levelno, record.levelname = logging.DEBUG, "DEBUG"
         return logging.getLogger("modelforge").isEnabledFor(logging.DEBUG)
+
+
+def _routine(record: logging.LogRecord) -> bool:
+    event = getattr(record, "event", None)
+    if event == SWEEP_EVENT:
+        return not any(getattr(record, name, 0) for name in SWEEP_CHANGES)
+    return event in ROUTINE_EVENTS
 
 
 _FILTER = RoutineAtDebug()
