@@ -106,7 +106,8 @@ def test_the_where_line_names_the_console_and_the_cli_in_the_venv_with_its_url_a
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PATH", "/nonexistent")
     monkeypatch.delenv("MODELFORGE_API_URL", raising=False)
-    monkeypatch.delenv("MODELFORGE_ADMIN_TOKEN", raising=False)
+    # local up puts the file's token into its own environment: the line still names the file
+    monkeypatch.setenv("MODELFORGE_ADMIN_TOKEN", "from-the-file")
     line = terminal_lines.where_line("http://127.0.0.1:8001", tmp_path / ".modelforge" / "admin-token")
     assert line == (
         "console at http://127.0.0.1:8001/console/; admin CLI: MODELFORGE_API_URL=http://127.0.0.1:8001 "

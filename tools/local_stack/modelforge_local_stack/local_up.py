@@ -420,7 +420,10 @@ def _serve(
         stack.stop()
         return EXIT_ERROR
     agent, worker, worker_url = started
-    print(terminal_lines.where_line(stack.api_url, options.admin_token_file), flush=True)
+    # the token's file, unless the user's environment gave the token (local up puts the file's
+    # token into its own environment too, so the environment cannot tell)
+    token_file = options.admin_token_file if stack.admin_token_source != "environment" else None
+    print(terminal_lines.where_line(stack.api_url, token_file), flush=True)
     supervisor = dev_agent.Supervisor(
         stack.api_url, stack.admin_token, agent_dir, worker_url, agent, worker, say=_say, simulation=simulation
     )

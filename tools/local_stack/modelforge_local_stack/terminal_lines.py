@@ -83,12 +83,13 @@ def cli_command() -> tuple[str, str | None]:
 
 
 def where_line(api_url: str, admin_token_file: Path | None) -> str:
-    """One line: the console's URL, and a command line that lists the nodes with the admin CLI."""
+    """One line: the console's URL, and a command line that lists the nodes with the admin CLI
+    (``admin_token_file``: where the token it needs is, None when the user's environment gave it)."""
     command, activate = cli_command()
     settings = []
     if api_url != os.environ.get("MODELFORGE_API_URL", CLI_DEFAULT_API_URL):
         settings.append(f"MODELFORGE_API_URL={api_url}")
-    if admin_token_file is not None and not os.environ.get("MODELFORGE_ADMIN_TOKEN"):
+    if admin_token_file is not None:
         settings.append(f"MODELFORGE_ADMIN_TOKEN=$(cat {shlex.quote(_shown(admin_token_file))})")
     cli = " ".join([*settings, command, "nodes", "list"])
     on_path = f" (or {activate}, then modelforge)" if activate else ""
