@@ -53,7 +53,7 @@ def test_every_function_gets_the_channel_urls_of_the_websocket_stage(template: d
     assert template["Outputs"]["NodeChannelUrl"]["Value"] == {"Fn::Sub": f"wss://{host}/{stage}"}
 
 
-def test_only_the_api_function_manages_connections_and_only_post_and_delete_of_the_stage(
+def test_the_api_function_manages_connections_and_the_sweep_only_closes_them_on_the_stage(
     template: dict[str, Any],
 ) -> None:
     resolved = resolve(template, {"AdminRoutesUseIam": True})
@@ -67,10 +67,12 @@ def test_only_the_api_function_manages_connections_and_only_post_and_delete_of_t
                 if any(action.startswith("execute-api:ManageConnections") for action in actions):
                     assert actions == ["execute-api:ManageConnections"]
                     granted.setdefault(name, []).extend(statement["Resource"])
-    assert set(granted) == {"ApiHandlerRole"}
-    arns = sorted(resource["Fn::Sub"] for resource in granted["ApiHandlerRole"])
+    # the sweep closes the connection of a node that node retention removes, and sends nothing
+    assert set(granted) == {"ApiHandlerRole", "LivenessSweepRole"}
     prefix = "arn:${AWS::Partition}:execute-api:${AWS::Region}:${AWS::AccountId}:${WebsocketAPI}"
-    assert arns == [f"{prefix}/{_stage_name(template)}/{method}/@connections/*" for method in ("DELETE", "POST")]
+    for role, methods in (("ApiHandlerRole", ("DELETE", "POST")), ("LivenessSweepRole", ("DELETE",))):
+        arns = sorted(resource["Fn::Sub"] for resource in granted[role])
+        assert arns == [f"{prefix}/{_stage_name(template)}/{method}/@connections/*" for method in methods]
 
 
 def test_the_websocket_functions_log_only_to_their_own_groups(template: dict[str, Any]) -> None:

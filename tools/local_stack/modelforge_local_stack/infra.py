@@ -292,10 +292,11 @@ def _roles(functions: dict[str, str], channel_stage: str | None) -> dict[str, An
     put_events = {"Effect": "Allow", "Action": ["s3:PutObject"], "Resource": {"Fn::Sub": _STATE_LOG_OBJECTS}}
     # wake and cancel are posted to (and a revoked or removed node's connection deleted from) the channel
     channel = [infra_channel.manage_connections(channel_stage)] if channel_stage is not None else []
+    close_only = [infra_channel.manage_connections(channel_stage, ("DELETE",))] if channel_stage is not None else []
     statements = {
         "APIHandler": [*tables("APIHandler"), work_objects, *channel],
-        # node retention closes a removed node's channel connection
-        "LivenessSweep": [*tables("LivenessSweep"), *channel],
+        # node retention closes a removed node's channel connection (and posts nothing on it)
+        "LivenessSweep": [*tables("LivenessSweep"), *close_only],
         "StateLog": [stream, put_events],
     }
     names = {"APIHandler": "modelforge-api", "LivenessSweep": "modelforge-sweep", "StateLog": "modelforge-state-log"}

@@ -44,13 +44,14 @@ def environment(stage: str) -> dict[str, Any]:
     return {URL_VAR: _endpoint("wss", stage), MANAGEMENT_URL_VAR: _endpoint("https", stage)}
 
 
-def manage_connections(stage: str) -> dict[str, Any]:
-    """The statement that lets the API function send on and close the stage's connections."""
+def manage_connections(stage: str, methods: tuple[str, ...] = MANAGED_METHODS) -> dict[str, Any]:
+    """The statement that lets a function send on (POST) and close (DELETE) the stage's
+    connections: the API function both, the sweep only close (node retention's removal)."""
     arn = f"arn:${{AWS::Partition}}:execute-api:${{AWS::Region}}:${{AWS::AccountId}}:${{{API}}}/{stage}"
     return {
         "Effect": "Allow",
         "Action": ["execute-api:ManageConnections"],
-        "Resource": [{"Fn::Sub": f"{arn}/{method}/@connections/*"} for method in MANAGED_METHODS],
+        "Resource": [{"Fn::Sub": f"{arn}/{method}/@connections/*"} for method in methods],
     }
 
 
