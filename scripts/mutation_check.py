@@ -45,7 +45,12 @@ CONTRACT = Path("tests/contract")
 #: used by the stores that import them: the node store's credential check guards work writes).
 TESTS_OF = {
     "work_store.py": ["test_work_contract.py"],
-    "node_store.py": ["test_node_contract.py", "test_work_contract.py", "test_channel_contract.py"],
+    "node_store.py": [
+        "test_node_contract.py",
+        "test_node_removal_contract.py",
+        "test_work_contract.py",
+        "test_channel_contract.py",
+    ],
     "enrollment_store.py": ["test_enrollment_contract.py"],
     "control_store.py": ["test_control_contract.py"],
 }

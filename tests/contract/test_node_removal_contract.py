@@ -51,7 +51,7 @@ def test_nodes_delete_node_removable_goes_with_everything_of_it(
 
 
 def test_nodes_delete_node_without_inventory_or_enrollment_is_deleted(backend: Backend) -> None:
-    ours = node("offline")
+    ours = node("offline", last_heartbeat_at=NOW - 1000)
     backend.seed(ours)
     backend.stores.nodes.delete_node(ours, None, SILENT_SINCE, event("node.deleted"))
     assert backend.stores.nodes.get(ours.node_id) is None and backend.event_types() == ["node.deleted"]
@@ -77,8 +77,34 @@ def test_nodes_delete_node_moved_meanwhile_is_refused(backend: Backend, kind: st
     backend.refused(lambda: backend.stores.nodes.delete_node(ours, read_inventory, SILENT_SINCE, event()))
 
 
+def test_nodes_delete_node_whose_inventory_has_no_revision_is_deleted(backend: Backend) -> None:
+    ours = node("offline", last_heartbeat_at=NOW - 1000)
+    backend.seed(ours)
+    backend.seed(inventory(ours.node_id, revision=None))
+    read_inventory = backend.stores.nodes.get_inventory(ours.node_id)
+    backend.stores.nodes.delete_node(ours, read_inventory, SILENT_SINCE, event("node.deleted"))
+    assert backend.stores.nodes.get(ours.node_id) is None
+    assert backend.stores.nodes.get_inventory(ours.node_id) is None
+
+
+def test_nodes_delete_node_refused_when_an_inventory_revision_is_written_meanwhile(backend: Backend) -> None:
+    ours = node("offline", last_heartbeat_at=NOW - 1000)
+    backend.seed(ours)
+    backend.seed(inventory(ours.node_id, revision=None))
+    read_inventory = backend.stores.nodes.get_inventory(ours.node_id)
+    backend.meanwhile("nodes.delete_node", "inventories", ours.node_id, revision="rev-1")
+    backend.refused(lambda: backend.stores.nodes.delete_node(ours, read_inventory, SILENT_SINCE, event()))
+
+
+def test_nodes_delete_node_read_without_inventory_refused_when_one_is_reported_meanwhile(backend: Backend) -> None:
+    ours = node("offline", last_heartbeat_at=NOW - 1000)
+    backend.seed(ours)
+    backend.meanwhile_seed("nodes.delete_node", inventory(ours.node_id))
+    backend.refused(lambda: backend.stores.nodes.delete_node(ours, None, SILENT_SINCE, event()))
+
+
 def test_nodes_delete_node_never_takes_another_nodes_enrollment(backend: Backend) -> None:
-    ours = node("offline")
+    ours = node("offline", last_heartbeat_at=NOW - 1000)  # removable: only the enrollment's guard refuses
     backend.seed(ours)
     backend.seed(enrollment(enrollment_id=ours.enrollment_id, state="consumed", node_id=node().node_id))
     backend.refused(lambda: backend.stores.nodes.delete_node(ours, None, SILENT_SINCE, event()))

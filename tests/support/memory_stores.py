@@ -306,7 +306,7 @@ class MemoryNodeStore(_Store[Node]):
             stored = self.records.get(node.node_id)
             _require(stored is not None and stored.liveness == node.liveness, "liveness unchanged")
             silent = stored.last_heartbeat_at is not None and stored.last_heartbeat_at <= silent_since
-            _require(stored.credential_state == "revoked" or stored.liveness == "offline" or silent, "removable")
+            _require(stored.credential_state == "revoked" or silent, "removable")
             kept = self.inventories.get(node.node_id)
             _require((kept and kept.revision) == (inventory and inventory.revision), "inventory unchanged")
             _require(all(partner in self.records for partner in partners), "every partner exists")

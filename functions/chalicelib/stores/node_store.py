@@ -472,11 +472,9 @@ class DynamoNodeStore:
         if counter:
             logged.append(control_store.online_nodes_log_change(-1))
         outbox = self._event(event, logged)
-        removable = (
-            (NodeModel.credential_state == "revoked")
-            | (NodeModel.liveness == liveness.OFFLINE)
-            | (NodeModel.last_heartbeat_at <= silent_since)
-        )
+        # revoked, or silent since the offline threshold (as node_removal.removable_reason judges it,
+        # from the heartbeat's age: a node persisted offline is silent since then too)
+        removable = (NodeModel.credential_state == "revoked") | (NodeModel.last_heartbeat_at <= silent_since)
         unchanged_inventory = (
             InventoryModel.node_id.does_not_exist()
             if inventory is None
