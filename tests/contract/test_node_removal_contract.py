@@ -77,6 +77,23 @@ def test_nodes_delete_node_moved_meanwhile_is_refused(backend: Backend, kind: st
     backend.refused(lambda: backend.stores.nodes.delete_node(ours, read_inventory, SILENT_SINCE, event()))
 
 
+def test_nodes_delete_node_refused_when_its_liveness_moved_meanwhile(backend: Backend) -> None:
+    # revoked (removable either way), but the sweep moved it from online: the deletion's online-count
+    # decrement was decided on the liveness read, so it must not land
+    ours, _ = _removable(backend, "online", credential_state="revoked")
+    read_inventory = backend.stores.nodes.get_inventory(ours.node_id)
+    backend.meanwhile("nodes.delete_node", "nodes", ours.node_id, liveness="stale")
+    backend.refused(lambda: backend.stores.nodes.delete_node(ours, read_inventory, SILENT_SINCE, event()))
+
+
+def test_nodes_delete_node_refused_when_a_duplicate_partner_is_gone_meanwhile(backend: Backend) -> None:
+    # unflagging a partner that no longer exists would create an item for it
+    ours, partner = _removable(backend, "offline", last_heartbeat_at=NOW - 1000)
+    read_inventory = backend.stores.nodes.get_inventory(ours.node_id)
+    backend.meanwhile_delete("nodes.delete_node", "nodes", partner.node_id)
+    backend.refused(lambda: backend.stores.nodes.delete_node(ours, read_inventory, SILENT_SINCE, event()))
+
+
 def test_nodes_delete_node_whose_inventory_has_no_revision_is_deleted(backend: Backend) -> None:
     ours = node("offline", last_heartbeat_at=NOW - 1000)
     backend.seed(ours)

@@ -499,6 +499,7 @@ class DynamoNodeStore:
                 transaction.update(
                     NodeModel(partner),
                     actions=update_actions(NodeModel, {}, **change),
+                    # mutation-equivalent: moto cancels it unguarded too; on DynamoDB it stops a bare partner item
                     condition=NodeModel.node_id.exists(),
                 )
             for park in parks:
