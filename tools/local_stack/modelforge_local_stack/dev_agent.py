@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 
 import requests
 from modelforge_node_agent import exit_codes
+from modelforge_protocol import files
 from modelforge_protocol.credentials import ADMIN_TOKEN_HEADER
 
 from . import children
@@ -89,8 +90,7 @@ def simulation_files(state_dir: Path, gpus: int) -> tuple[Path, Path]:
         name = {4: "four_gpus.json", 8: "eight_gpus.json"}[gpus]
         shipped = resources.files("modelforge_node_agent").joinpath("simulations", name).read_bytes()
         scenario.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(scenario, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "wb") as out:
+        with files.create_new(scenario, mode=0o600) as out:
             out.write(shipped)
     return node_state, scenario
 

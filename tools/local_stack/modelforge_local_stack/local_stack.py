@@ -16,6 +16,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Self
 
+from modelforge_protocol import files
+
 from . import provision
 from .channel_events import NoChannelHandlers, handlers_of
 from .channel_server import ChannelLimits, ChannelServer
@@ -107,9 +109,8 @@ def read_admin_token_file(path: Path) -> str:
 
 def write_admin_token_file(path: Path, token: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)  # a folder made for it: its owner's only
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    with os.fdopen(fd, "w") as file:
-        file.write(token + "\n")
+    with files.create_new(path, mode=0o600) as file:
+        file.write(f"{token}\n".encode())
 
 
 class LocalStack:
