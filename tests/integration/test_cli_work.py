@@ -72,8 +72,16 @@ def test_submit_an_image_sends_it_base64_encoded(remote: ControlPlane, tmp_path:
     claimed = claim_until(remote, node, item["work_id"])
     document = requests.get(claimed["input_url"], timeout=30).json()
     assert base64.b64decode(document["image_base64"]) == PNG
+    assert "detect_rotation" not in document  # the capability's default (off) decides
     done = finish(remote, node, claimed, b'{"lines": []}')
     assert done.status_code == 200, done.text
+    rotated = modelforge(
+        remote, "work", "submit", "ocr", "--image", str(tmp_path / "page.png"), "--detect-rotation", "--json"
+    ).json()
+    claimed = claim_until(remote, node, rotated["work_id"])
+    document = requests.get(claimed["input_url"], timeout=30).json()
+    assert document["detect_rotation"] is True and base64.b64decode(document["image_base64"]) == PNG
+    assert finish(remote, node, claimed, b'{"lines": []}').status_code == 200
 
 
 def test_submit_refuses_bad_input_in_one_line_with_exit_2(remote: ControlPlane, tmp_path: Path) -> None:
@@ -87,6 +95,7 @@ def test_submit_refuses_bad_input_in_one_line_with_exit_2(remote: ControlPlane, 
         (ECHO, "--input", str(tmp_path / "array.json")): "must hold one JSON object ({...}), not an array",
         (ECHO, "--input", str(tmp_path / "missing.json")): "cannot read",
         (ECHO, "--input", str(tmp_path / "big.json")): "the API takes at most 5.0 MiB",
+        ("ocr", "--input", str(tmp_path / "array.json"), "--detect-rotation"): "--detect-rotation goes with --image",
     }
     for args, message in cases.items():
         done = modelforge(remote, "work", "submit", *args)

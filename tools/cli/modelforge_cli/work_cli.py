@@ -57,6 +57,12 @@ def register(commands: Any) -> None:
         help='a PNG or JPEG image, sent base64-encoded as {"image_base64": ...} (the ocr capability\'s input)',
     )
     submit.add_argument(
+        "--detect-rotation",
+        action="store_true",
+        help='with --image: have the OCR find and turn upside-down lines ({"detect_rotation": true}); off by '
+        "default, as it can misread upright pages",
+    )
+    submit.add_argument(
         "--max-attempts", type=int, metavar="N", help="attempts before the item is dead, 1-10 (API default 3)"
     )
     submit.add_argument(
@@ -184,7 +190,14 @@ def _document(args: argparse.Namespace) -> dict[str, Any]:
         image = _read(args.image)
         if not image.startswith(IMAGE_SIGNATURES):
             raise CommandFailed(f"{args.image} is not a PNG or JPEG image")
-        return {"image_base64": base64.b64encode(image).decode("ascii")}
+        sent: dict[str, Any] = {"image_base64": base64.b64encode(image).decode("ascii")}
+        if args.detect_rotation:
+            sent["detect_rotation"] = True
+        return sent
+    if args.detect_rotation:
+        raise CommandFailed(
+            '--detect-rotation goes with --image; with --input, put "detect_rotation": true in the JSON'
+        )
     raw = _read(args.input)
     name = "stdin" if str(args.input) == "-" else str(args.input)
     try:
