@@ -364,11 +364,16 @@ class Node:
     identity: Any
     client: Any
     gpus: int
+    #: what this release's agent draws per process and sends (feature ``agent_instance``)
+    instance_id: str = field(default_factory=lambda: secrets.token_hex(16))
 
     def heartbeat(self) -> Any:
-        # as this release's agent reports a node: its slots too (one per GPU, all busy: the largest item)
+        # as this release's agent reports a node: its slots too (one per GPU, all busy: the largest
+        # item) and its instance id (the node keeps a fingerprint of it)
         slots = {"total": max(1, self.gpus), "busy": max(1, self.gpus), "schedulable": max(1, self.gpus)}
-        response = self.client.heartbeat(self.identity, gpus=self.gpus, slots=slots, health=AGENT_HEALTH)
+        response = self.client.heartbeat(
+            self.identity, gpus=self.gpus, slots=slots, health=AGENT_HEALTH, agent_instance_id=self.instance_id
+        )
         if response.status_code != 200 or response.json().get("status") != "online":
             raise BenchFailure(f"a heartbeat answered {response.status_code}: {_support.brief(response.text)}")
         return response

@@ -100,7 +100,14 @@ class NodeItemSizes:
 
 
 def node_item_sizes(measured_item: dict[str, Any]) -> NodeItemSizes:
-    base = {name: value for name, value in measured_item.items() if name not in CONNECTED_ATTRIBUTES}
+    # the measured node asked for a ticket in its heartbeats; a connection uses the ticket up (the
+    # store removes its hash and expiry: stores/changes.channel_connected), and a heartbeat that
+    # reports the channel connected mints none, so a connected node carries no ticket
+    base = {
+        name: value
+        for name, value in measured_item.items()
+        if name not in CONNECTED_ATTRIBUTES and name not in TICKET_ATTRIBUTES
+    }
     connected = {**base, **CONNECTED_ATTRIBUTES}
     parked = {**connected, **PARKED_ATTRIBUTES}
     # a ticket is minted while the node is not connected: its connection attributes are gone

@@ -71,7 +71,8 @@ def test_a_steady_heartbeat_is_one_request_one_update_and_no_read_at_every_inter
 
 def test_the_node_item_stays_under_1_kb_with_the_channel_attributes(report: dict[str, Any]) -> None:
     sizes = report["channel"]["node_item_bytes"]
-    assert sizes["measured"] < sizes["connected"] < sizes["connected_parked"] <= 1024
+    # measured: the bench's node asks for tickets, so its item holds one; a connection uses it up
+    assert sizes["measured"] <= 1024 and sizes["connected"] < sizes["connected_parked"] <= 1024
     assert sizes["with_ticket"] <= 1024 and sizes["fallback_with_ticket"] <= 1024  # every state: one write unit
     assert sizes["heartbeat_write_units_connected_parked"] == 1
 

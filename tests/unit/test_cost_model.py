@@ -249,6 +249,20 @@ def test_channel_cost_node_item_sizes_add_the_channel_attributes() -> None:
     assert sizes.measured < sizes.connected < sizes.connected_parked
     assert sizes.with_ticket - sizes.measured > 64  # a SHA-256 in hex and its expiry
     assert sizes.as_dict()["heartbeat_write_units_connected_parked"] == 1
+    # a measured item that holds a minted ticket: the connection used it up
+    with_ticket = channel_cost.node_item_sizes({**item, **channel_cost.TICKET_ATTRIBUTES})
+    assert (with_ticket.connected, with_ticket.connected_parked) == (sizes.connected, sizes.connected_parked)
+    assert with_ticket.with_ticket == sizes.with_ticket
+
+
+def test_channel_cost_connected_state_follows_the_store_a_connection_uses_the_ticket_up() -> None:
+    from chalicelib.stores import changes
+    from chalicelib.stores.models import NodeModel
+    from modelforge_bench import channel_cost
+
+    stored = {name: attribute.attr_name for name, attribute in NodeModel.get_attributes().items()}
+    removed = {stored[name] for name, value in changes.channel_connected("c" * 16, 1.0).items() if value is None}
+    assert removed == set(channel_cost.TICKET_ATTRIBUTES)
 
 
 def test_cost_prices_websocket_messages_and_connection_minutes(tmp_path: Path) -> None:
