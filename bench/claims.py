@@ -4,10 +4,11 @@
 Run from the repository root:
 
     .venv/bin/python bench/claims.py [--nodes 1 10 50 100] [--items-per-claimer 20] [--min-level-items 200]
-        [--ship-state-log during|after] [--raw-seconds 3]
+        [--ship-state-log during|after] [--emulator own-process|in-process] [--raw-seconds 3]
 
 It starts a fresh control plane in this process (``LocalStack``: the Chalice app over HTTP on a
-moto emulator, all on 127.0.0.1) and a load generator in a process of its own
+moto emulator, all on 127.0.0.1; the emulator in a process of its own, as ``modelforge local up``
+runs it, unless ``--emulator in-process``) and a load generator in a process of its own
 (``modelforge_bench.claim_load``), so that the claimers' HTTP clients do not share an interpreter
 with the server they measure. The load generator enrolls as many simulated nodes as the largest
 ``--nodes`` level through the HTTP API, each serving ``diagnostic.echo`` with its own
@@ -231,6 +232,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help=f"the fewest items of a level, whatever its claimers (1..{MAX_LEVEL_ITEMS}; default {MIN_LEVEL_ITEMS})",
     )
     parser.add_argument(
+        "--emulator",
+        choices=("own-process", "in-process"),
+        default="own-process",
+        help=(
+            "where the embedded emulator runs: in a process of its own, as `modelforge local up` runs"
+            " it (default), or in the stack's process beside the API (as before; for a side-by-side run)"
+        ),
+    )
+    parser.add_argument(
         "--ship-state-log",
         choices=("during", "after"),
         default="during",
@@ -376,7 +386,7 @@ def run(args: argparse.Namespace) -> int:
         f"ModelForge claim benchmark: {', '.join(map(str, args.nodes))} concurrent node(s),"
         f" {args.items_per_claimer} items per claimer (at least {args.min_level_items} per level);"
         f" raw conditional writes {args.raw_seconds:g} s x {2 * len(RAW_THREADS)};"
-        f" state log shipped {args.ship_state_log} the timed phases"
+        f" state log shipped {args.ship_state_log} the timed phases; emulator in {args.emulator.replace('-', ' ')}"
     )
     # a fresh prefix: moto's backend outlives a stack in this process, tables included
     prefix = f"bench-claims-{secrets.token_hex(3)}"
@@ -389,6 +399,7 @@ def run(args: argparse.Namespace) -> int:
             sweep_interval_seconds=3600,
             stream_interval_seconds=stream_interval,
             resource_prefix=prefix,
+            emulator_process=args.emulator == "own-process",
         )
     )
     load: Generator | None = None

@@ -357,6 +357,10 @@ class PortInUse(OSError):
             f"or choose another port with {option} PORT ({option} 0 picks a free one)"
         )
 
+    def __reduce__(self) -> tuple[type[PortInUse], tuple[str, int, str]]:
+        """Pickled by its arguments (it crosses the pipe from the emulator's own process)."""
+        return PortInUse, (self.host, self.port, self.option)
+
 
 def listen_error(error: OSError, host: str, port: int, option: str) -> OSError:
     """``error`` from binding ``host:port``, as a message naming the port and ``option``."""

@@ -21,7 +21,8 @@ from modelforge_protocol import files
 from . import provision
 from .channel_events import NoChannelHandlers, handlers_of
 from .channel_server import ChannelLimits, ChannelServer
-from .emulator import Emulator, listen_error
+from .emulator import listen_error
+from .emulator_host import InProcess, Keep, OwnProcess
 from .http_server import (
     DEFAULT_CONNECTION_TIMEOUT_SECONDS,
     DEFAULT_MAX_CONNECTIONS,
@@ -30,7 +31,7 @@ from .http_server import (
     load_app,
     tls_context,
 )
-from .persistence import DEFAULT_SNAPSHOT_INTERVAL_SECONDS, DataDirLock, Outbox, Persistence, Restored
+from .persistence import DEFAULT_SNAPSHOT_INTERVAL_SECONDS, DataDirLock, Outbox, Restored
 from .scheduler import Scheduler
 from .stream_poller import StreamPoller
 
@@ -51,6 +52,10 @@ class LocalOptions:
     stream_interval_seconds: float = 0.2
     resource_prefix: str = "modelforge"
     serialize_emulator: bool = True
+    #: run the embedded emulator in a process of its own (``emulator_host.OwnProcess``; local up
+    #: does), so that the API and moto each get a core; in this process, a benchmark can observe
+    #: moto's state (``emulator_host.InProcess``)
+    emulator_process: bool = False
     #: use this AWS endpoint (e.g. LocalStack) instead of starting the embedded emulator
     aws_endpoint_url: str | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
@@ -113,6 +118,15 @@ def write_admin_token_file(path: Path, token: str) -> None:
         file.write(f"{token}\n".encode())
 
 
+def state_log_object_key(item: dict[str, Any]) -> str | None:
+    """The state-log object an outbox item is shipped as (``persistence.Outbox.object_key``; a
+    module's function, so that it reaches the emulator's own process by name)."""
+    from chalicelib.stores.state_log import state_log_key
+
+    event_id = item.get("event_id", {}).get("S")
+    return state_log_key(event_id) if isinstance(event_id, str) else None
+
+
 class LocalStack:
     """Start with ``start()``; ``api_url`` is then served until ``stop()``.
 
@@ -124,9 +138,10 @@ class LocalStack:
 
     def __init__(self, options: LocalOptions) -> None:
         self.options = options
-        self.emulator: Emulator | None = None
+        self.emulator: InProcess | OwnProcess | None = None
         if options.aws_endpoint_url is None:
-            self.emulator = Emulator("127.0.0.1", options.emulator_port, serialize=options.serialize_emulator)
+            host = OwnProcess if options.emulator_process else InProcess
+            self.emulator = host("127.0.0.1", options.emulator_port, serialize=options.serialize_emulator)
         self.names = provision.resource_names(options.resource_prefix)
         self.app_module: ModuleType | None = None
         self.generated_admin_token: str | None = None
@@ -136,7 +151,6 @@ class LocalStack:
         self.restored: Restored | None = None
         #: the final snapshot failed (the data dir keeps the previous one)
         self.save_error: Exception | None = None
-        self.persistence: Persistence | None = None
         self._lock: DataDirLock | None = None
         self._api_server: ApiServer | None = None
         self._server: ServerThread | None = None
@@ -219,13 +233,10 @@ class LocalStack:
         if self.generated_admin_token and self.options.admin_token_file is not None:
             write_admin_token_file(self.options.admin_token_file, self.generated_admin_token)
         if self.emulator is not None:
-            self.emulator.start()
+            self.restored = self.emulator.start(self._keep())
         os.environ["AWS_ENDPOINT_URL"] = self.aws_endpoint_url
         instance.reset()
         instance.get()
-        if self._lock is not None and self.emulator is not None:
-            self.persistence = Persistence(self._lock.data_dir, self.emulator, outbox=self._outbox(), region=REGION)
-            self.restored = self.persistence.restore()
         provision.provision(self.aws_endpoint_url, self.names, REGION)
         self._poller = StreamPoller(
             self.aws_endpoint_url,
@@ -242,8 +253,6 @@ class LocalStack:
         self._server.start()
         if self._channel is not None:
             self._channel.start()
-        if self.persistence is not None:
-            self.persistence.start_periodic(self.options.snapshot_interval_seconds)
         if self._lock is not None:
             self._lock.describe(api_url=self.api_url, emulator_url=self.aws_endpoint_url)
 
@@ -287,15 +296,15 @@ class LocalStack:
         except OSError as error:
             raise listen_error(error, "127.0.0.1", port, "--channel-port") from None
 
-    def _outbox(self) -> Outbox:
-        """The state log as the data dir's restore must know it (``persistence.Outbox``)."""
-        from chalicelib.stores.state_log import state_log_key
-
-        def object_key(item: dict[str, Any]) -> str | None:
-            event_id = item.get("event_id", {}).get("S")
-            return state_log_key(event_id) if isinstance(event_id, str) else None
-
-        return Outbox(self.names["MODELFORGE_OUTBOX_TABLE"], self.names["MODELFORGE_STATE_LOG_BUCKET"], object_key)
+    def _keep(self) -> Keep | None:
+        """What the data dir keeps (None without one): the snapshots, and the state log as their
+        restore must know it (``persistence.Outbox``)."""
+        if self._lock is None:
+            return None
+        outbox = Outbox(
+            self.names["MODELFORGE_OUTBOX_TABLE"], self.names["MODELFORGE_STATE_LOG_BUCKET"], state_log_object_key
+        )
+        return Keep(self._lock.data_dir, outbox, REGION, self.options.snapshot_interval_seconds)
 
     def drain_state_log(self) -> int:
         """Ship every outbox event written so far (tests call this instead of waiting)."""
@@ -304,14 +313,20 @@ class LocalStack:
 
     def aws_changes(self) -> int:
         """How many app writes the embedded emulator has accepted (``SerializingMiddleware.changes``)."""
-        if self.emulator is None or self.emulator.middleware is None:
+        if self.emulator is None:
             raise RuntimeError("AWS writes are counted only by the embedded emulator")
-        return self.emulator.changes
+        return self.emulator.changes()
 
     def aws_operations(self) -> dict[str, int]:
-        if self.emulator is None or self.emulator.middleware is None:
+        """The embedded emulator's requests so far, by operation (``SerializingMiddleware``)."""
+        if self.emulator is None:
             raise RuntimeError("AWS operations are counted only by the embedded emulator")
-        return self.emulator.middleware.snapshot()
+        return self.emulator.operations()
+
+    def emulator_exit_code(self) -> int | None:
+        """The exit code of the emulator's own process once it has exited by itself (None while it
+        runs, and for an emulator in this process or none)."""
+        return self.emulator.exit_code() if isinstance(self.emulator, OwnProcess) else None
 
     def stop(self) -> None:
         """Stop serving, write the data dir's last snapshot, stop the emulator, release the lock
@@ -323,13 +338,8 @@ class LocalStack:
                 part.stop()
         if self._server is None and self._api_server is not None:
             self._api_server.server_close()
-        if self.persistence is not None:
-            try:
-                self.persistence.stop()
-            except Exception as error:  # noqa: BLE001 - reported by the caller; the old snapshot stays
-                self.save_error = error
-        if self.emulator is not None:
-            self.emulator.stop()
+        if self.emulator is not None:  # its last snapshot: an error is reported by the caller
+            self.save_error = self.emulator.stop()
         if self._lock is not None:
             self._lock.release()
 

@@ -223,6 +223,7 @@ def run(args: argparse.Namespace) -> int:
         host=args.host,
         port=args.port,
         emulator_port=args.emulator_port,
+        emulator_process=True,  # the API and moto on a core each
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
         data_dir=args.data_dir,
@@ -427,10 +428,17 @@ def _serve(
     supervisor = dev_agent.Supervisor(
         stack.api_url, stack.admin_token, agent_dir, worker_url, agent, worker, say=_say, simulation=simulation
     )
-    while not stopping.wait(SUPERVISE_SECONDS):
+    emulator_exit: int | None = None
+    while emulator_exit is None and not stopping.wait(SUPERVISE_SECONDS):
         supervisor.check()
+        emulator_exit = stack.emulator_exit_code()
     supervisor.stop()
     stack.stop()
+    if emulator_exit is not None:
+        how = f"was killed by signal {-emulator_exit}" if emulator_exit < 0 else f"exited with status {emulator_exit}"
+        kept = f"; the data dir keeps its last snapshot ({options.data_dir})" if options.data_dir else ""
+        _say(f"the AWS emulator's process {how}: the control plane cannot serve without it, so it stopped{kept}")
+        return EXIT_ERROR
     if stack.save_error is not None:
         _say(
             f"could not save the data dir {options.data_dir} ({type(stack.save_error).__name__}: {stack.save_error}); "
