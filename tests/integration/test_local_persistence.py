@@ -205,3 +205,18 @@ def test_the_restart_benchmark_runs_for_a_few_seconds_and_prints_its_figures(tmp
     assert "tracebacks: first run 0, restart 0" in figures and "the node heartbeat again" in figures
     size = int(re.search(r"data dir after the stop: +([\d,]+) bytes", figures).group(1).replace(",", ""))  # type: ignore[union-attr]
     assert 0 < size < 200_000, figures
+
+
+def test_a_snapshot_that_cannot_be_read_stops_the_start_in_one_line_and_is_left_as_it_was(tmp_path: Path) -> None:
+    """The restore runs in the emulator's own process; its error is local up's one line, exit 1."""
+    data_dir = tmp_path / "state"
+    data_dir.mkdir(mode=0o700)
+    snapshot = data_dir / "snapshot.json"
+    snapshot.write_bytes(b"{not json")
+    done = run_to_exit(local_up_command("--data-dir", str(data_dir)), ENV)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.strip() == (
+        f"modelforge: cannot read {snapshot} (JSONDecodeError): move the data dir aside to start afresh"
+    ), done.stderr
+    assert "ready" not in done.stdout
+    assert snapshot.read_bytes() == b"{not json"

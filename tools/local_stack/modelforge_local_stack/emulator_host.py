@@ -118,7 +118,8 @@ class EmulatorProcessError(RuntimeError):
 
 
 class OwnProcess:
-    """The emulator in a child process (see the module's text)."""
+    """The emulator in a child process (see the module's text). ``bind()`` (or ``start()``) from a
+    thread that lives as long as the emulator should: the child dies when that thread exits."""
 
     #: no in-process middleware to observe: the emulator's state is in another process
     middleware = None
