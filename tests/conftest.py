@@ -34,8 +34,9 @@ def admin_token() -> str:
 
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:  # noqa: F821
-    """The control plane in this process: same code as `modelforge local up`, with its
-    emulator's request counters and the state-log poller within reach of the tests."""
+    """The control plane in this process (its emulator in a process of its own): same code as
+    `modelforge local up`, with its emulator's request counters and the state-log poller within
+    reach of the tests."""
     from modelforge_local_stack.local_stack import LocalOptions, LocalStack
 
     os.environ["MODELFORGE_ADMIN_TOKEN"] = ADMIN_TOKEN
@@ -46,6 +47,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:  # 
             sweep_interval_seconds=3600,
             stream_interval_seconds=0.2,
             aws_endpoint_url=external,
+            emulator_process=True,  # as `local up` runs it: the tests, the API and moto use both cores
             # on a shared endpoint, tables of this session's own (the local_up process uses the
             # init hook's modelforge-* tables): neither sweeps nor lists the other's nodes
             resource_prefix=f"mftest-{secrets.token_hex(4)}" if external else "modelforge",
