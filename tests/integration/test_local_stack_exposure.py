@@ -16,16 +16,40 @@ ENV = {"MODELFORGE_ADMIN_TOKEN": ""}  # the token comes from the file, generated
 LOOPBACK = {"0100007F", "00000000000000000000000001000000"}  # 127.0.0.1 and ::1 as /proc/net/tcp* write them
 
 
-def _listening_addresses(pid: int) -> list[str]:
-    """``address:port`` (hex, as /proc/net/tcp* write them) of every TCP socket ``pid`` listens on."""
-    inodes = set()
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
+def _family(pid: int) -> set[int]:
+    """``pid`` and every process descended from it (local up's emulator runs in a child)."""
+    parents: dict[int, int] = {}
+    for stat_file in Path("/proc").glob("[0-9]*/stat"):
         try:
-            target = os.readlink(fd)
+            parents[int(stat_file.parent.name)] = int(stat_file.read_text().rsplit(")", 1)[-1].split()[1])
+        except (OSError, ValueError):  # gone meanwhile
+            continue
+    family, grew = {pid}, True
+    while grew:
+        grew = False
+        for child, parent in parents.items():
+            if parent in family and child not in family:
+                family.add(child)
+                grew = True
+    return family
+
+
+def _listening_addresses(pid: int) -> list[str]:
+    """``address:port`` (hex, as /proc/net/tcp* write them) of every TCP socket that ``pid`` or a
+    process descended from it listens on."""
+    inodes = set()
+    for member in _family(pid):
+        try:
+            fds = list(Path(f"/proc/{member}/fd").iterdir())
         except OSError:
             continue
-        if target.startswith("socket:["):
-            inodes.add(target[len("socket:[") : -1])
+        for fd in fds:
+            try:
+                target = os.readlink(fd)
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                inodes.add(target[len("socket:[") : -1])
     found = []
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         for line in Path(table).read_text().splitlines()[1:]:
@@ -44,7 +68,8 @@ def test_every_listener_is_loopback_and_the_data_dir_and_token_file_are_the_owne
     args = ("--emulator-port", "0", "--channel-port", "0", "--data-dir", str(data_dir))
     with start_local_up(tmp_path / "up.log", *args, "--admin-token-file", str(token_file), env=ENV) as running:
         listening = _listening_addresses(running.process.pid)
-        assert len(listening) >= 3, listening  # the API, the AWS emulator and the push channel
+        # the API and the push channel (local up's process), the AWS emulator (its own process)
+        assert len(listening) >= 3, listening
         assert {address.split(":")[0] for address in listening} <= LOOPBACK, listening
     assert running.returncode == 0
     assert _mode(token_file) == 0o600 and _mode(token_file.parent) == 0o700
