@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,6 +46,8 @@ class Kind:
 
 WORKER = Kind("runtime worker", "modelforge_runtime_worker.main", "MODELFORGE_WORKER_")
 AGENT = Kind("node agent", "modelforge_node_agent.main", "MODELFORGE_AGENT_")
+#: the embedded AWS emulator in a process of its own (``emulator_host.OwnProcess``; no settings)
+EMULATOR = Kind("AWS emulator", "modelforge_local_stack.emulator_host", "MODELFORGE_EMULATOR_")
 
 
 class FolderInUse(Exception):
@@ -60,12 +62,16 @@ def environment(kind: Kind, settings: Mapping[str, str], environ: Mapping[str, s
     return {**inherited(own, prefixes=(kind.prefix,)), **settings}
 
 
-def start(kind: Kind, env: Mapping[str, str]) -> subprocess.Popen[bytes]:
-    """Run ``python -m <module>`` with exactly ``env``, dying with this process. Call it from the
-    main thread: the kernel's signal follows the thread that forked the child."""
+def start(
+    kind: Kind, env: Mapping[str, str], *, args: Sequence[str] = (), pass_fds: Sequence[int] = ()
+) -> subprocess.Popen[bytes]:
+    """Run ``python -m <module> [args]`` with exactly ``env`` (and ``pass_fds`` kept open in it),
+    dying with this process. Call it from the main thread: the kernel's signal follows the thread
+    that forked the child."""
     return subprocess.Popen(
-        [sys.executable, "-m", kind.module],
+        [sys.executable, "-m", kind.module, *args],
         env=dict(env),
+        pass_fds=tuple(pass_fds),
         stdin=subprocess.DEVNULL,
         preexec_fn=die_with_parent_before_exec(),  # one system call in the child, looked up before the fork
         # its own process group: a Ctrl-C on the terminal reaches local up alone, which stops each
@@ -73,6 +79,11 @@ def start(kind: Kind, env: Mapping[str, str]) -> subprocess.Popen[bytes]:
         # the worker printed a KeyboardInterrupt traceback)
         process_group=0,
     )
+
+
+def how_it_ended(returncode: int) -> str:
+    """A child's exit status in words: ``was killed by signal 9``, ``exited with status 1``."""
+    return f"was killed by signal {-returncode}" if returncode < 0 else f"exited with status {returncode}"
 
 
 def _read(path: Path) -> bytes | None:

@@ -296,10 +296,9 @@ class Supervisor:
         if self.worker is not None and self.worker.poll() is not None:
             code = self.worker.returncode
             self.worker = None
-            how = f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
             self._say(
-                f"the runtime worker {how}: the agent's work fails until it is back. Its log is above; "
-                "restart local up to run it again"
+                f"the runtime worker {children.how_it_ended(code)}: the agent's work fails until it is back. "
+                "Its log is above; restart local up to run it again"
             )
 
     def stop(self) -> None:

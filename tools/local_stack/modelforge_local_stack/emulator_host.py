@@ -15,8 +15,8 @@ takes the last snapshot and answers the error that kept it from being written, i
 
 The child (``OwnProcess``):
 
-- **Started clean.** ``python -m modelforge_local_stack.emulator_host``, with only the
-  environment every child keeps (``modelforge_protocol.child_processes.inherited``): the admin
+- **Started clean**, as local up's other children (``children.start``): ``python -m
+  modelforge_local_stack.emulator_host``, with only the environment every child keeps: the admin
   token never reaches it. Its own process group, so a Ctrl-C reaches local up alone, which then
   stops it: the last snapshot is the child's to write.
 - **Dies with its parent** (``PR_SET_PDEATHSIG``, armed before it runs), and exits when its
@@ -27,7 +27,6 @@ The child (``OwnProcess``):
 
 from __future__ import annotations
 
-import os
 import pickle
 import socket
 import subprocess
@@ -38,8 +37,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from modelforge_protocol.child_processes import die_with_parent_before_exec, inherited
-
+from . import children
 from .emulator import Emulator, SerializingMiddleware
 from .persistence import DEFAULT_SNAPSHOT_INTERVAL_SECONDS, Outbox, Persistence, Restored
 
@@ -49,7 +47,6 @@ START_SECONDS = 120.0
 REQUEST_SECONDS = 600.0
 #: How long ``stop()`` waits for the child to exit after its last snapshot.
 EXIT_SECONDS = 10.0
-CHILD_MODULE = "modelforge_local_stack.emulator_host"
 
 
 @dataclass(frozen=True)
@@ -145,14 +142,12 @@ class OwnProcess:
             return
         ours, theirs = socket.socketpair()
         with ours, theirs:
-            self._process = subprocess.Popen(  # noqa: S603 - this interpreter, a module of ours
-                [sys.executable, "-m", CHILD_MODULE, str(theirs.fileno()), self.host, str(self.port)]
-                + ([] if self.serialize else ["--no-serialize"]),
-                env=inherited(os.environ),
+            args = [str(theirs.fileno()), self.host, str(self.port), *([] if self.serialize else ["--no-serialize"])]
+            self._process = children.start(
+                children.EMULATOR,
+                children.environment(children.EMULATOR, {}),
+                args=args,
                 pass_fds=(theirs.fileno(),),
-                stdin=subprocess.DEVNULL,
-                preexec_fn=die_with_parent_before_exec(),  # noqa: PLW1509 - one system call, see child_processes
-                process_group=0,
             )
             self._connection = Connection(ours.detach())
         try:

@@ -435,9 +435,13 @@ def _serve(
     supervisor.stop()
     stack.stop()
     if emulator_exit is not None:
-        how = f"was killed by signal {-emulator_exit}" if emulator_exit < 0 else f"exited with status {emulator_exit}"
+        from .children import how_it_ended
+
         kept = f"; the data dir keeps its last snapshot ({options.data_dir})" if options.data_dir else ""
-        _say(f"the AWS emulator's process {how}: the control plane cannot serve without it, so it stopped{kept}")
+        _say(
+            f"the AWS emulator's process {how_it_ended(emulator_exit)}: the control plane cannot serve without it,"
+            f" so it stopped{kept}"
+        )
         return EXIT_ERROR
     if stack.save_error is not None:
         _say(
