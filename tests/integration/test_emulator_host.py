@@ -23,7 +23,7 @@ from modelforge_local_stack.persistence import SNAPSHOT_FILE
 from tests.conftest import ADMIN_TOKEN
 from tests.support.api import ControlPlane
 from tests.support.polling import wait_until
-from tests.support.processes import start_local_up
+from tests.support.processes import descendants, start_local_up
 
 REGION = "us-east-1"
 
@@ -54,20 +54,6 @@ def _alive(pid: int) -> bool:
     # a zombie (exited, not yet reaped by a parent that is gone too) is not alive
     state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
     return state != "Z"
-
-
-def _children_running(parent: int, module: bytes) -> list[int]:
-    """The pids of ``parent``'s children whose command line names ``module``."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            ppid = int(stat.read_text().rsplit(")", 1)[-1].split()[1])
-            command = (stat.parent / "cmdline").read_bytes()
-        except (OSError, ValueError):  # gone meanwhile
-            continue
-        if ppid == parent and module in command:
-            found.append(int(stat.parent.name))
-    return found
 
 
 @pytest.fixture()
@@ -184,7 +170,11 @@ def test_local_up_stops_saying_why_when_its_emulator_is_killed(tmp_path: Path) -
     env = {"MODELFORGE_ADMIN_TOKEN": ADMIN_TOKEN}
     with start_local_up(tmp_path / "up.log", "--data-dir", str(data_dir), env=env) as up:
         assert ControlPlane(up.api_url, ADMIN_TOKEN).mint()
-        (emulator,) = _children_running(up.process.pid, b"modelforge_local_stack.emulator_host")
+        (emulator,) = [
+            pid
+            for pid in descendants(up.process.pid)
+            if b"modelforge_local_stack.emulator_host" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        ]
         started = time.monotonic()
         os.kill(emulator, signal.SIGKILL)
         assert up.wait_exit(30) == 1

@@ -10,35 +10,17 @@ import stat
 from pathlib import Path
 
 from tests.conftest import ADMIN_TOKEN
-from tests.support.processes import local_up_command, run_to_exit, start_local_up
+from tests.support.processes import descendants, local_up_command, run_to_exit, start_local_up
 
 ENV = {"MODELFORGE_ADMIN_TOKEN": ""}  # the token comes from the file, generated on the first start
 LOOPBACK = {"0100007F", "00000000000000000000000001000000"}  # 127.0.0.1 and ::1 as /proc/net/tcp* write them
-
-
-def _family(pid: int) -> set[int]:
-    """``pid`` and every process descended from it (local up's emulator runs in a child)."""
-    parents: dict[int, int] = {}
-    for stat_file in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            parents[int(stat_file.parent.name)] = int(stat_file.read_text().rsplit(")", 1)[-1].split()[1])
-        except (OSError, ValueError):  # gone meanwhile
-            continue
-    family, grew = {pid}, True
-    while grew:
-        grew = False
-        for child, parent in parents.items():
-            if parent in family and child not in family:
-                family.add(child)
-                grew = True
-    return family
 
 
 def _listening_addresses(pid: int) -> list[str]:
     """``address:port`` (hex, as /proc/net/tcp* write them) of every TCP socket that ``pid`` or a
     process descended from it listens on."""
     inodes = set()
-    for member in _family(pid):
+    for member in {pid, *descendants(pid)}:
         try:
             fds = list(Path(f"/proc/{member}/fd").iterdir())
         except OSError:

@@ -26,6 +26,29 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def _parents() -> dict[int, int]:
+    """Every process's parent, from ``/proc/PID/stat`` (processes gone meanwhile left out)."""
+    parents: dict[int, int] = {}
+    for stat_file in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parents[int(stat_file.parent.name)] = int(stat_file.read_text().rsplit(")", 1)[-1].split()[1])
+        except (OSError, ValueError):
+            continue
+    return parents
+
+
+def descendants(pid: int) -> set[int]:
+    """Every process descended from ``pid`` (children, their children, ...), not ``pid`` itself."""
+    parents, found, grew = _parents(), {pid}, True
+    while grew:
+        grew = False
+        for child, parent in parents.items():
+            if parent in found and child not in found:
+                found.add(child)
+                grew = True
+    return found - {pid}
+
+
 def port_is_free(port: int) -> bool:
     with socket.socket() as sock:
         try:
