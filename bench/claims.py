@@ -4,7 +4,8 @@
 Run from the repository root:
 
     .venv/bin/python bench/claims.py [--nodes 1 10 50 100] [--items-per-claimer 20] [--min-level-items 200]
-        [--ship-state-log during|after] [--emulator own-process|in-process] [--raw-seconds 3]
+        [--ship-state-log during|after] [--emulator own-process|in-process] [--max-invocations 8]
+        [--raw-seconds 3]
 
 It starts a fresh control plane in this process (``LocalStack``: the Chalice app over HTTP on a
 moto emulator, all on 127.0.0.1; the emulator in a process of its own, as ``modelforge local up``
@@ -69,12 +70,15 @@ from modelforge_bench.claim_load import (
     RawRun,
 )
 from modelforge_bench.support import LOOPBACK, BenchFailure
+from modelforge_local_stack.invocation_gate import DEFAULT_MAX_INVOCATIONS
 
 #: Bounds on the options, so a run stays bounded in count and time.
 MAX_LEVELS = 4
 MAX_NODES = 100
 MAX_ITEMS_PER_CLAIMER = 100
 MAX_RAW_SECONDS = 30
+#: `local up`'s default --max-connections: as many invocations as connections, as before the line
+MAX_INVOCATIONS = 256
 #: The fewest items a level claims by default: a 1-claimer level of 20 items is over in half a
 #: second, and its rate (the others' yardstick) would be a handful of requests.
 MIN_LEVEL_ITEMS = 200
@@ -241,6 +245,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         ),
     )
     parser.add_argument(
+        "--max-invocations",
+        type=int,
+        default=DEFAULT_MAX_INVOCATIONS,
+        help=(
+            f"requests the stack's app runs at once, the others in line, as `modelforge local up`"
+            f" --max-invocations (1..{MAX_INVOCATIONS}; default {DEFAULT_MAX_INVOCATIONS};"
+            f" {MAX_INVOCATIONS}: every connection at once, as before the line, for a side-by-side run)"
+        ),
+    )
+    parser.add_argument(
         "--ship-state-log",
         choices=("during", "after"),
         default="during",
@@ -257,6 +271,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help=f"duration of each raw conditional-write phase, 4 in all (1..{MAX_RAW_SECONDS})",
     )
     args = parser.parse_args(argv)
+    if not 1 <= args.max_invocations <= MAX_INVOCATIONS:
+        parser.error(f"--max-invocations takes 1 to {MAX_INVOCATIONS}")
     if not 1 <= len(args.nodes) <= MAX_LEVELS:
         parser.error(f"--nodes takes 1 to {MAX_LEVELS} levels")
     if any(not 1 <= count <= MAX_NODES for count in args.nodes):
@@ -400,6 +416,7 @@ def run(args: argparse.Namespace) -> int:
             stream_interval_seconds=stream_interval,
             resource_prefix=prefix,
             emulator_process=args.emulator == "own-process",
+            max_invocations=args.max_invocations,
         )
     )
     load: Generator | None = None
@@ -410,7 +427,10 @@ def run(args: argparse.Namespace) -> int:
         _support.require_loopback(stack.api_url, "the API server")
         _support.require_loopback(stack.aws_endpoint_url, "the AWS emulator")
         load = Generator()
-        print(f"local stack: API {stack.api_url}, emulator {stack.aws_endpoint_url}; load generator pid {load.pid}")
+        print(
+            f"local stack: API {stack.api_url} (the app runs {args.max_invocations} requests at once),"
+            f" emulator {stack.aws_endpoint_url}; load generator pid {load.pid}"
+        )
         began = time.perf_counter()
         enrolled = load.call("enroll", stack.api_url, max(args.nodes))
         print(f"enrolled {enrolled} nodes in {time.perf_counter() - began:.1f} s", flush=True)

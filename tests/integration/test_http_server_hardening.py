@@ -9,6 +9,7 @@ stack's server with its defaults; memory and logging are measured on a real
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -343,3 +344,47 @@ def test_local_up_connection_timeout_and_max_connections_flags_reach_the_server(
     events = [json.loads(line) for line in running.stderr_lines()]
     assert any(entry.get("event") == "connection_timeout" for entry in events)
     assert any(entry.get("event") == "server_busy" for entry in events)
+
+
+@pytest.fixture()
+def one_invocation_server(stack: Any) -> Iterator[_Server]:
+    server = _Server(stack.app_module.app, connection_timeout_seconds=TIMEOUT, max_invocations=1)
+    yield server
+    server.thread.stop()
+
+
+def test_a_request_waits_for_the_app_while_its_invocations_are_taken_and_is_answered_after(
+    one_invocation_server: _Server,
+) -> None:
+    """One invocation at once: while the test holds it, a request is read but not run; it is
+    answered once the place is free."""
+    server = one_invocation_server.thread.server
+    answers: list[int] = []
+    with server.invocations.turn() as admitted:
+        assert admitted
+        client = threading.Thread(
+            target=lambda: answers.append(
+                requests.get(one_invocation_server.url + "/api/v1/health", timeout=10).status_code
+            )
+        )
+        client.start()
+        wait_until(lambda: server.invocations.waiting == 1, 10, "the request to wait for the app")
+        assert answers == []
+    client.join(10)
+    assert answers == [200]
+    assert server.invocations.running == 0 and server.invocations.waiting == 0
+
+
+def test_a_request_that_waits_too_long_for_the_app_gets_503_server_busy_and_the_server_recovers(
+    one_invocation_server: _Server,
+) -> None:
+    from modelforge_local_stack.invocation_gate import InvocationGate
+
+    server = one_invocation_server.thread.server
+    server.invocations = InvocationGate(1, max_wait_seconds=0.2)
+    with server.invocations.turn():
+        answer = requests.get(one_invocation_server.url + "/api/v1/health", timeout=10)
+    assert answer.status_code == 503 and answer.headers["Retry-After"] == "1"
+    assert answer.json()["error"]["code"] == "server_busy"
+    assert "busy" in answer.json()["error"]["message"]
+    assert requests.get(one_invocation_server.url + "/api/v1/health", timeout=10).status_code == 200

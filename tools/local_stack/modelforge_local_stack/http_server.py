@@ -13,6 +13,9 @@ bottom layer's ``modelforge_protocol.http_server``, which the runtime worker's s
 - at most ``max_connections`` connections are served at once; beyond that a connection is
   answered 503 ``server_busy`` (plain HTTP) or closed (TLS) by the accept loop itself,
   and no handler thread starts;
+- the app runs for at most ``max_invocations`` requests at once, the others waiting their turn in
+  arrival order once their body is read (``invocation_gate``); one that waited too long is answered
+  503 ``server_busy``;
 - the request body is framed by one valid Content-Length of at most
   ``modelforge_protocol.schemas.MAX_BODY_BYTES``, checked before the body is read;
   Transfer-Encoding is refused (no chunked bodies, so no request smuggling);
@@ -67,6 +70,7 @@ from modelforge_protocol.schemas import MAX_BODY_BYTES
 from modelforge_protocol.work import MAX_SUBMIT_BODY_BYTES
 
 from .catalogue import FUNCTIONS_DIR
+from .invocation_gate import DEFAULT_MAX_INVOCATIONS, MAX_WAIT_SECONDS, InvocationGate
 
 #: The largest body the server reads: what the API accepts, no more.
 MAX_REQUEST_BYTES = MAX_BODY_BYTES
@@ -137,6 +141,9 @@ def error_body(code: str, message: str) -> bytes:
 
 
 _BUSY_BODY = error_body("server_busy", "too many connections; retry later")
+_WAITED_TOO_LONG = error_body(
+    "server_busy", f"the app was busy for {MAX_WAIT_SECONDS:g} s with other requests; retry later"
+)
 _BUSY_RESPONSE = (
     b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
     + f"Content-Length: {len(_BUSY_BODY)}\r\nRetry-After: 1\r\nConnection: close\r\n\r\n".encode()
@@ -184,14 +191,21 @@ class _Handler(ChaliceRequestHandler):
             self._send_options_refusal()
             self.server.arm_deadline("idle")
             return
-        try:
-            response = self.local_gateway.handle_request(
-                method=self.command, path=self.path, headers=dict(self.headers), body=body
-            )
-        except LocalGatewayException as error:
-            self.server.arm_deadline("responding")
-            self._send_gateway_refusal(error)
-            return
+        with self.server.invocations.turn() as admitted:
+            if not admitted:
+                self.server.arm_deadline("responding")
+                self._refuse_with(
+                    HTTPStatus.SERVICE_UNAVAILABLE, _WAITED_TOO_LONG, {**self._console_headers(), "Retry-After": "1"}
+                )
+                return
+            try:
+                response = self.local_gateway.handle_request(
+                    method=self.command, path=self.path, headers=dict(self.headers), body=body
+                )
+            except LocalGatewayException as error:
+                self.server.arm_deadline("responding")
+                self._send_gateway_refusal(error)
+                return
         self.server.arm_deadline("responding")
         headers = {**response["headers"], **response["multiValueHeaders"]}
         response = self._handle_binary(response)
@@ -348,7 +362,10 @@ class ApiServer(HardenedServer, HTTPServer):
         *,
         connection_timeout_seconds: float = DEFAULT_CONNECTION_TIMEOUT_SECONDS,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        max_invocations: int = DEFAULT_MAX_INVOCATIONS,
     ) -> None:
+        #: the app runs for at most ``max_invocations`` requests at once, the others in line
+        self.invocations = InvocationGate(max_invocations)
         self.init_hardening(max_connections=max_connections, connection_timeout_seconds=connection_timeout_seconds)
         self.tls = tls
         self.busy_response = None if tls else _BUSY_RESPONSE  # TLS: closed, a plain-text answer would not be read

@@ -31,6 +31,7 @@ from .http_server import (
     load_app,
     tls_context,
 )
+from .invocation_gate import DEFAULT_MAX_INVOCATIONS
 from .persistence import DEFAULT_SNAPSHOT_INTERVAL_SECONDS, DataDirLock, Outbox, Restored
 from .scheduler import Scheduler
 from .stream_poller import StreamPoller
@@ -63,6 +64,8 @@ class LocalOptions:
     connection_timeout_seconds: float = DEFAULT_CONNECTION_TIMEOUT_SECONDS
     #: API connections served at once; more are answered 503 server_busy
     max_connections: int = DEFAULT_MAX_CONNECTIONS
+    #: app invocations at once; other requests wait their turn in arrival order
+    max_invocations: int = DEFAULT_MAX_INVOCATIONS
     #: keep the admin token here across restarts (read it, or write a generated one, mode 0600);
     #: MODELFORGE_ADMIN_TOKEN (or its SHA-256) wins over it
     admin_token_file: Path | None = None
@@ -272,6 +275,7 @@ class LocalStack:
                     tls,
                     connection_timeout_seconds=self.options.connection_timeout_seconds,
                     max_connections=self.options.max_connections,
+                    max_invocations=self.options.max_invocations,
                 )
             except OSError as error:
                 raise listen_error(error, self.options.host, self.options.port, "--port") from None

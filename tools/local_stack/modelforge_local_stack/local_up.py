@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from modelforge_protocol import environment
 
 from . import terminal_lines
+from .invocation_gate import DEFAULT_MAX_INVOCATIONS
 from .persistence import DEFAULT_SNAPSHOT_INTERVAL_SECONDS
 
 if TYPE_CHECKING:
@@ -93,6 +94,13 @@ def add_arguments(up: argparse.ArgumentParser) -> None:
         type=positive_int,
         default=256,
         help="API connections served at once; more are answered 503 server_busy (default 256)",
+    )
+    up.add_argument(
+        "--max-invocations",
+        type=positive_int,
+        default=DEFAULT_MAX_INVOCATIONS,
+        help="requests the app runs at once; the others wait their turn in arrival order "
+        f"(default {DEFAULT_MAX_INVOCATIONS})",
     )
     up.add_argument(
         "--allow-simulated-nodes",
@@ -232,6 +240,7 @@ def run(args: argparse.Namespace) -> int:
         aws_endpoint_url=args.aws_endpoint_url,
         connection_timeout_seconds=args.connection_timeout,
         max_connections=args.max_connections,
+        max_invocations=args.max_invocations,
         admin_token_file=args.admin_token_file,
         extra_env={ALLOW_SIMULATED_NODES_VAR: "true"} if args.allow_simulated_nodes or args.simulated_gpus else {},
         **channel,
