@@ -70,6 +70,7 @@ from modelforge_bench.claim_load import (
     RawRun,
 )
 from modelforge_bench.support import LOOPBACK, BenchFailure
+from modelforge_local_stack.http_server import DEFAULT_MAX_CONNECTIONS
 from modelforge_local_stack.invocation_gate import DEFAULT_MAX_INVOCATIONS
 
 #: Bounds on the options, so a run stays bounded in count and time.
@@ -77,8 +78,8 @@ MAX_LEVELS = 4
 MAX_NODES = 100
 MAX_ITEMS_PER_CLAIMER = 100
 MAX_RAW_SECONDS = 30
-#: `local up`'s default --max-connections: as many invocations as connections, as before the line
-MAX_INVOCATIONS = 256
+#: `local up`'s default --max-connections: every connection in the app at once, as before the line
+MAX_INVOCATIONS = DEFAULT_MAX_CONNECTIONS
 #: The fewest items a level claims by default: a 1-claimer level of 20 items is over in half a
 #: second, and its rate (the others' yardstick) would be a handful of requests.
 MIN_LEVEL_ITEMS = 200

@@ -4,7 +4,7 @@ The local server reads each request on a thread of its own (up to ``--max-connec
 the app, which is where a request spends the emulator's CPU, for at most ``limit`` of them at a
 time, as a warm Lambda pool of that size would. The rest wait their turn first come, first served,
 and a request that waited ``max_wait_seconds`` is refused (503 ``server_busy``, the answer to a
-connection past the limit) rather than run after its client gave up.
+connection past the limit) rather than run that late.
 
 Measured on the 2-core local stack (docs/SCALE.md, "One line for the app"): with every connection
 in the app at once, 100 claimers shared the emulator's core as 100 threads, each claim request's
@@ -26,8 +26,9 @@ from contextlib import contextmanager
 #: App invocations at once by default: the better of 8 and 24 for the claim benchmark on 2
 #: cores (docs/SCALE.md); an invocation mostly waits on the emulator's process.
 DEFAULT_MAX_INVOCATIONS = 8
-#: The longest a request waits for its turn: under API Gateway's 29 s integration timeout, and
-#: longer than any client of this project waits for an answer.
+#: The longest a request waits for its turn: under API Gateway's 29 s integration timeout and the
+#: admin CLI's 30 s request timeout. An agent gives up sooner (10 s by default), and a request whose
+#: client has gone still runs when its turn comes: the server does not watch the socket meanwhile.
 MAX_WAIT_SECONDS = 25.0
 
 
