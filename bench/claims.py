@@ -62,6 +62,7 @@ from typing import Any
 
 from modelforge_bench import support as _support
 from modelforge_bench.claim_load import (
+    CLAIM_TRANSACTION,
     RAW_THREADS,
     REGION,
     STALE_AFTER_SECONDS,
@@ -269,7 +270,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--raw-seconds",
         type=float,
         default=3,
-        help=f"duration of each raw conditional-write phase, 4 in all (1..{MAX_RAW_SECONDS})",
+        help=f"duration of each raw conditional-write phase, 6 in all (1..{MAX_RAW_SECONDS})",
     )
     args = parser.parse_args(argv)
     if not 1 <= args.max_invocations <= MAX_INVOCATIONS:
@@ -297,8 +298,18 @@ def _single_rate(levels: list[LevelResult]) -> float | None:
     return next((level.rate for level in levels if level.nodes == 1), None)
 
 
-def _raw_claim_rate(raw: list[RawRun]) -> float:
-    return max((run.rate for run in raw if run.what == "claim-shaped TransactWriteItems"), default=0.0)
+#: The raw transactions the 1-claimer rate is compared with: the claim's shape when issue 19 was
+#: written (an Update, a ConditionCheck, a Put), and the claim's own transaction today (the node's
+#: slot count became an Update, and the event carries the write's changes).
+CLAIM_SHAPED = "claim-shaped TransactWriteItems"
+RAW_YARDSTICKS = (
+    (CLAIM_SHAPED, "the raw claim-shaped rate"),
+    (CLAIM_TRANSACTION, "the raw rate of the claim's own transaction"),
+)
+
+
+def _raw_rate(raw: list[RawRun], what: str) -> float:
+    return max((run.rate for run in raw if run.what == what), default=0.0)
 
 
 def print_tables(levels: list[LevelResult], raw: list[RawRun]) -> None:
@@ -329,15 +340,15 @@ def print_tables(levels: list[LevelResult], raw: list[RawRun]) -> None:
         "shard per node); S3: the state-log objects the claims' events became."
     )
     print("\nThe emulator's raw conditional writes (boto3 from the load generator's process, scratch tables)")
-    print(f"{'write':<32} {'threads':>7} | {'writes/s':>8} {'p50 ms':>7} {'p99 ms':>7} {'max ms':>7} | {'calls':>6}")
+    print(f"{'write':<35} {'threads':>7} | {'writes/s':>8} {'p50 ms':>7} {'p99 ms':>7} {'max ms':>7} | {'calls':>6}")
     for run in raw:
-        print(f"{run.what:<32} {run.threads:>7} | {run.rate:>8.1f} {_latency(run.latencies_ms)} | {run.calls:>6}")
-    raw_rate = _raw_claim_rate(raw)
-    if single and raw_rate:
-        print(
-            "1-claimer claims/s / the highest raw claim-shaped rate:"
-            f" {single:.1f} / {raw_rate:.1f} = {single / raw_rate:.2f}"
-        )
+        print(f"{run.what:<35} {run.threads:>7} | {run.rate:>8.1f} {_latency(run.latencies_ms)} | {run.calls:>6}")
+    for what, label in RAW_YARDSTICKS:
+        raw_rate = _raw_rate(raw, what)
+        if single and raw_rate:
+            print(
+                f"1-claimer claims/s / the highest {label[4:]}: {single:.1f} / {raw_rate:.1f} = {single / raw_rate:.2f}"
+            )
 
 
 def targets(levels: list[LevelResult], raw: list[RawRun]) -> list[tuple[str, bool]]:
@@ -368,12 +379,11 @@ def targets(levels: list[LevelResult], raw: list[RawRun]) -> list[tuple[str, boo
                     slowest <= TARGET_MAX_SECONDS,
                 )
             )
-    raw_rate = _raw_claim_rate(raw)
-    if single and raw_rate:
-        ratio = single / raw_rate
-        found.append(
-            (f"1 claimer: {ratio:.2f} x the raw claim-shaped rate >= {TARGET_RAW_RATIO}", ratio >= TARGET_RAW_RATIO)
-        )
+    for what, label in RAW_YARDSTICKS:
+        raw_rate = _raw_rate(raw, what)
+        if single and raw_rate:
+            ratio = single / raw_rate
+            found.append((f"1 claimer: {ratio:.2f} x {label} >= {TARGET_RAW_RATIO}", ratio >= TARGET_RAW_RATIO))
     return found
 
 
@@ -402,7 +412,7 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"ModelForge claim benchmark: {', '.join(map(str, args.nodes))} concurrent node(s),"
         f" {args.items_per_claimer} items per claimer (at least {args.min_level_items} per level);"
-        f" raw conditional writes {args.raw_seconds:g} s x {2 * len(RAW_THREADS)};"
+        f" raw conditional writes {args.raw_seconds:g} s x {3 * len(RAW_THREADS)};"
         f" state log shipped {args.ship_state_log} the timed phases; emulator in {args.emulator.replace('-', ' ')}"
     )
     # a fresh prefix: moto's backend outlives a stack in this process, tables included

@@ -475,7 +475,7 @@ def claim_work() -> Response:
     inst = instance.get()
     caller = require_node(_request().headers)
     validate(_body(), "EMPTY")
-    claimed = work.claim(inst.stores, inst.settings, caller, _now(), inst.known_callers)
+    claimed = work.claim(inst.stores, inst.settings, caller, _now(), inst.known_callers, inst.queue_fronts)
     if claimed is None:
         return Response(body="", status_code=204)
     return Response(body=views.work_claim(claimed.item, claimed.input_url, claimed.result_upload_url), status_code=200)

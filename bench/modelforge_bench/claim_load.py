@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import multiprocessing
 import secrets
 import threading
@@ -260,7 +261,10 @@ def _run_for(calls: list[Callable[[], None]], seconds: float) -> tuple[int, floa
         try:
             while time.perf_counter() < deadline:
                 began = time.perf_counter()
-                calls[index]()
+                try:
+                    calls[index]()
+                except StopIteration:  # nothing left to write: this thread's part is over
+                    break
                 latencies[index].append((time.perf_counter() - began) * 1000)
                 counts[index] += 1
         except Exception as error:  # noqa: BLE001 - any failure ends the run
@@ -303,7 +307,9 @@ def _scratch_copy(admin: Any, source: str, name: str) -> str:
     return name
 
 
-def raw_write_rates(endpoint_url: str, names: Mapping[str, str], seconds: float) -> list[RawRun]:
+def raw_write_rates(
+    endpoint_url: str, names: Mapping[str, str], seconds: float, node_template: Mapping[str, Any] | None = None
+) -> list[RawRun]:
     """Conditional writes straight at the emulator with boto3, on scratch copies of the work, nodes
     and outbox tables (same keys, indexes and stream as the app's, but empty).
 
@@ -311,7 +317,9 @@ def raw_write_rates(endpoint_url: str, names: Mapping[str, str], seconds: float)
     holder and a time) on a queued work item on the condition that it is queued at epoch e, as a
     claim's item write does. ``TransactWriteItems``: that update, a ConditionCheck of the thread's
     node item (credential, credential state, liveness, heartbeat age) and a Put of a new outbox
-    item on the condition that it does not exist: the shape of a claim's transaction.
+    item on the condition that it does not exist: the shape of a claim's transaction when issue 19
+    was written. Then, given ``node_template`` (an enrolled node's item as stored), today's claim
+    transaction itself (``claim_transaction``), on items shaped like the app's.
     """
     import boto3
 
@@ -403,25 +411,228 @@ def raw_write_rates(endpoint_url: str, names: Mapping[str, str], seconds: float)
                 TransactItems=[{"Update": update(index)}, {"ConditionCheck": node_check(index)}, {"Put": event()}]
             )
 
-        for threads in RAW_THREADS:
-            clients = [
-                _support.emulator_dynamodb(endpoint_url, REGION, REQUEST_TIMEOUT_SECONDS, session)
-                for _ in range(threads)
-            ]
-            try:
-                for what, make in (
-                    ("conditional UpdateItem", updates),
-                    ("claim-shaped TransactWriteItems", transactions),
-                ):
-                    calls, elapsed, latencies = _run_for([make(clients[i], i) for i in range(threads)], seconds)
-                    runs.append(RawRun(what, threads, calls, elapsed, latencies))
-            finally:
-                for client in clients:
-                    client.close()
+        kinds = [("conditional UpdateItem", updates), ("claim-shaped TransactWriteItems", transactions)]
+        runs += _rates_by_threads(endpoint_url, session, seconds, kinds)
+        if node_template is not None:
+            runs += _claim_transaction_rates(endpoint_url, session, admin, tables, node_template, seconds)
     finally:
         for table in tables:
             admin.delete_table(TableName=table)
         admin.close()
+    return runs
+
+
+# --- today's claim transaction, raw -------------------------------------------------------
+
+#: What the raw phases of today's claim transaction label their rows.
+CLAIM_TRANSACTION = "the claim's own TransactWriteItems"
+#: Queued items made for those phases: more than this emulator leases in their time (each lease
+#: takes one for good), capped; a phase that runs out ends early, its rate still calls / time.
+POOL_PER_SECOND = 400
+MAX_POOL = 6000
+BATCH = 25
+
+
+def claim_transaction(
+    work_table: str, nodes_table: str, outbox_table: str, work_id: str, node_id: str, credential: str, now: float
+) -> list[dict[str, Any]]:
+    """A claim's TransactWriteItems as the app sends it (stores/work_store.py ``lease``, captured
+    from the local stack; tests/integration/test_claims_bench_transaction.py compares the two): the
+    ``work.leased`` event (its payload the write's changes, for replay), the work item from
+    queued at epoch 0 to leased at epoch 1 (out of the queue index, into the lease and holder
+    indexes), and the node's busy slots up by one on the condition that it may take the item."""
+    lease_until = round(now + LEASE_SECONDS, 3)
+    event_id = f"{int(now * 1000)}-{uuid.uuid4().hex[:23]}"
+    work_set = {
+        "status": {"S": "leased"},
+        "epoch": {"N": "1"},
+        "attempts": {"N": "1"},
+        "node_id": {"S": node_id},
+        "lease_expires_at": {"N": str(lease_until)},
+        "updated_at": {"N": str(round(now, 3))},
+        "lease_partition": {"S": f"leased#{int(work_id[-2:], 16) % 16}"},
+        "lease_holder": {"S": node_id},
+    }
+    payload = {
+        "changes": [
+            {
+                "key": {"work_id": {"S": work_id}},
+                "op": "update",
+                "remove": ["queue_key", "queued_at"],
+                "set": dict(sorted(work_set.items())),
+                "table": "work",
+            },
+            {
+                "add": {"sb": {"N": "1"}},
+                "key": {"node_id": {"S": node_id}},
+                "op": "update",
+                "remove": [],
+                "set": {},
+                "table": "nodes",
+            },
+        ],
+        "event_id": event_id,
+        "occurred_at": round(now, 3),
+        "subject": {"epoch": "1", "node_id": node_id, "work_id": work_id},
+        "type": "work.leased",
+    }
+    names = ["status", "epoch", "attempts", "node_id", "lease_expires_at", "updated_at", "lease_partition"]
+    return [
+        {
+            "Put": {
+                "TableName": outbox_table,
+                "Item": {
+                    "event_id": {"S": event_id},
+                    "event_type": {"S": "work.leased"},
+                    "expires_at": {"N": str(int(now) + 7 * 86400)},
+                    "occurred_at": {"N": str(round(now, 3))},
+                    "payload": {"S": json.dumps(payload, separators=(",", ":"), sort_keys=True)},
+                },
+                "ConditionExpression": "attribute_not_exists (#0)",
+                "ExpressionAttributeNames": {"#0": "event_id"},
+            }
+        },
+        {
+            "Update": {
+                "TableName": work_table,
+                "Key": {"work_id": {"S": work_id}},
+                "ConditionExpression": "(#0 = :0 AND #1 = :1)",
+                "UpdateExpression": "SET #0 = :2, #1 = :3, #2 = :4, #3 = :5, #4 = :6, #5 = :7, #6 = :8, #7 = :9"
+                " REMOVE #8, #9",
+                "ExpressionAttributeNames": {
+                    **{f"#{n}": name for n, name in enumerate([*names, "lease_holder"])},
+                    "#8": "queued_at",
+                    "#9": "queue_key",
+                },
+                "ExpressionAttributeValues": {
+                    ":0": {"S": "queued"},
+                    ":1": {"N": "0"},
+                    **{f":{n + 2}": work_set[name] for n, name in enumerate([*names, "lease_holder"])},
+                },
+            }
+        },
+        {
+            "Update": {
+                "TableName": nodes_table,
+                "Key": {"node_id": {"S": node_id}},
+                "ConditionExpression": "((((((#0 = :0 AND #1 = :1) AND (#2 = :2 AND #3 > :3)) AND contains (#4, :4))"
+                " AND attribute_not_exists (#5)) AND (attribute_not_exists (#6) OR #6 < :5)) AND"
+                " ((attribute_not_exists (#7) OR (attribute_not_exists (#8) AND #7 > :6)) OR #8 < #7))",
+                "UpdateExpression": "ADD #8 :7",
+                "ExpressionAttributeNames": {
+                    "#0": "credential_sha256",
+                    "#1": "credential_state",
+                    "#2": "liveness",
+                    "#3": "last_heartbeat_at",
+                    "#4": "capabilities",
+                    "#5": "pk",
+                    "#6": "gb",
+                    "#7": "sq",
+                    "#8": "sb",
+                },
+                "ExpressionAttributeValues": {
+                    ":0": {"S": credential},
+                    ":1": {"S": "active"},
+                    ":2": {"S": "online"},
+                    ":3": {"N": str(now - STALE_AFTER_SECONDS)},
+                    ":4": {"S": ECHO},
+                    ":5": {"N": "2"},
+                    ":6": {"N": "0"},
+                    ":7": {"N": "1"},
+                },
+            }
+        },
+    ]
+
+
+def _queued_work_item(work_id: str, now: float) -> dict[str, Any]:
+    """A queued echo item as a submit stores it (the fields of stores/models.py ``WorkModel``)."""
+    return {
+        "work_id": {"S": work_id},
+        "capability": {"S": ECHO},
+        "status": {"S": "queued"},
+        "created_at": {"N": str(round(now, 3))},
+        "updated_at": {"N": str(round(now, 3))},
+        "attempts": {"N": "0"},
+        "max_attempts": {"N": "3"},
+        "lease_seconds": {"N": str(LEASE_SECONDS)},
+        "epoch": {"N": "0"},
+        "input_key": {"S": f"work/input/{work_id}/{'0' * 64}.json"},
+        "input_sha256": {"S": "0" * 64},
+        "input_size": {"N": "64"},
+        "queue_key": {"S": f"{ECHO}#{int(work_id[-2:], 16) % 16}"},
+        "queued_at": {"N": str(round(now, 3))},
+    }
+
+
+def _claim_transaction_rates(
+    endpoint_url: str,
+    session: Any,
+    admin: Any,
+    tables: list[str],
+    node_template: Mapping[str, Any],
+    seconds: float,
+) -> list[RawRun]:
+    """Today's claim transaction at 1 and 10 threads, each call leasing an item of its own from a
+    pool of queued items, each thread with a node item of its own made from ``node_template``."""
+    work_table, nodes_table, outbox_table = tables
+    credential, now = "1" * 64, time.time()
+    pool = [f"work_{uuid.uuid4().hex}" for _ in range(min(MAX_POOL, int(2 * POOL_PER_SECOND * seconds)))]
+    for start in range(0, len(pool), BATCH):
+        requests = [
+            {"PutRequest": {"Item": _queued_work_item(work_id, now)}} for work_id in pool[start : start + BATCH]
+        ]
+        while requests:
+            left = admin.batch_write_item(RequestItems={work_table: requests}).get("UnprocessedItems", {})
+            requests = left.get(work_table, [])
+    node_ids = [f"node_{secrets.token_hex(16)}" for _ in range(max(RAW_THREADS))]
+    for node_id in node_ids:
+        item = {name: value for name, value in node_template.items() if name not in ("pk", "gb", "sq", "sb")}
+        item.update(
+            node_id={"S": node_id},
+            credential_sha256={"S": credential},
+            credential_state={"S": "active"},
+            liveness={"S": "online"},
+            last_heartbeat_at={"N": str(round(now, 3))},
+        )
+        admin.put_item(TableName=nodes_table, Item=item)
+    left = iter(pool)
+    lock = threading.Lock()
+
+    def lease(client: Any, node_id: str) -> Callable[[], None]:
+        def call() -> None:
+            with lock:
+                work_id = next(left, None)
+            if work_id is None:
+                raise StopIteration
+            client.transact_write_items(
+                TransactItems=claim_transaction(
+                    work_table, nodes_table, outbox_table, work_id, node_id, credential, time.time()
+                )
+            )
+
+        return call
+
+    return _rates_by_threads(endpoint_url, session, seconds, [(CLAIM_TRANSACTION, lambda c, i: lease(c, node_ids[i]))])
+
+
+def _rates_by_threads(
+    endpoint_url: str, session: Any, seconds: float, kinds: list[tuple[str, Callable[[Any, int], Callable[[], None]]]]
+) -> list[RawRun]:
+    """Each kind of write for ``seconds`` at each of ``RAW_THREADS``, a client per thread: ``make(client,
+    thread index)`` gives a thread its call."""
+    runs = []
+    for threads in RAW_THREADS:
+        clients = [
+            _support.emulator_dynamodb(endpoint_url, REGION, REQUEST_TIMEOUT_SECONDS, session) for _ in range(threads)
+        ]
+        try:
+            for what, make in kinds:
+                calls, elapsed, latencies = _run_for([make(clients[i], i) for i in range(threads)], seconds)
+                runs.append(RawRun(what, threads, calls, elapsed, latencies))
+        finally:
+            for client in clients:
+                client.close()
     return runs
 
 
@@ -463,8 +674,21 @@ class _Serving:
         return complete_all(self.nodes, claims, base_url)
 
     def raw(self, endpoint_url: str, names: dict[str, str], seconds: float) -> list[RawRun]:
+        """The raw rates, today's claim transaction on a copy of the first enrolled node's item."""
         _support.require_loopback(endpoint_url, "the AWS emulator")
-        return raw_write_rates(endpoint_url, names, seconds)
+        node_id = self.nodes[0].identity.node_id if self.nodes else None
+        if node_id is None:
+            raise BenchFailure("no node is enrolled to copy for the raw claim transaction")
+        admin = _support.emulator_dynamodb(endpoint_url, REGION, REQUEST_TIMEOUT_SECONDS)
+        try:
+            node = admin.get_item(TableName=names["MODELFORGE_NODES_TABLE"], Key={"node_id": {"S": node_id}}).get(
+                "Item"
+            )
+        finally:
+            admin.close()
+        if node is None:
+            raise BenchFailure("the first enrolled node's item is not in the nodes table")
+        return raw_write_rates(endpoint_url, names, seconds, node)
 
     def close(self) -> None:
         for node in self.nodes:

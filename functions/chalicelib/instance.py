@@ -18,6 +18,7 @@ from modelforge_logging import jsonlog
 
 from chalicelib.config.settings import Settings, load_settings
 from chalicelib.services.known_callers import KnownCallers
+from chalicelib.services.queue_fronts import QueueFronts
 from chalicelib.services.work_hint import WorkHint
 from chalicelib.stores.contract import Stores
 from chalicelib.stores.dynamodb import dynamodb_stores
@@ -39,6 +40,9 @@ class Instance:
     known_callers: KnownCallers = field(default_factory=KnownCallers)
     #: which capabilities had queued work lately (the heartbeat's hint: see work_hint.py)
     work_hint: WorkHint = field(default_factory=WorkHint)
+    #: the untried rest of this instance's last read of each queue's front (a cost saving: see
+    #: queue_fronts.py)
+    queue_fronts: QueueFronts = field(default_factory=QueueFronts)
 
     @property
     def s3(self) -> Any:

@@ -132,8 +132,9 @@ def test_a_node_month_counts_a_heartbeat_per_interval_and_an_hourly_inventory(re
 def test_a_claim_is_one_transaction_and_its_result_one_s3_put(report: dict[str, Any]) -> None:
     claim = report["measured"]["work_claim"]["operations_per_run"]
     # the queue's front is read from a random shard: a queue of 2 items spread over the 16 shards
-    # takes up to one Query per shard to find them (stores/work_store.py, docs/SCALE.md)
-    assert claim["TransactWriteItems"] == 1.0 and 1.0 <= claim["Query"] <= work_store.QUEUE_SHARDS
+    # takes up to one Query per shard to find them (stores/work_store.py, docs/SCALE.md); a read
+    # that found both leaves the second to the next claim (services/queue_fronts.py)
+    assert claim["TransactWriteItems"] == 1.0 and 0.5 <= claim["Query"] <= work_store.QUEUE_SHARDS
     assert report["measured"]["work_upload"]["operations_per_run"] == {"S3:PUT": 1.0}
     assert report["measured"]["work_upload"]["per_run"]["api_requests"] == 0
 

@@ -18,8 +18,9 @@ import pytest
 from chalicelib.domain import requests as typed
 from chalicelib.domain.errors import Conflict, DomainError, GuardFailed, Invalid, NotFound, TooLarge, Unauthenticated
 from chalicelib.domain.records import Event, WorkItem
-from chalicelib.services import known_callers, work
+from chalicelib.services import known_callers, queue_fronts, work
 from chalicelib.services.known_callers import KnownCallers
+from chalicelib.services.queue_fronts import QueueFronts
 from chalicelib.stores.contract import Holder, LeaseCheck, ObjectStore, Stores, WorkStore
 from modelforge_protocol import work as protocol
 from modelforge_protocol.canonical import canonical_bytes
@@ -592,9 +593,9 @@ def test_concurrent_claimers_spread_over_the_queue_front(stores: MemoryStores, m
     assert len({window[0].work_id for window in windows}) >= 6
 
 
-def test_a_claim_reads_the_queue_again_after_two_lost_tries(stores: MemoryStores) -> None:
-    """A front that loses two tries is going stale: the claim reads the queue again rather than
-    spend more transactions on it."""
+def test_a_claim_reads_the_queue_again_after_a_lost_try(stores: MemoryStores) -> None:
+    """A front that loses a try is going stale: the claim reads the queue again rather than spend
+    another transaction on it."""
     agent = _node(stores, {ECHO})
     items = [_submit(stores, now=NOW - 100 + n) for n in range(5)]
 
@@ -602,12 +603,125 @@ def test_a_claim_reads_the_queue_again_after_two_lost_tries(stores: MemoryStores
         for item in items[:2]:
             stores.work.records[item.work_id].epoch += 1  # taken and put back: the read is stale
 
-    stores.journal.before_next("work.lease", someone_takes_the_first_two, times=work.TRIES_PER_READ)
+    stores.journal.before_next("work.lease", someone_takes_the_first_two)
     stores.journal.reset_counts()
     claimed = _claim(stores, agent)
     assert claimed.item.work_id == items[0].work_id  # the second read saw its new epoch
     assert stores.journal.calls.count("work.queue_front") == 2
-    assert stores.journal.calls.count("work.lease") == work.TRIES_PER_READ + 1
+    assert stores.journal.calls.count("work.lease") == 2
+
+
+# --- the queue front an instance remembers (queue_fronts.py) -------------------------------------
+
+
+def _claim_remembering(stores: MemoryStores, agent: Agent, fronts: QueueFronts, now: float = NOW) -> WorkItem | None:
+    claimed = work.claim(stores, SETTINGS, agent.caller, now, KnownCallers(), fronts)
+    return None if claimed is None else claimed.item
+
+
+def test_claims_of_one_instance_read_the_front_once_and_take_each_item_once(stores: MemoryStores) -> None:
+    """A read of CLAIM_CANDIDATES items serves that many claims, of any node of the capability:
+    one Query, each item leased once, and the next claim reads the queue again."""
+    agents = [_node(stores, {ECHO}) for _ in range(3)]
+    items = [_submit(stores, now=NOW - 100 + n) for n in range(work.CLAIM_CANDIDATES + 3)]
+    fronts = QueueFronts()
+    stores.journal.reset_counts()
+    taken = [_claim_remembering(stores, agents[n % 3], fronts) for n in range(work.CLAIM_CANDIDATES)]
+    assert stores.journal.calls.count("work.queue_front") == 1
+    assert stores.journal.calls.count("work.lease") == work.CLAIM_CANDIDATES  # no lost try
+    assert sorted(item.work_id for item in taken if item) == sorted(i.work_id for i in items[: work.CLAIM_CANDIDATES])
+    assert fronts.remembered(ECHO) == 0
+    assert _claim_remembering(stores, agents[0], fronts) is not None
+    assert stores.journal.calls.count("work.queue_front") == 2
+
+
+def test_a_remembered_item_taken_elsewhere_costs_one_lost_try_then_a_fresh_read(stores: MemoryStores) -> None:
+    """Another instance leased or cancelled every item of the front this instance remembers: the
+    lease fails on the item's epoch, the front is forgotten, and the claim reads the queue again."""
+    agent, other = _node(stores, {ECHO}), _node(stores, {ECHO})
+    items = [_submit(stores, now=NOW - 100 + n) for n in range(6)]
+    fronts = QueueFronts()
+    assert _claim_remembering(stores, agent, fronts) is not None
+    assert fronts.remembered(ECHO) == 5
+    later = _submit(stores, now=NOW - 5)  # not in the remembered front
+    for _ in items[1:4]:
+        assert work.claim(stores, SETTINGS, other.caller, NOW) is not None  # another instance: no memory
+    for item in items[4:]:
+        work.cancel(stores, item.work_id, NOW)
+    stores.journal.reset_counts()
+    claimed = _claim_remembering(stores, agent, fronts)
+    assert claimed is not None and claimed.work_id == later.work_id
+    assert stores.journal.calls.count("work.lease") == 2 and stores.journal.calls.count("work.queue_front") == 1
+    assert fronts.remembered(ECHO) == 0
+    # the queue is empty now: judged on a fresh read, never from memory
+    assert _claim_remembering(stores, agent, fronts) is None
+    assert stores.journal.calls.count("work.queue_front") == 2 and stores.journal.calls.count("work.lease") == 2
+
+
+def test_a_lost_try_on_a_remembered_item_forgets_the_front(stores: MemoryStores) -> None:
+    agent = _node(stores, {ECHO})
+    items = [_submit(stores, now=NOW - 100 + n) for n in range(4)]
+    fronts = QueueFronts()
+    assert _claim_remembering(stores, agent, fronts) is not None
+    for item in items[1:]:
+        stores.work.records[item.work_id].epoch += 1  # taken and put back elsewhere: the memory is stale
+    stores.journal.reset_counts()
+    claimed = _claim_remembering(stores, agent, fronts)
+    assert claimed is not None and claimed.epoch == items[1].epoch + 2  # leased at its true epoch
+    assert stores.journal.calls.count("work.lease") == 2 and stores.journal.calls.count("work.queue_front") == 1
+    assert fronts.remembered(ECHO) == 2  # the fresh read's untried rest
+
+
+def test_a_remembered_front_expires(stores: MemoryStores) -> None:
+    agent = _node(stores, {ECHO})
+    for n in range(4):
+        _submit(stores, now=NOW - 100 + n)
+    fronts = QueueFronts()
+    assert _claim_remembering(stores, agent, fronts) is not None
+    stores.journal.reset_counts()
+    assert _claim_remembering(stores, agent, fronts, NOW + queue_fronts.FRONT_SECONDS) is not None
+    assert stores.journal.calls.count("work.queue_front") == 0
+    assert _claim_remembering(stores, agent, fronts, NOW + queue_fronts.FRONT_SECONDS + 0.01) is not None
+    assert stores.journal.calls.count("work.queue_front") == 1
+
+
+def test_a_node_of_several_capabilities_reads_every_queue_unless_it_remembers_each(stores: MemoryStores) -> None:
+    """Memory of one queue does not starve another: a node serving ECHO and OCR whose instance
+    remembers only ECHO's front reads both, and takes from each alike."""
+    echo_only, both = _node(stores, {ECHO}), _node(stores, CAPABILITIES)
+    for n in range(3):
+        _submit(stores, now=NOW - 100 + n)
+    ocr = _submit(stores, OCR, now=NOW - 50)
+    fronts = QueueFronts()
+    assert _claim_remembering(stores, echo_only, fronts) is not None
+    assert fronts.remembered(ECHO) == 2 and fronts.remembered(OCR) == 0
+    stores.journal.reset_counts()
+    assert _claim_remembering(stores, both, fronts) is not None
+    assert stores.journal.calls.count("work.queue_front") == 2  # both queues read
+    # read: the 2 echo items left and the ocr one; one leased, the other two remembered
+    assert fronts.remembered(ECHO) + fronts.remembered(OCR) == 2 and fronts.remembered(OCR) <= 1
+    assert _claim_remembering(stores, both, fronts) is not None
+    assert stores.journal.calls.count("work.queue_front") == 2  # from memory: both queues remembered
+    while _claim_remembering(stores, both, fronts) is not None:
+        pass
+    assert stores.work.records[ocr.work_id].status == "leased"
+    assert {item.status for item in stores.work.records.values()} == {"leased"}
+
+
+def test_a_remembering_claim_of_an_empty_queue_parks_on_a_fresh_read(stores: MemoryStores) -> None:
+    """Emptiness is never taken from memory: every remembered item gone, the claim reads the queue,
+    finds it empty, parks the node and reads once more (no lost wake-up)."""
+    agent = _node(stores, {ECHO}, channel_connection_id="conn-1=", channel_connected_at=NOW)
+    stores.channel.open("conn-1=")
+    items = [_submit(stores, now=NOW - 100 + n) for n in range(3)]
+    fronts = QueueFronts()
+    assert _claim_remembering(stores, agent, fronts) is not None
+    for item in items[1:]:
+        work.cancel(stores, item.work_id, NOW)
+    stores.journal.reset_counts()
+    assert _claim_remembering(stores, agent, fronts) is None
+    assert stores.nodes.records[agent.node_id].parked_at == NOW
+    assert stores.journal.calls.count("work.queue_front") == 2  # check, park, re-check
 
 
 def test_a_claim_serves_only_the_work_capabilities_the_node_lists(stores: MemoryStores) -> None:

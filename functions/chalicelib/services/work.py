@@ -33,6 +33,7 @@ from chalicelib.domain.validation import validate_with
 from chalicelib.services import dispatch
 from chalicelib.services.auth import NodeCaller, require_holder
 from chalicelib.services.known_callers import ClaimView, KnownCallers
+from chalicelib.services.queue_fronts import QueueFronts
 from chalicelib.stores.contract import Holder, LeaseCheck, Stores
 
 QUEUED, LEASED, SUCCEEDED, DEAD, CANCELLED = protocol.WORK_STATES
@@ -48,12 +49,12 @@ _FINISHED = {
 #: 100 claimers over 16 shards x 20 candidates lost 0.27 transactions per claim; with 10
 #: candidates, 0.45 (docs/SCALE.md). A read of 20 items is still a few read units.
 CLAIM_CANDIDATES = 20
-#: Tries per read: a lost try means others are taking items from that front, so after a loss the
-#: claim reads the queue again (another part, chosen at random) rather than spend a transaction on
-#: a front that is going stale. Reads are cheaper than transactions on DynamoDB (a lost
-#: transaction still costs its write units). Measured at 100 claimers: 1.35 transactions per claim
-#: with one try per read, 1.46 with two (docs/SCALE.md).
-TRIES_PER_READ = 1
+#: A claim tries one candidate per round: a remembered one (queue_fronts.py), else the first of a
+#: fresh read. A lost try means others are taking items from that front, so the front is forgotten
+#: and the next round reads the queue again (another part, chosen at random) rather than spend a
+#: transaction on a front that is going stale. Reads are cheaper than transactions on DynamoDB (a
+#: lost transaction still costs its write units). Measured at 100 claimers: 1.35 transactions per
+#: claim with one try per read, 1.46 with two (docs/SCALE.md).
 CLAIM_ROUNDS = 4
 #: How long presigned URLs stay valid beyond the lease (a renewed lease outlives its claim's URLs:
 #: the agent downloads at once and uploads before completing).
@@ -201,7 +202,12 @@ class Claim:
 
 
 def claim(
-    stores: Stores, settings: Settings, caller: NodeCaller, now: float, known: KnownCallers | None = None
+    stores: Stores,
+    settings: Settings,
+    caller: NodeCaller,
+    now: float,
+    known: KnownCallers | None = None,
+    fronts: QueueFronts | None = None,
 ) -> Claim | None:
     """A claimable item of a capability the node serves, leased to it in one transaction that also
     checks, at the moment of the write, that the node holds its active credential, is online by
@@ -213,19 +219,30 @@ def claim(
     supplied, an out-of-date view costs one lost transaction and a read, never a wrong lease. A
     queue that looks empty is judged on a fresh read (parking needs the node's channel). See
     docs/DISPATCH.md, "The claim's view of its node".
+
+    The item comes from the queue's front as this instance last read it (``fronts``: the untried
+    rest of an earlier read, one item per claim) or from a fresh read; the transaction requires
+    the item still queued at the epoch read, so a remembered item taken elsewhere costs one lost
+    transaction, after which the front is read again. See docs/SCALE.md, "The claim".
     """
-    return _Claimer(stores, caller, now, now - settings.stale_after_seconds, known).claim()
+    return _Claimer(stores, caller, now, now - settings.stale_after_seconds, known, fronts).claim()
 
 
 class _Claimer:
-    """One claim request: its node view, and up to ``CLAIM_ROUNDS`` reads of the queue, each
-    followed by at most ``TRIES_PER_READ`` lease transactions."""
+    """One claim request: its node view, and up to ``CLAIM_ROUNDS`` candidates (remembered, or
+    read), one lease transaction each."""
 
     def __init__(
-        self, stores: Stores, caller: NodeCaller, now: float, heartbeat_after: float, known: KnownCallers | None
+        self,
+        stores: Stores,
+        caller: NodeCaller,
+        now: float,
+        heartbeat_after: float,
+        known: KnownCallers | None,
+        fronts: QueueFronts | None,
     ) -> None:
         self.stores, self.caller, self.now, self.heartbeat_after = stores, caller, now, heartbeat_after
-        self.known = known
+        self.known, self.fronts = known, fronts
         self.key = (caller.node_id, caller.credential_sha256)
         self.holder = Holder(caller.node_id, caller.credential_sha256)
         #: the node as read by this request (None while the claim acts on a remembered view)
@@ -276,16 +293,31 @@ class _Claimer:
                     self.view = self._read()
                     continue
                 return None
-            candidates = _candidates(self.stores, capabilities)
-            if not candidates:
-                candidates = self._park_and_look_again(capabilities)
-            if not candidates:
+            candidate = self._candidate(capabilities)
+            if candidate is None:
                 return None
-            for candidate in candidates[:TRIES_PER_READ]:
-                leased = self._try(candidate)
-                if leased is not None:
-                    return leased
+            leased = self._try(candidate)
+            if leased is not None:
+                return leased
         return None
+
+    def _candidate(self, capabilities: list[str]) -> WorkItem | None:
+        """An item of the front this instance remembers, else the first of a fresh read (its
+        untried rest remembered); None when a fresh read, and the look after parking, found
+        nothing. Emptiness is never taken from memory."""
+        if self.fronts is not None:
+            remembered = self.fronts.take(capabilities, self.now)
+            if remembered is not None:
+                return remembered
+        candidates = _candidates(self.stores, capabilities)
+        if not candidates:
+            candidates = self._park_and_look_again(capabilities)
+        if not candidates:
+            return None
+        first, *rest = candidates
+        if self.fronts is not None:
+            self.fronts.keep(capabilities, rest, self.now)
+        return first
 
     def _park_and_look_again(self, capabilities: list[str]) -> list[WorkItem]:
         """Nothing queued: park a connected node (on a fresh read) and look once more."""
@@ -311,6 +343,8 @@ class _Claimer:
                 candidate, self.holder, self.heartbeat_after, until, self.now, event, parked_at=self.view.parked_at
             )
         except GuardFailed as lost:
+            if "work" in lost.failed and self.fronts is not None:
+                self.fronts.forget(candidate.capability)  # others are taking from that front
             if "node" in lost.failed:
                 # revoked, not online, or not as the view says (capabilities, park state): the
                 # read raises for the first two, and gives the next round a true view
