@@ -71,7 +71,7 @@ from modelforge_bench.claim_load import (
     RawRun,
 )
 from modelforge_bench.support import LOOPBACK, BenchFailure
-from modelforge_local_stack.http_server import DEFAULT_MAX_CONNECTIONS
+from modelforge_local_stack.connection_limits import DEFAULT_MAX_CONNECTIONS
 from modelforge_local_stack.invocation_gate import DEFAULT_MAX_INVOCATIONS
 
 #: Bounds on the options, so a run stays bounded in count and time.

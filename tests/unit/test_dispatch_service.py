@@ -14,6 +14,7 @@ import pytest
 from chalicelib.domain import requests as typed
 from chalicelib.services import dispatch, work
 from chalicelib.services.known_callers import ClaimView, KnownCallers
+from chalicelib.services.queue_fronts import QueueFronts
 from modelforge_protocol import work as protocol
 
 from tests.support.memory_stores import MemoryStores, memory_stores
@@ -319,13 +320,18 @@ class Steps:
 
 
 def _race(
-    stores: MemoryStores, order: tuple[str, ...], monkeypatch: pytest.MonkeyPatch, known: bool = False
+    stores: MemoryStores, order: tuple[str, ...], monkeypatch: pytest.MonkeyPatch, start: str = "node-read"
 ) -> tuple[Agent, str, str]:
     agent, connection = _connected(stores)
-    remembered = KnownCallers()
-    if known:  # the claim acts on a view an earlier claim left (its empty queue is judged on a read)
+    remembered, fronts = KnownCallers(), QueueFronts()
+    if start == "node-view":  # the claim acts on a view an earlier claim left (its empty queue is judged on a read)
         node = stores.nodes.records[agent.node_id]
         remembered.remember_view((agent.node_id, agent.credential_sha256), ClaimView.of(node, NOW - 1))
+    if start == "stale-front":  # the instance remembers a front whose item was cancelled since: one
+        # lost try, then the same fresh reads (memory never says "empty")
+        stale = work.submit(stores, typed.submit_work({"capability": ECHO, "input": {"text": "x"}}), NOW - 1).item
+        work.cancel(stores, stale.work_id, NOW - 1)
+        fronts.keep([ECHO], [stale], NOW - 1)
     steps = Steps(order)
     queue_read = "queue_front"  # the claim's queue read
     for name, actor, step, store in (
@@ -348,7 +354,7 @@ def _race(
 
     threads = [
         threading.Thread(
-            target=run, args=("claim", lambda: work.claim(stores, SETTINGS, agent.caller, NOW, remembered))
+            target=run, args=("claim", lambda: work.claim(stores, SETTINGS, agent.caller, NOW, remembered, fronts))
         ),
         threading.Thread(target=run, args=("submit", lambda: submitted.append(_submit(stores)))),
     ]
@@ -357,15 +363,16 @@ def _race(
     for thread in threads:
         thread.join(timeout=20)
     assert not failures, failures
+    assert fronts.remembered(ECHO) == 0  # a stale front was tried and forgotten; a fresh read left none
     return agent, connection, submitted[0]
 
 
-@pytest.mark.parametrize("known", [False, True], ids=["node-read", "node-view"])
+@pytest.mark.parametrize("start", ["node-read", "node-view", "stale-front"])
 @pytest.mark.parametrize("order", _interleavings(), ids=lambda order: "-".join(order))
 def test_no_interleaving_of_submit_and_park_leaves_an_item_queued_while_a_parked_node_sleeps(
-    stores: MemoryStores, order: tuple[str, ...], monkeypatch: pytest.MonkeyPatch, known: bool
+    stores: MemoryStores, order: tuple[str, ...], monkeypatch: pytest.MonkeyPatch, start: str
 ) -> None:
-    agent, connection, work_id = _race(stores, order, monkeypatch, known)
+    agent, connection, work_id = _race(stores, order, monkeypatch, start)
     item = stores.work.records[work_id]
     woken = stores.channel.messages_to(connection) == [WAKE]
     assert (item.status == "leased" and item.node_id == agent.node_id) or woken, (item.status, woken)

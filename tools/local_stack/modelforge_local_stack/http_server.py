@@ -70,16 +70,13 @@ from modelforge_protocol.schemas import MAX_BODY_BYTES
 from modelforge_protocol.work import MAX_SUBMIT_BODY_BYTES
 
 from .catalogue import FUNCTIONS_DIR
+from .connection_limits import DEFAULT_CONNECTION_TIMEOUT_SECONDS, DEFAULT_MAX_CONNECTIONS
 from .invocation_gate import DEFAULT_MAX_INVOCATIONS, MAX_WAIT_SECONDS, InvocationGate
 
 #: The largest body the server reads: what the API accepts, no more.
 MAX_REQUEST_BYTES = MAX_BODY_BYTES
 #: Routes that accept more (work submission: as much as API Gateway and Lambda take).
 LARGER_BODIES = {("POST", "/api/v1/admin/work"): MAX_SUBMIT_BODY_BYTES}
-#: Idle, slow or unfinished connections are closed after this long (longer than the agents'
-#: 15 s heartbeat interval, so a keep-alive agent keeps its connection).
-DEFAULT_CONNECTION_TIMEOUT_SECONDS = 30.0
-DEFAULT_MAX_CONNECTIONS = 256
 #: After a refusal the server discards at most this much of what the client still sends, for
 #: at most this long, so that the client can read the answer before the socket closes.
 LINGER_BYTES = 1024 * 1024

@@ -21,11 +21,10 @@ from modelforge_protocol import files
 from . import provision
 from .channel_events import NoChannelHandlers, handlers_of
 from .channel_server import ChannelLimits, ChannelServer
+from .connection_limits import DEFAULT_CONNECTION_TIMEOUT_SECONDS, DEFAULT_MAX_CONNECTIONS
 from .emulator import listen_error
 from .emulator_host import InProcess, Keep, OwnProcess
 from .http_server import (
-    DEFAULT_CONNECTION_TIMEOUT_SECONDS,
-    DEFAULT_MAX_CONNECTIONS,
     ApiServer,
     ServerThread,
     load_app,

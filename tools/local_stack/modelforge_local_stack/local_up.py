@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from modelforge_protocol import environment
 
 from . import terminal_lines
+from .connection_limits import DEFAULT_CONNECTION_TIMEOUT_SECONDS, DEFAULT_MAX_CONNECTIONS
 from .invocation_gate import DEFAULT_MAX_INVOCATIONS
 from .persistence import DEFAULT_SNAPSHOT_INTERVAL_SECONDS
 
@@ -85,15 +86,16 @@ def add_arguments(up: argparse.ArgumentParser) -> None:
     up.add_argument(
         "--connection-timeout",
         type=positive_float,
-        default=30.0,
+        default=DEFAULT_CONNECTION_TIMEOUT_SECONDS,
         metavar="SECONDS",
-        help="close API connections idle, slow or unfinished for this long (default 30)",
+        help="close API connections idle, slow or unfinished for this long "
+        f"(default {DEFAULT_CONNECTION_TIMEOUT_SECONDS:g})",
     )
     up.add_argument(
         "--max-connections",
         type=positive_int,
-        default=256,
-        help="API connections served at once; more are answered 503 server_busy (default 256)",
+        default=DEFAULT_MAX_CONNECTIONS,
+        help=f"API connections served at once; more are answered 503 server_busy (default {DEFAULT_MAX_CONNECTIONS})",
     )
     up.add_argument(
         "--max-invocations",
