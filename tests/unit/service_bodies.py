@@ -12,11 +12,12 @@ from typing import Any
 from chalicelib.config import resources
 from chalicelib.config.settings import Settings, load_settings
 from chalicelib.domain import requests as typed
-from chalicelib.domain.records import Enrollment, Inventory, Node
+from chalicelib.domain.records import Enrollment, Inventory, Node, WorkItem
 from chalicelib.services import enrollments
 from chalicelib.services.auth import NodeCaller
 from chalicelib.stores.contract import Stores
 from modelforge_protocol import credentials
+from modelforge_protocol import work as work_protocol
 
 from tests.support.api import AgentIdentity, cpu_inventory, enroll_body, gpu_inventory, gpu_telemetry, heartbeat_body
 
@@ -206,3 +207,22 @@ def enroll_agent(
     )
     node = enrollments.enroll(stores, settings, typed.enroll(body), now).node
     return Agent(node_id=node.node_id, credential=identity.credential)
+
+
+def work_record(work_id: str, now: float = NOW, **fields: Any) -> WorkItem:
+    """A work item as the stores hold it: a queued echo item at ``now`` unless ``fields`` say more."""
+    values: dict[str, Any] = {
+        "work_id": work_id,
+        "capability": work_protocol.ECHO,
+        "status": "queued",
+        "created_at": now,
+        "updated_at": now,
+        "attempts": 0,
+        "max_attempts": 3,
+        "lease_seconds": 60,
+        "epoch": 0,
+        "input_key": f"work-inputs/{work_id}/x.json",
+        "input_sha256": "a" * 64,
+        "input_size": 2,
+    }
+    return WorkItem(**{**values, **fields})

@@ -9,7 +9,7 @@ from chalicelib.domain.records import MASS_STALE_HOLD, ControlItem, WorkItem
 from chalicelib.services import listing, work
 
 from tests.support.memory_stores import MemoryStores, memory_stores
-from tests.unit.service_bodies import NOW, Agent, inventory_record, new_node_id, node_record
+from tests.unit.service_bodies import NOW, Agent, inventory_record, new_node_id, node_record, work_record
 
 HOLD = ControlItem(MASS_STALE_HOLD, active=True, since=NOW - 60, detail={"stale": 9}, revision=1)
 
@@ -28,21 +28,7 @@ def _seeded_node(stores: MemoryStores, with_inventory: bool = True) -> str:
 
 
 def _work(work_id: str, result: dict[str, object] | None) -> WorkItem:
-    return WorkItem(
-        work_id=work_id,
-        capability="diagnostic.echo",
-        status="succeeded" if result else "queued",
-        created_at=NOW,
-        updated_at=NOW,
-        attempts=1,
-        max_attempts=3,
-        lease_seconds=60,
-        epoch=1,
-        input_key=f"work-inputs/{work_id}/x.json",
-        input_sha256="a" * 64,
-        input_size=2,
-        result=result,
-    )
+    return work_record(work_id, status="succeeded" if result else "queued", attempts=1, epoch=1, result=result)
 
 
 def test_nodes_page_each_node_with_its_inventory_and_the_hold(stores: MemoryStores) -> None:

@@ -13,28 +13,14 @@ from chalicelib.services import queue_fronts
 from chalicelib.services.queue_fronts import FRONT_SECONDS, QueueFronts
 from modelforge_protocol import work as protocol
 
+from tests.unit.service_bodies import NOW, work_record
+
 ECHO, OCR = protocol.ECHO, protocol.OCR
-NOW = 1_800_000_000.0
 
 
 def _items(capability: str, count: int, start: int = 0) -> list[WorkItem]:
     return [
-        WorkItem(
-            work_id=f"work_{capability[:4]}{n:06d}",
-            capability=capability,
-            status="queued",
-            created_at=NOW,
-            updated_at=NOW,
-            attempts=0,
-            max_attempts=3,
-            lease_seconds=60,
-            epoch=0,
-            input_key=f"in/{n}",
-            input_sha256="0" * 64,
-            input_size=1,
-            queued_at=NOW,
-        )
-        for n in range(start, start + count)
+        work_record(f"work_{capability[:4]}{n:06d}", NOW, capability=capability) for n in range(start, start + count)
     ]
 
 

@@ -10,7 +10,7 @@ from chalicelib.domain.records import WorkItem
 from chalicelib.services import work, work_objects
 
 from tests.support.memory_stores import MemoryStores, memory_stores
-from tests.unit.service_bodies import NOW
+from tests.unit.service_bodies import work_record
 
 WORK_ID = "work_" + "1" * 32
 
@@ -21,21 +21,7 @@ def stores() -> MemoryStores:
 
 
 def _item(status: str, result: dict[str, object] | None = None) -> WorkItem:
-    return WorkItem(
-        work_id=WORK_ID,
-        capability="diagnostic.echo",
-        status=status,
-        created_at=NOW,
-        updated_at=NOW,
-        attempts=1,
-        max_attempts=3,
-        lease_seconds=60,
-        epoch=1,
-        input_key=f"work-inputs/{WORK_ID}/x.json",
-        input_sha256="a" * 64,
-        input_size=2,
-        result=result,
-    )
+    return work_record(WORK_ID, status=status, attempts=1, epoch=1, result=result)
 
 
 def _succeeded(stores: MemoryStores, body: bytes) -> WorkItem:
