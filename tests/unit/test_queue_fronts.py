@@ -10,7 +10,7 @@ import threading
 import pytest
 from chalicelib.domain.records import WorkItem
 from chalicelib.services import queue_fronts
-from chalicelib.services.queue_fronts import FRONT_SECONDS, QueueFronts
+from chalicelib.services.queue_fronts import COOL_OFF_SECONDS, FRONT_SECONDS, QueueFronts
 from modelforge_protocol import work as protocol
 
 from tests.unit.service_bodies import NOW, work_record
@@ -78,8 +78,29 @@ def test_several_capabilities_are_served_from_memory_only_if_each_is_remembered(
 def test_forget_drops_one_capability_only() -> None:
     fronts = QueueFronts()
     fronts.keep([ECHO, OCR], _items(ECHO, 2) + _items(OCR, 2), NOW)
-    fronts.forget(ECHO)
+    fronts.forget(ECHO, NOW)
     assert (fronts.remembered(ECHO), fronts.remembered(OCR)) == (0, 2)
+
+
+def test_a_lost_lease_stops_remembering_that_capability_for_the_cool_off() -> None:
+    """Others are taking from the front: for COOL_OFF_SECONDS its reads are not remembered (each
+    claim reads, as without the memory), then they are again."""
+    fronts = QueueFronts()
+    fronts.forget(ECHO, NOW)
+    fronts.keep([ECHO, OCR], _items(ECHO, 3) + _items(OCR, 3), NOW + 1)
+    assert (fronts.remembered(ECHO), fronts.remembered(OCR)) == (0, 3)
+    fronts.keep([ECHO], _items(ECHO, 3), NOW + COOL_OFF_SECONDS - 0.01)
+    assert fronts.remembered(ECHO) == 0
+    fronts.keep([ECHO], _items(ECHO, 3), NOW + COOL_OFF_SECONDS)
+    assert fronts.remembered(ECHO) == 3
+
+
+def test_a_clock_gone_back_ends_the_cool_off() -> None:
+    """A cool-off is never longer than COOL_OFF_SECONDS, whatever the clock did."""
+    fronts = QueueFronts()
+    fronts.forget(ECHO, NOW)
+    fronts.keep([ECHO], _items(ECHO, 3), NOW - 60)
+    assert fronts.remembered(ECHO) == 3
 
 
 @pytest.mark.parametrize("round_", range(10))

@@ -669,7 +669,14 @@ def test_a_lost_try_on_a_remembered_item_forgets_the_front(stores: MemoryStores)
     claimed = _claim_remembering(stores, agent, fronts)
     assert claimed is not None and claimed.epoch == items[1].epoch + 2  # leased at its true epoch
     assert stores.journal.calls.count("work.lease") == 2 and stores.journal.calls.count("work.queue_front") == 1
-    assert fronts.remembered(ECHO) == 2  # the fresh read's untried rest
+    # others are taking from that front: for the cool-off every claim reads, as without the memory
+    assert fronts.remembered(ECHO) == 0
+    assert _claim_remembering(stores, agent, fronts, NOW + 1) is not None
+    assert stores.journal.calls.count("work.queue_front") == 2 and fronts.remembered(ECHO) == 0
+    for n in range(3):
+        _submit(stores, now=NOW - 50 + n)
+    assert _claim_remembering(stores, agent, fronts, NOW + queue_fronts.COOL_OFF_SECONDS) is not None
+    assert fronts.remembered(ECHO) == 3  # after the cool-off: 4 queued, one leased, the rest remembered
 
 
 def test_a_remembered_front_expires(stores: MemoryStores) -> None:

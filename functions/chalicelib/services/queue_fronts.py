@@ -3,9 +3,15 @@
 A claim reads the front of its capabilities' queues (up to ``CLAIM_CANDIDATES`` items each, one
 Query per capability) and leases one item. The items it did not try stay here, and the instance's
 next claims take one each without a read, until the front runs out, is ``FRONT_SECONDS`` old, or
-a lease of a remembered item is lost (someone else is taking from that front: it is forgotten and
-read again). Each remembered item goes to one claim only, so the claims of one instance never race
-each other for an item they both remember.
+a lease of a remembered item is lost. Each remembered item goes to one claim only, so the claims
+of one instance never race each other for an item they both remember.
+
+A lost lease means other instances are taking from the same front, and on DynamoDB a lost
+transaction costs more than the reads the memory saves (its write units). So the capability's front
+is forgotten and the instance remembers none of it for ``COOL_OFF_SECONDS``: its claims read the
+queue each time, as they would without this memory. Under contention across instances the memory
+costs at most one lost transaction per instance and capability every ``COOL_OFF_SECONDS``; without
+it, it saves the read of all but one claim in twenty.
 
 Correctness never depends on this memory. The lease transaction requires the item to be queued
 at the epoch that was read, so an item leased, cancelled or re-queued elsewhere since costs one
@@ -27,12 +33,18 @@ from chalicelib.domain.records import WorkItem
 #: this from a claim of this instance, and a front other instances drained costs at most one lost
 #: transaction. At one claimer a front of 20 lasts about half a second on the local stack.
 FRONT_SECONDS = 2.0
+#: After a lost lease on a remembered item, the capability's claims on this instance read the queue
+#: each time for this long (see the module's docstring).
+COOL_OFF_SECONDS = 10.0
 
 
 class QueueFronts:
-    def __init__(self, front_seconds: float = FRONT_SECONDS) -> None:
+    def __init__(self, front_seconds: float = FRONT_SECONDS, cool_off_seconds: float = COOL_OFF_SECONDS) -> None:
         self._seconds = front_seconds
+        self._cool_off = cool_off_seconds
         self._fronts: dict[str, tuple[float, list[WorkItem]]] = {}
+        #: capability -> until when its fronts are not remembered (a lease of one was lost)
+        self._cooling: dict[str, float] = {}
         self._lock = threading.Lock()
 
     def take(self, capabilities: Iterable[str], now: float) -> WorkItem | None:
@@ -68,15 +80,26 @@ class QueueFronts:
             read.setdefault(item.capability, []).append(item)
         with self._lock:
             for capability, front in read.items():
-                if front:
+                if front and not self._cooling_off(capability, now):
                     self._fronts[capability] = (now, front)
                 else:
                     self._fronts.pop(capability, None)
 
-    def forget(self, capability: str) -> None:
-        """A lease of a remembered item of ``capability`` was lost: its front is going stale."""
+    def forget(self, capability: str, now: float) -> None:
+        """A lease of a remembered item of ``capability`` was lost at ``now``: others are taking from
+        that front. Forget it, and remember none for ``COOL_OFF_SECONDS``."""
         with self._lock:
             self._fronts.pop(capability, None)
+            self._cooling[capability] = now + self._cool_off
+
+    def _cooling_off(self, capability: str, now: float) -> bool:
+        until = self._cooling.get(capability)
+        if until is None:
+            return False
+        if now < until and until - now <= self._cool_off:  # a clock gone back ends it too
+            return True
+        del self._cooling[capability]
+        return False
 
     def remembered(self, capability: str) -> int:
         """How many items of ``capability`` are remembered (for tests and logs)."""

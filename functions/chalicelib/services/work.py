@@ -344,7 +344,7 @@ class _Claimer:
             )
         except GuardFailed as lost:
             if "work" in lost.failed and self.fronts is not None:
-                self.fronts.forget(candidate.capability)  # others are taking from that front
+                self.fronts.forget(candidate.capability, self.now)  # others are taking from that front
             if "node" in lost.failed:
                 # revoked, not online, or not as the view says (capabilities, park state): the
                 # read raises for the first two, and gives the next round a true view
