@@ -679,6 +679,23 @@ def test_a_lost_try_on_a_remembered_item_forgets_the_front(stores: MemoryStores)
     assert fronts.remembered(ECHO) == 3  # after the cool-off: 4 queued, one leased, the rest remembered
 
 
+def test_a_lost_try_on_an_item_just_read_also_cools_the_memory_off(stores: MemoryStores) -> None:
+    """Any lost lease says others are taking from those fronts: the claim's fresh read after it is
+    not remembered either."""
+    agent = _node(stores, {ECHO})
+    items = [_submit(stores, now=NOW - 100 + n) for n in range(5)]
+    fronts = QueueFronts()
+
+    def someone_takes_the_first() -> None:
+        stores.work.records[items[0].work_id].epoch += 1  # taken and put back: the read is stale
+
+    stores.journal.before_next("work.lease", someone_takes_the_first)
+    stores.journal.reset_counts()
+    assert _claim_remembering(stores, agent, fronts) is not None
+    assert stores.journal.calls.count("work.lease") == 2 and stores.journal.calls.count("work.queue_front") == 2
+    assert fronts.remembered(ECHO) == 0
+
+
 def test_a_remembered_front_expires(stores: MemoryStores) -> None:
     agent = _node(stores, {ECHO})
     for n in range(4):

@@ -3,13 +3,13 @@
 A claim reads the front of its capabilities' queues (up to ``CLAIM_CANDIDATES`` items each, one
 Query per capability) and leases one item. The items it did not try stay here, and the instance's
 next claims take one each without a read, until the front runs out, is ``FRONT_SECONDS`` old, or
-a lease of a remembered item is lost. Each remembered item goes to one claim only, so the claims
-of one instance never race each other for an item they both remember.
+a lease of an item of that capability is lost. Each remembered item goes to one claim only, so the
+claims of one instance never race each other for an item they both remember.
 
-A lost lease means other instances are taking from the same front, and on DynamoDB a lost
-transaction costs more than the reads the memory saves (its write units). So the capability's front
-is forgotten and the instance remembers none of it for ``COOL_OFF_SECONDS``: its claims read the
-queue each time, as they would without this memory. Under contention across instances the memory
+A lost lease (of a remembered item, or of one just read) means others are taking from the same
+fronts, and on DynamoDB a lost transaction costs more than the reads the memory saves (its write
+units). So the capability's front is forgotten and the instance remembers none of it for
+``COOL_OFF_SECONDS``: its claims read the queue each time, as they would without this memory. Under contention across instances the memory
 costs at most one lost transaction per instance and capability every ``COOL_OFF_SECONDS``; without
 it, it saves the read of all but one claim in twenty.
 
@@ -33,7 +33,7 @@ from chalicelib.domain.records import WorkItem
 #: this from a claim of this instance, and a front other instances drained costs at most one lost
 #: transaction. At one claimer a front of 20 lasts about half a second on the local stack.
 FRONT_SECONDS = 2.0
-#: After a lost lease on a remembered item, the capability's claims on this instance read the queue
+#: After a lost lease of an item of a capability, its claims on this instance read the queue
 #: each time for this long (see the module's docstring).
 COOL_OFF_SECONDS = 10.0
 
