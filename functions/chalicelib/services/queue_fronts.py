@@ -9,9 +9,10 @@ claims of one instance never race each other for an item they both remember.
 A lost lease (of a remembered item, or of one just read) means others are taking from the same
 fronts, and on DynamoDB a lost transaction costs more than the reads the memory saves (its write
 units). So the capability's front is forgotten and the instance remembers none of it for
-``COOL_OFF_SECONDS``: its claims read the queue each time, as they would without this memory. Under contention across instances the memory
-costs at most one lost transaction per instance and capability every ``COOL_OFF_SECONDS``; without
-it, it saves the read of all but one claim in twenty.
+``COOL_OFF_SECONDS``: its claims read the queue each time, as they would without this memory.
+Under contention across instances the memory costs at most one lost transaction per instance and
+capability every ``COOL_OFF_SECONDS``; without it, it saves the read of all but one claim in
+twenty.
 
 Correctness never depends on this memory. The lease transaction requires the item to be queued
 at the epoch that was read, so an item leased, cancelled or re-queued elsewhere since costs one
