@@ -308,7 +308,7 @@ def _scratch_copy(admin: Any, source: str, name: str) -> str:
 
 
 def raw_write_rates(
-    endpoint_url: str, names: Mapping[str, str], seconds: float, node_template: Mapping[str, Any] | None = None
+    endpoint_url: str, names: Mapping[str, str], seconds: float, node_id: str | None = None
 ) -> list[RawRun]:
     """Conditional writes straight at the emulator with boto3, on scratch copies of the work, nodes
     and outbox tables (same keys, indexes and stream as the app's, but empty).
@@ -318,8 +318,8 @@ def raw_write_rates(
     claim's item write does. ``TransactWriteItems``: that update, a ConditionCheck of the thread's
     node item (credential, credential state, liveness, heartbeat age) and a Put of a new outbox
     item on the condition that it does not exist: the shape of a claim's transaction when issue 19
-    was written. Then, given ``node_template`` (an enrolled node's item as stored), today's claim
-    transaction itself (``claim_transaction``), on items shaped like the app's.
+    was written. Then, given ``node_id`` (an enrolled node, whose item as stored is copied), today's
+    claim transaction itself (``claim_transaction``), on items shaped like the app's.
     """
     import boto3
 
@@ -411,10 +411,13 @@ def raw_write_rates(
                 TransactItems=[{"Update": update(index)}, {"ConditionCheck": node_check(index)}, {"Put": event()}]
             )
 
-        kinds = [("conditional UpdateItem", updates), ("claim-shaped TransactWriteItems", transactions)]
+        kinds = [("conditional UpdateItem", updates), (CLAIM_SHAPED, transactions)]
         runs += _rates_by_threads(endpoint_url, session, seconds, kinds)
-        if node_template is not None:
-            runs += _claim_transaction_rates(endpoint_url, session, admin, tables, node_template, seconds)
+        if node_id is not None:
+            template = admin.get_item(TableName=names["MODELFORGE_NODES_TABLE"], Key={"node_id": {"S": node_id}})
+            if "Item" not in template:
+                raise BenchFailure(f"the enrolled node {node_id} is not in the nodes table")
+            runs += _claim_transaction_rates(endpoint_url, session, admin, tables, template["Item"], seconds)
     finally:
         for table in tables:
             admin.delete_table(TableName=table)
@@ -424,7 +427,9 @@ def raw_write_rates(
 
 # --- today's claim transaction, raw -------------------------------------------------------
 
-#: What the raw phases of today's claim transaction label their rows.
+#: What the raw phases label their rows: the claim's shape when issue 19 was written, and the
+#: claim's own transaction today.
+CLAIM_SHAPED = "claim-shaped TransactWriteItems"
 CLAIM_TRANSACTION = "the claim's own TransactWriteItems"
 #: Queued items made for those phases: more than this emulator leases in their time (each lease
 #: takes one for good), capped; a phase that runs out ends early, its rate still calls / time.
@@ -679,16 +684,7 @@ class _Serving:
         node_id = self.nodes[0].identity.node_id if self.nodes else None
         if node_id is None:
             raise BenchFailure("no node is enrolled to copy for the raw claim transaction")
-        admin = _support.emulator_dynamodb(endpoint_url, REGION, REQUEST_TIMEOUT_SECONDS)
-        try:
-            node = admin.get_item(TableName=names["MODELFORGE_NODES_TABLE"], Key={"node_id": {"S": node_id}}).get(
-                "Item"
-            )
-        finally:
-            admin.close()
-        if node is None:
-            raise BenchFailure("the first enrolled node's item is not in the nodes table")
-        return raw_write_rates(endpoint_url, names, seconds, node)
+        return raw_write_rates(endpoint_url, names, seconds, node_id)
 
     def close(self) -> None:
         for node in self.nodes:

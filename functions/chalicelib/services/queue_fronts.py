@@ -87,8 +87,8 @@ class QueueFronts:
                     self._fronts.pop(capability, None)
 
     def forget(self, capability: str, now: float) -> None:
-        """A lease of a remembered item of ``capability`` was lost at ``now``: others are taking from
-        that front. Forget it, and remember none for ``COOL_OFF_SECONDS``."""
+        """A lease of an item of ``capability`` (remembered or just read) was lost at ``now``: others
+        are taking from its fronts. Forget its front, and remember none for ``COOL_OFF_SECONDS``."""
         with self._lock:
             self._fronts.pop(capability, None)
             self._cooling[capability] = now + self._cool_off
